@@ -1,0 +1,17 @@
+//! Leasehold's adapters: the PostgreSQL event store, the migrations runner, RFC 8785 canonical
+//! JSON and the hash chain.
+//!
+//! Everything that touches PostgreSQL lives here, behind the ports `leasehold-domain` defines.
+
+pub mod canonical;
+pub mod chain;
+pub mod database;
+pub mod limits;
+pub mod migrations;
+pub mod snapshots;
+pub mod store;
+pub mod verify;
+
+pub use database::{DatabaseUrl, DatabaseUrlError};
+pub use migrations::{MigrateError, MigrationReport, migrate};
+pub use store::{PgEventStore, StoreConfig};

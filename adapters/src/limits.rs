@@ -1,0 +1,27 @@
+//! The adapters' limits, in one place, with units in their names.
+
+/// How long a connection attempt may take.
+pub const CONNECT_TIMEOUT_SECONDS: u64 = 5;
+
+/// How long a caller waits for a pooled connection before giving up.
+pub const POOL_WAIT_TIMEOUT_SECONDS: u64 = 30;
+
+/// A session idle inside a transaction longer than this is ended by the server: an open
+/// writing transaction holds back every whole-log reader.
+pub const IDLE_IN_TRANSACTION_TIMEOUT_MILLISECONDS: u64 = 10_000;
+
+/// Default pool size of the event store.
+pub const POOL_DEFAULT_SIZE: usize = 16;
+
+/// How often a tailing reader polls when no wake-up arrives (another process may append).
+pub const TAIL_POLL_INTERVAL_MILLISECONDS: u64 = 250;
+
+/// How many times an autocommit append is retried after colliding with a concurrent
+/// transaction (serialization failure, deadlock, a stream created concurrently).
+pub const APPEND_RETRIES_MAX: u32 = 8;
+
+/// Most chain breaks a verification run reports before it stops listing them.
+pub const VERIFY_BREAKS_MAX: usize = 1_000;
+
+/// Rows per page when verifying the hash chains.
+pub const VERIFY_PAGE_ROWS: i64 = 5_000;

@@ -1,0 +1,80 @@
+//! Mapping driver and pool errors to the store's typed errors, in one place.
+
+use leasehold_domain::StoreError;
+use tokio_postgres::error::SqlState;
+
+/// What to do with a failed append attempt.
+#[derive(Debug)]
+pub(crate) enum AttemptError {
+    /// A collision with a concurrent transaction: run the whole append again.
+    Retry,
+    /// An event id is already stored: run again, asking whether this append is a retry.
+    RetryCheckingEventIds,
+    /// Give up with this error.
+    Fail(StoreError),
+}
+
+/// Classifies a driver error raised by an append.
+pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> AttemptError {
+    let Some(db) = error.as_db_error() else {
+        return AttemptError::Fail(unavailable_or_database(error, endpoint));
+    };
+    let code = db.code();
+    if code == &SqlState::T_R_SERIALIZATION_FAILURE || code == &SqlState::T_R_DEADLOCK_DETECTED {
+        return AttemptError::Retry;
+    }
+    if code == &SqlState::UNIQUE_VIOLATION {
+        return match db.constraint() {
+            // A stream created by a concurrent append: retry and meet it as an existing stream.
+            Some("streams_pkey") => AttemptError::Retry,
+            Some("events_event_id_key") => AttemptError::RetryCheckingEventIds,
+            _ => AttemptError::Fail(StoreError::Database {
+                reason: db.to_string(),
+            }),
+        };
+    }
+    AttemptError::Fail(StoreError::Database {
+        reason: db.to_string(),
+    })
+}
+
+/// A driver error outside an append.
+pub(crate) fn from_driver(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
+    match error.as_db_error() {
+        Some(db) => StoreError::Database {
+            reason: db.to_string(),
+        },
+        None => unavailable_or_database(error, endpoint),
+    }
+}
+
+fn unavailable_or_database(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
+    if error.is_closed() || std::error::Error::source(&error).is_some() {
+        StoreError::Unavailable {
+            endpoint: endpoint.to_string(),
+            reason: error.to_string(),
+        }
+    } else {
+        StoreError::Database {
+            reason: error.to_string(),
+        }
+    }
+}
+
+/// A pool error: the database could not be reached, or no connection freed up in time.
+pub(crate) fn from_pool(error: deadpool_postgres::PoolError, endpoint: &str) -> StoreError {
+    use deadpool_postgres::PoolError;
+    match error {
+        PoolError::Backend(error) => StoreError::Unavailable {
+            endpoint: endpoint.to_string(),
+            reason: error.to_string(),
+        },
+        PoolError::Timeout(kind) => StoreError::Unavailable {
+            endpoint: endpoint.to_string(),
+            reason: format!("timed out ({kind:?})"),
+        },
+        other => StoreError::Database {
+            reason: other.to_string(),
+        },
+    }
+}

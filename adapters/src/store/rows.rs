@@ -1,0 +1,62 @@
+//! Reading event rows back into [`RecordedEvent`]s.
+
+use leasehold_domain::{
+    Cursor, EventId, EventType, Metadata, RecordedEvent, StoreError, StreamId, StreamType, TenantId,
+};
+use tokio_postgres::Row;
+use tokio_postgres::types::Json;
+
+/// The columns every event read selects, in the order [`decode`] expects.
+pub(crate) const EVENT_COLUMNS: &str = "log_epoch, tx_id::text::bigint, position, event_id, \
+     stream_id, stream_type, tenant_id, version, event_type, schema_version, payload, metadata, \
+     recorded_at, prev_hash, hash";
+
+fn corrupt(position: u64, reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        position,
+        reason: reason.to_string(),
+    }
+}
+
+fn unsigned(position: u64, value: i64, column: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(position, format!("negative {column}")))
+}
+
+fn hash(position: u64, bytes: &[u8], column: &str) -> Result<[u8; 32], StoreError> {
+    bytes
+        .try_into()
+        .map_err(|_| corrupt(position, format!("{column} is not 32 bytes")))
+}
+
+/// Decodes one row selected with [`EVENT_COLUMNS`].
+pub(crate) fn decode(row: &Row) -> Result<RecordedEvent, StoreError> {
+    let position_raw: i64 = row.get(2);
+    let position = u64::try_from(position_raw).unwrap_or_default();
+    let log_epoch: i32 = row.get(0);
+    let cursor = Cursor {
+        log_epoch: u32::try_from(log_epoch).map_err(|_| corrupt(position, "negative epoch"))?,
+        tx_id: unsigned(position, row.get(1), "transaction id")?,
+        position,
+    };
+    let name_error = |e: leasehold_domain::IdError| corrupt(position, e);
+    let Json(metadata): Json<Metadata> = row
+        .try_get(11)
+        .map_err(|e| corrupt(position, format!("metadata: {e}")))?;
+    let schema_version: i32 = row.get(9);
+    Ok(RecordedEvent {
+        cursor,
+        event_id: EventId::from_uuid(row.get(3)),
+        stream_id: StreamId::parse(row.get::<_, String>(4)).map_err(name_error)?,
+        stream_type: StreamType::parse(row.get::<_, String>(5)).map_err(name_error)?,
+        tenant_id: TenantId::parse(row.get::<_, String>(6)).map_err(name_error)?,
+        version: unsigned(position, row.get(7), "version")?,
+        event_type: EventType::parse(row.get::<_, String>(8)).map_err(name_error)?,
+        schema_version: u16::try_from(schema_version)
+            .map_err(|_| corrupt(position, "schema version out of range"))?,
+        payload: row.get::<_, Json<serde_json::Value>>(10).0,
+        metadata,
+        recorded_at: row.get(12),
+        prev_hash: hash(position, row.get(13), "prev_hash")?,
+        hash: hash(position, row.get(14), "hash")?,
+    })
+}

@@ -1,0 +1,11 @@
+//! The event log's conformance suite, against a real PostgreSQL.
+
+mod atomicity;
+mod chain;
+mod concurrency;
+mod gaps;
+mod idempotency;
+mod order;
+mod paging;
+mod snapshots;
+mod validation;

@@ -1,0 +1,62 @@
+//! (g) Paging through 100,000 events, by stream and by cursor, returns each exactly once.
+
+use std::collections::HashSet;
+
+use leasehold_domain::{EventId, EventStore, ExpectedVersion};
+use leasehold_tests::TestDb;
+use serde_json::json;
+
+use crate::support::{append, event, read_whole_log, read_whole_stream, stream};
+
+const STREAMS: usize = 1_000;
+const EVENTS_PER_STREAM: usize = 100;
+const STREAMS_PER_APPEND: usize = 10;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_hundred_thousand_events_page_out_exactly_once() {
+    let db = TestDb::migrated().await;
+    let store = db.store();
+    let mut written: HashSet<EventId> = HashSet::new();
+    let mut appends = Vec::new();
+    for first in (0..STREAMS).step_by(STREAMS_PER_APPEND) {
+        let batch: Vec<_> = (first..first + STREAMS_PER_APPEND)
+            .map(|s| {
+                let events: Vec<_> = (0..EVENTS_PER_STREAM)
+                    .map(|n| event("Paged", json!({"s": s, "n": n})))
+                    .collect();
+                written.extend(events.iter().map(|e| e.event_id));
+                append(&format!("p-{s}"), ExpectedVersion::NoStream, events)
+            })
+            .collect();
+        appends.push(batch);
+    }
+    // Four writers at a time.
+    for chunk in appends.chunks(4) {
+        let writes = chunk.iter().cloned().map(|batch| {
+            let store = store.clone();
+            async move { store.append(batch).await.unwrap() }
+        });
+        futures_util::future::join_all(writes).await;
+    }
+    assert_eq!(written.len(), STREAMS * EVENTS_PER_STREAM);
+
+    let by_cursor = read_whole_log(&store, Default::default(), 997).await;
+    assert_eq!(by_cursor.len(), written.len());
+    let ids: HashSet<EventId> = by_cursor.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids, written, "by cursor: each event exactly once");
+
+    let mut by_stream = HashSet::new();
+    for s in 0..STREAMS {
+        let events = read_whole_stream(&store, &stream(&format!("p-{s}")), 33).await;
+        let versions: Vec<u64> = events.iter().map(|e| e.version).collect();
+        assert_eq!(versions, (1..=EVENTS_PER_STREAM as u64).collect::<Vec<_>>());
+        for e in events {
+            assert!(
+                by_stream.insert(e.event_id),
+                "event {} read twice",
+                e.event_id
+            );
+        }
+    }
+    assert_eq!(by_stream, written, "by stream: each event exactly once");
+}
