@@ -96,10 +96,7 @@ mod tests {
     #[test]
     fn sorts_keys_and_drops_whitespace() {
         let value = json!({"b": [1, {"z": null, "a": true}], "a": "x"});
-        assert_eq!(
-            to_canonical_json(&value),
-            r#"{"a":"x","b":[1,{"a":true,"z":null}]}"#
-        );
+        assert_eq!(to_canonical_json(&value), r#"{"a":"x","b":[1,{"a":true,"z":null}]}"#);
     }
 
     #[test]
@@ -107,10 +104,7 @@ mod tests {
         // U+1F600 is a surrogate pair starting 0xD83D, which sorts before U+FB01 (0xFB01),
         // although its UTF-8 bytes sort after.
         let value = json!({"\u{fb01}": 1, "\u{1f600}": 2, "a": 3});
-        assert_eq!(
-            to_canonical_json(&value),
-            "{\"a\":3,\"\u{1f600}\":2,\"\u{fb01}\":1}"
-        );
+        assert_eq!(to_canonical_json(&value), "{\"a\":3,\"\u{1f600}\":2,\"\u{fb01}\":1}");
     }
 
     #[test]

@@ -43,23 +43,15 @@ pub struct HashedFields<'a> {
 /// The canonical JSON document an event's hash covers.
 pub fn canonical_event(fields: &HashedFields<'_>) -> String {
     let mut object = Map::new();
-    object.insert(
-        "event_id".into(),
-        Value::String(fields.event_id.to_string()),
-    );
+    object.insert("event_id".into(), Value::String(fields.event_id.to_string()));
     object.insert("event_type".into(), Value::String(fields.event_type.into()));
     object.insert("metadata".into(), fields.metadata.clone());
     object.insert("payload".into(), fields.payload.clone());
-    let recorded_at = fields
-        .recorded_at
-        .to_rfc3339_opts(SecondsFormat::Micros, true);
+    let recorded_at = fields.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true);
     object.insert("recorded_at".into(), Value::String(recorded_at));
     object.insert("schema_version".into(), Value::from(fields.schema_version));
     object.insert("stream_id".into(), Value::String(fields.stream_id.into()));
-    object.insert(
-        "stream_type".into(),
-        Value::String(fields.stream_type.into()),
-    );
+    object.insert("stream_type".into(), Value::String(fields.stream_type.into()));
     object.insert("tenant_id".into(), Value::String(fields.tenant_id.into()));
     object.insert("version".into(), Value::from(fields.version));
     to_canonical_json(&Value::Object(object))

@@ -48,10 +48,9 @@ impl DatabaseUrl {
     /// Parses a `postgres://user[:password]@host[:port]/database` URL.
     pub fn parse(url: &str) -> Result<Self, DatabaseUrlError> {
         let mut config: tokio_postgres::Config =
-            url.parse()
-                .map_err(|e: tokio_postgres::Error| DatabaseUrlError::Malformed {
-                    reason: e.to_string(),
-                })?;
+            url.parse().map_err(|e: tokio_postgres::Error| DatabaseUrlError::Malformed {
+                reason: e.to_string(),
+            })?;
         if config.get_dbname().is_none() {
             return Err(DatabaseUrlError::NoDatabase);
         }
@@ -101,9 +100,7 @@ impl DatabaseUrl {
         let manager = Manager::from_config(
             self.config.clone(),
             NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         Pool::builder(manager)
             .max_size(size_max)
@@ -111,9 +108,7 @@ impl DatabaseUrl {
             .wait_timeout(Some(Duration::from_secs(POOL_WAIT_TIMEOUT_SECONDS)))
             .create_timeout(Some(Duration::from_secs(CONNECT_TIMEOUT_SECONDS)))
             .build()
-            .map_err(|e| DatabaseUrlError::Pool {
-                reason: e.to_string(),
-            })
+            .map_err(|e| DatabaseUrlError::Pool { reason: e.to_string() })
     }
 
     /// One connection outside any pool; its driver task runs until the client is dropped.

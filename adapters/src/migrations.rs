@@ -13,14 +13,8 @@ use crate::database::DatabaseUrl;
 
 /// The migration files, in order. `every_schema_file_is_embedded` keeps this list true.
 const FILES: &[(&str, &str)] = &[
-    (
-        "0001_log.sql",
-        include_str!("../../schema/postgres/0001_log.sql"),
-    ),
-    (
-        "0002_append.sql",
-        include_str!("../../schema/postgres/0002_append.sql"),
-    ),
+    ("0001_log.sql", include_str!("../../schema/postgres/0001_log.sql")),
+    ("0002_append.sql", include_str!("../../schema/postgres/0002_append.sql")),
 ];
 
 /// The table recording applied migrations.
@@ -84,9 +78,7 @@ pub struct MigrationReport {
 
 /// The file name `0001_log.sql` as refinery's `V1__log`.
 fn refinery_name(file: &str) -> Result<String, MigrateError> {
-    let bad = || MigrateError::BadFileName {
-        file: file.to_string(),
-    };
+    let bad = || MigrateError::BadFileName { file: file.to_string() };
     let stem = file.strip_suffix(".sql").ok_or_else(bad)?;
     let (number, name) = stem.split_once('_').ok_or_else(bad)?;
     let version: u32 = number.parse().map_err(|_| bad())?;
@@ -110,11 +102,8 @@ fn migrations() -> Result<Vec<Migration>, MigrateError> {
     FILES
         .iter()
         .map(|(file, sql)| {
-            Migration::unapplied(&refinery_name(file)?, sql).map_err(|_| {
-                MigrateError::BadFileName {
-                    file: file.to_string(),
-                }
-            })
+            Migration::unapplied(&refinery_name(file)?, sql)
+                .map_err(|_| MigrateError::BadFileName { file: file.to_string() })
         })
         .collect()
 }
@@ -139,9 +128,7 @@ fn map_refinery(error: refinery::Error) -> MigrateError {
             version: i64::from(applied.version()),
             name: applied.name().to_string(),
         },
-        other => MigrateError::Failed {
-            reason: other.to_string(),
-        },
+        other => MigrateError::Failed { reason: other.to_string() },
     }
 }
 
@@ -153,40 +140,24 @@ pub async fn migrate(url: &DatabaseUrl) -> Result<MigrationReport, MigrateError>
         endpoint: url.endpoint(),
         reason: e.to_string(),
     })?;
-    let failed = |e: tokio_postgres::Error| MigrateError::Failed {
-        reason: e.to_string(),
-    };
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
-        .await
-        .map_err(failed)?;
+    let failed = |e: tokio_postgres::Error| MigrateError::Failed { reason: e.to_string() };
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY]).await.map_err(failed)?;
     let result = runner.run_async(&mut client).await;
     // The lock is a session lock: dropping the connection would release it too.
-    let _ = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
-        .await;
+    let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY]).await;
     let report = result.map_err(map_refinery)?;
-    let applied = report
-        .applied_migrations()
-        .iter()
-        .map(|m| file_of(i64::from(m.version())))
-        .collect();
+    let applied =
+        report.applied_migrations().iter().map(|m| file_of(i64::from(m.version()))).collect();
     Ok(MigrationReport { applied })
 }
 
 /// Whether every embedded migration is applied (and none changed): what `/readyz` checks.
 pub async fn is_current(client: &mut tokio_postgres::Client) -> Result<bool, MigrateError> {
     let runner = runner()?;
-    let applied = runner
-        .get_applied_migrations_async(client)
-        .await
-        .map_err(map_refinery)?;
+    let applied = runner.get_applied_migrations_async(client).await.map_err(map_refinery)?;
     let expected = migrations()?;
     Ok(applied.len() == expected.len()
-        && applied
-            .iter()
-            .zip(&expected)
-            .all(|(a, e)| a.checksum() == e.checksum()))
+        && applied.iter().zip(&expected).all(|(a, e)| a.checksum() == e.checksum()))
 }
 
 #[cfg(test)]
@@ -209,17 +180,8 @@ mod tests {
     #[test]
     fn file_names_become_refinery_names() {
         assert_eq!(refinery_name("0001_log.sql").unwrap(), "V1__log");
-        assert_eq!(
-            refinery_name("0012_lease_read_models.sql").unwrap(),
-            "V12__lease_read_models"
-        );
-        for bad in [
-            "1_log.sql",
-            "0001log.sql",
-            "0001_.sql",
-            "0001_log.txt",
-            "abcd_log.sql",
-        ] {
+        assert_eq!(refinery_name("0012_lease_read_models.sql").unwrap(), "V12__lease_read_models");
+        for bad in ["1_log.sql", "0001log.sql", "0001_.sql", "0001_log.txt", "abcd_log.sql"] {
             assert!(refinery_name(bad).is_err(), "{bad} was accepted");
         }
         assert!(migrations().is_ok());

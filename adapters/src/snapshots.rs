@@ -30,9 +30,8 @@ impl PgEventStore {
         state_schema: u32,
         state: &T,
     ) -> Result<(), StoreError> {
-        let bytes = postcard::to_stdvec(state).map_err(|e| StoreError::Database {
-            reason: format!("encoding a snapshot: {e}"),
-        })?;
+        let bytes = postcard::to_stdvec(state)
+            .map_err(|e| StoreError::Database { reason: format!("encoding a snapshot: {e}") })?;
         let schema = i32::try_from(state_schema).unwrap_or(i32::MAX);
         let version = i64::try_from(version).unwrap_or(i64::MAX);
         let client = self.client().await?;
@@ -48,9 +47,7 @@ impl PgEventStore {
                 &[&stream.as_str(), &version, &schema, &bytes],
             )
             .await
-            .map_err(|e| StoreError::Database {
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
         Ok(())
     }
 
@@ -68,9 +65,7 @@ impl PgEventStore {
                 &[&stream.as_str(), &schema],
             )
             .await
-            .map_err(|e| StoreError::Database {
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
         let Some(row) = row else { return Ok(None) };
         let version = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
         let bytes: &[u8] = row.get(1);

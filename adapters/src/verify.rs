@@ -70,30 +70,18 @@ impl PgEventStore {
         mut progress: impl FnMut(u64),
     ) -> Result<VerifyReport, StoreError> {
         let client = self.client().await?;
-        let statement =
-            client
-                .prepare_cached(PAGE_SQL)
-                .await
-                .map_err(|e| StoreError::Database {
-                    reason: e.to_string(),
-                })?;
+        let statement = client
+            .prepare_cached(PAGE_SQL)
+            .await
+            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
         let mut report = VerifyReport::default();
-        let mut walk = Walk {
-            stream_id: String::new(),
-            version: 0,
-            hash: GENESIS_HASH,
-        };
+        let mut walk = Walk { stream_id: String::new(), version: 0, hash: GENESIS_HASH };
         loop {
             let after_version = i64::try_from(walk.version).unwrap_or(i64::MAX);
             let rows = client
-                .query(
-                    &statement,
-                    &[&walk.stream_id, &after_version, &VERIFY_PAGE_ROWS],
-                )
+                .query(&statement, &[&walk.stream_id, &after_version, &VERIFY_PAGE_ROWS])
                 .await
-                .map_err(|e| StoreError::Database {
-                    reason: e.to_string(),
-                })?;
+                .map_err(|e| StoreError::Database { reason: e.to_string() })?;
             for row in &rows {
                 check_row(row, &mut walk, &mut report)?;
             }
@@ -116,18 +104,11 @@ fn check_row(
     let Json(metadata): Json<Value> = row.get(5);
     let Json(payload): Json<Value> = row.get(6);
     let recorded_at: DateTime<Utc> = row.get(7);
-    let corrupt = |reason: &str| StoreError::Corrupt {
-        position,
-        reason: reason.to_string(),
-    };
-    let prev_hash: [u8; 32] = row
-        .get::<_, &[u8]>(11)
-        .try_into()
-        .map_err(|_| corrupt("prev_hash is not 32 bytes"))?;
-    let hash: [u8; 32] = row
-        .get::<_, &[u8]>(12)
-        .try_into()
-        .map_err(|_| corrupt("hash is not 32 bytes"))?;
+    let corrupt = |reason: &str| StoreError::Corrupt { position, reason: reason.to_string() };
+    let prev_hash: [u8; 32] =
+        row.get::<_, &[u8]>(11).try_into().map_err(|_| corrupt("prev_hash is not 32 bytes"))?;
+    let hash: [u8; 32] =
+        row.get::<_, &[u8]>(12).try_into().map_err(|_| corrupt("hash is not 32 bytes"))?;
     let fields = HashedFields {
         event_id: row.get(3),
         event_type: row.get(4),
@@ -142,11 +123,7 @@ fn check_row(
     };
     if stream_id != walk.stream_id {
         report.streams_checked += 1;
-        *walk = Walk {
-            stream_id: stream_id.clone(),
-            version: 0,
-            hash: GENESIS_HASH,
-        };
+        *walk = Walk { stream_id: stream_id.clone(), version: 0, hash: GENESIS_HASH };
     }
     let mut record = |kind| {
         if report.breaks.len() < VERIFY_BREAKS_MAX {
@@ -161,9 +138,7 @@ fn check_row(
         }
     };
     if version != walk.version + 1 {
-        record(BreakKind::VersionGap {
-            expected: walk.version + 1,
-        });
+        record(BreakKind::VersionGap { expected: walk.version + 1 });
     } else if prev_hash != walk.hash {
         record(BreakKind::PrevHashMismatch);
     }

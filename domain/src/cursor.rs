@@ -43,20 +43,12 @@ const CURSOR_LENGTH: usize = 40;
 
 impl Cursor {
     /// The cursor before the first event: reading after it reads the whole log.
-    pub const START: Cursor = Cursor {
-        log_epoch: 0,
-        tx_id: 0,
-        position: 0,
-    };
+    pub const START: Cursor = Cursor { log_epoch: 0, tx_id: 0, position: 0 };
 }
 
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:08x}{:016x}{:016x}",
-            self.log_epoch, self.tx_id, self.position
-        )
+        write!(f, "{:08x}{:016x}{:016x}", self.log_epoch, self.tx_id, self.position)
     }
 }
 
@@ -68,10 +60,7 @@ impl FromStr for Cursor {
             return Err(CursorParseError::Length { length: text.len() });
         }
         // Uppercase is refused too, so that each cursor has exactly one spelling.
-        if !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
             return Err(CursorParseError::NotHex);
         }
         let hex = |range: std::ops::Range<usize>| u64::from_str_radix(&text[range], 16);
@@ -79,11 +68,7 @@ impl FromStr for Cursor {
         let tx_id = hex(8..24).map_err(|_| CursorParseError::NotHex)?;
         let position = hex(24..40).map_err(|_| CursorParseError::NotHex)?;
         let log_epoch = u32::try_from(log_epoch).map_err(|_| CursorParseError::NotHex)?;
-        Ok(Cursor {
-            log_epoch,
-            tx_id,
-            position,
-        })
+        Ok(Cursor { log_epoch, tx_id, position })
     }
 }
 
@@ -111,22 +96,10 @@ mod tests {
 
     #[test]
     fn refuses_malformed_strings() {
-        assert_eq!(
-            "".parse::<Cursor>(),
-            Err(CursorParseError::Length { length: 0 })
-        );
-        assert_eq!(
-            "g".repeat(40).parse::<Cursor>(),
-            Err(CursorParseError::NotHex)
-        );
-        assert_eq!(
-            "A".repeat(40).parse::<Cursor>(),
-            Err(CursorParseError::NotHex)
-        );
-        assert_eq!(
-            "+".repeat(40).parse::<Cursor>(),
-            Err(CursorParseError::NotHex)
-        );
+        assert_eq!("".parse::<Cursor>(), Err(CursorParseError::Length { length: 0 }));
+        assert_eq!("g".repeat(40).parse::<Cursor>(), Err(CursorParseError::NotHex));
+        assert_eq!("A".repeat(40).parse::<Cursor>(), Err(CursorParseError::NotHex));
+        assert_eq!("+".repeat(40).parse::<Cursor>(), Err(CursorParseError::NotHex));
         assert_eq!(Cursor::START.to_string(), "0".repeat(40));
     }
 }

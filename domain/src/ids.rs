@@ -46,11 +46,7 @@ fn check_name(kind: &'static str, value: &str) -> Result<(), IdError> {
         return Err(IdError::Empty { kind });
     }
     if value.len() > NAME_LENGTH_MAX_BYTES {
-        return Err(IdError::TooLong {
-            kind,
-            length: value.len(),
-            max: NAME_LENGTH_MAX_BYTES,
-        });
+        return Err(IdError::TooLong { kind, length: value.len(), max: NAME_LENGTH_MAX_BYTES });
     }
     if !value.chars().all(is_name_char) {
         let value = value.chars().take(NAME_LENGTH_MAX_BYTES).collect();
@@ -159,15 +155,9 @@ mod tests {
 
     #[test]
     fn refuses_empty_long_and_foreign_names() {
-        assert_eq!(
-            StreamId::parse(""),
-            Err(IdError::Empty { kind: "stream id" })
-        );
+        assert_eq!(StreamId::parse(""), Err(IdError::Empty { kind: "stream id" }));
         let long = "a".repeat(201);
-        assert!(matches!(
-            StreamId::parse(long),
-            Err(IdError::TooLong { length: 201, .. })
-        ));
+        assert!(matches!(StreamId::parse(long), Err(IdError::TooLong { length: 201, .. })));
         assert!(StreamId::parse("a".repeat(200)).is_ok());
         for bad in ["a b", "a/b", "é", "a\0", "a\"b"] {
             assert!(
@@ -175,10 +165,7 @@ mod tests {
                 "{bad:?} was accepted"
             );
         }
-        assert_eq!(
-            EventType::parse(""),
-            Err(IdError::Empty { kind: "event type" })
-        );
+        assert_eq!(EventType::parse(""), Err(IdError::Empty { kind: "event type" }));
     }
 
     #[test]

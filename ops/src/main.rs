@@ -1,1 +1,21 @@
-fn main() {}
+//! `leasehold`: the one binary that migrates, serves and measures the Leasehold ledger.
+
+mod bench;
+mod cli;
+mod database;
+mod events;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    cli::init_logging(&cli.log_format);
+    match cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

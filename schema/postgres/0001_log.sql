@@ -22,7 +22,7 @@ CREATE TABLE streams (
 );
 
 CREATE TABLE events (
-    position       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    position       bigint GENERATED ALWAYS AS IDENTITY,
     log_epoch      integer NOT NULL DEFAULT 1,
     tx_id          xid8 NOT NULL DEFAULT pg_current_xact_id(),
     event_id       uuid NOT NULL UNIQUE,
@@ -37,11 +37,11 @@ CREATE TABLE events (
     recorded_at    timestamptz NOT NULL,
     prev_hash      bytea NOT NULL CHECK (length(prev_hash) = 32),
     hash           bytea NOT NULL CHECK (length(hash) = 32),
+    -- The whole-log order every reader uses. Identity values are unique on their own; the
+    -- key is this triple so that one index serves both uniqueness and the log order.
+    PRIMARY KEY (log_epoch, tx_id, position),
     UNIQUE (stream_id, version)
 );
-
--- The whole-log order every reader uses.
-CREATE INDEX events_log_order ON events (log_epoch, tx_id, position);
 
 -- Aggregate snapshots: postcard-encoded state at a stream version. A snapshot whose
 -- state_schema differs from the reader's is ignored, never decoded.

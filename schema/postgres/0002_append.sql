@@ -21,7 +21,11 @@ CREATE FUNCTION leasehold_append(
     p_check_event_ids boolean)
 RETURNS TABLE (r_outcome text, r_log_epoch integer, r_tx_id bigint, r_position bigint,
                r_stream text, r_expected bigint, r_actual bigint, r_versions bigint[])
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Array parameters make every custom plan look cheaper than the generic one, so without this
+-- each call would plan every statement again.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 DECLARE
     zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
     n_streams constant integer := cardinality(p_stream_ids);
@@ -143,7 +147,7 @@ BEGIN
         UPDATE streams st
            SET version = u.v, last_hash = u.h, last_tx_id = pg_current_xact_id()
           FROM unnest(p_stream_ids, v_versions, v_hashes, v_exists) AS u(id, v, h, e)
-         WHERE u.e AND st.stream_id = u.id AND st.last_tx_id < pg_current_xact_id();
+         WHERE u.e AND st.stream_id = u.id AND st.last_tx_id <= pg_current_xact_id();
         GET DIAGNOSTICS n_updated = ROW_COUNT;
         IF n_updated <> n_existing THEN
             RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'

@@ -27,9 +27,7 @@ impl TestDb {
     /// A new database with every migration applied.
     pub async fn migrated() -> TestDb {
         let db = TestDb::empty().await;
-        migrate(&db.url)
-            .await
-            .expect("migrations apply to a fresh database");
+        migrate(&db.url).await.expect("migrations apply to a fresh database");
         db
     }
 
@@ -37,19 +35,12 @@ impl TestDb {
     pub async fn empty() -> TestDb {
         let admin = server_url();
         let name = format!("lh_test_{}", uuid::Uuid::now_v7().simple());
-        let client = admin
-            .connect()
-            .await
-            .expect("the test PostgreSQL server is reachable");
+        let client = admin.connect().await.expect("the test PostgreSQL server is reachable");
         client
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .expect("the test database can be created");
-        TestDb {
-            url: admin.with_database(&name),
-            admin,
-            name,
-        }
+        TestDb { url: admin.with_database(&name), admin, name }
     }
 
     /// The database's name.
@@ -69,10 +60,7 @@ impl TestDb {
 
     /// A connection of its own, outside any pool.
     pub async fn client(&self) -> tokio_postgres::Client {
-        self.url
-            .connect()
-            .await
-            .expect("the test database is reachable")
+        self.url.connect().await.expect("the test database is reachable")
     }
 }
 
@@ -83,15 +71,10 @@ impl Drop for TestDb {
         let admin = self.admin.clone();
         let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
         let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             runtime.block_on(async move {
                 let client = admin.connect().await.map_err(std::io::Error::other)?;
-                client
-                    .batch_execute(&sql)
-                    .await
-                    .map_err(std::io::Error::other)
+                client.batch_execute(&sql).await.map_err(std::io::Error::other)
             })
         })
         .join();

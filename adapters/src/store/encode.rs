@@ -61,9 +61,7 @@ pub(crate) fn encode(
         encoded.stream_types.push(append.stream_type.to_string());
         encoded.tenant_ids.push(append.tenant_id.to_string());
         let required = append.expected.required();
-        encoded
-            .expected
-            .push(required.map(|v| i64::try_from(v).unwrap_or(i64::MAX)));
+        encoded.expected.push(required.map(|v| i64::try_from(v).unwrap_or(i64::MAX)));
     }
     for (caller_index, append) in appends.iter().enumerate() {
         let stream_number = encoded.caller_order[caller_index] + 1;
@@ -78,18 +76,12 @@ pub(crate) fn encode(
             }
             let metadata = serde_json::to_value(&event.metadata).unwrap_or(Value::Null);
             if contains_nul(&event.payload) || contains_nul(&metadata) {
-                return Err(ValidationError::NulCharacter {
-                    event_id: event.event_id,
-                });
+                return Err(ValidationError::NulCharacter { event_id: event.event_id });
             }
             encoded.event_ids.push(event.event_id.as_uuid());
-            encoded
-                .event_streams
-                .push(i32::try_from(stream_number).unwrap_or(i32::MAX));
+            encoded.event_streams.push(i32::try_from(stream_number).unwrap_or(i32::MAX));
             encoded.event_types.push(event.event_type.to_string());
-            encoded
-                .schema_versions
-                .push(i32::from(event.schema_version));
+            encoded.schema_versions.push(i32::from(event.schema_version));
             encoded.payloads.push(payload);
             encoded.metadata.push(to_canonical_json(&metadata));
         }
@@ -110,29 +102,20 @@ fn check_shape(appends: &[StreamAppend]) -> Result<(), ValidationError> {
     }
     let count: usize = appends.iter().map(|a| a.events.len()).sum();
     if count > APPEND_EVENTS_MAX {
-        return Err(ValidationError::TooManyEvents {
-            count,
-            max: APPEND_EVENTS_MAX,
-        });
+        return Err(ValidationError::TooManyEvents { count, max: APPEND_EVENTS_MAX });
     }
     let mut streams = HashSet::with_capacity(appends.len());
     let mut event_ids = HashSet::with_capacity(count);
     for append in appends {
         if append.events.is_empty() {
-            return Err(ValidationError::NoEventsForStream {
-                stream: append.stream_id.clone(),
-            });
+            return Err(ValidationError::NoEventsForStream { stream: append.stream_id.clone() });
         }
         if !streams.insert(&append.stream_id) {
-            return Err(ValidationError::DuplicateStream {
-                stream: append.stream_id.clone(),
-            });
+            return Err(ValidationError::DuplicateStream { stream: append.stream_id.clone() });
         }
         for event in &append.events {
             if !event_ids.insert(event.event_id) {
-                return Err(ValidationError::DuplicateEventId {
-                    event_id: event.event_id,
-                });
+                return Err(ValidationError::DuplicateEventId { event_id: event.event_id });
             }
         }
     }
@@ -195,24 +178,12 @@ mod tests {
     fn refuses_bad_shapes_before_any_sql() {
         assert_eq!(encode(&[], 10), Err(ValidationError::EmptyAppend));
         let empty = append("a", vec![]);
-        assert!(matches!(
-            encode(&[empty], 10),
-            Err(ValidationError::NoEventsForStream { .. })
-        ));
-        let twice = vec![
-            append("a", vec![event(json!(1))]),
-            append("a", vec![event(json!(1))]),
-        ];
-        assert!(matches!(
-            encode(&twice, 10),
-            Err(ValidationError::DuplicateStream { .. })
-        ));
+        assert!(matches!(encode(&[empty], 10), Err(ValidationError::NoEventsForStream { .. })));
+        let twice = vec![append("a", vec![event(json!(1))]), append("a", vec![event(json!(1))])];
+        assert!(matches!(encode(&twice, 10), Err(ValidationError::DuplicateStream { .. })));
         let same = event(json!(1));
         let repeated = append("a", vec![same.clone(), same]);
-        assert!(matches!(
-            encode(&[repeated], 10),
-            Err(ValidationError::DuplicateEventId { .. })
-        ));
+        assert!(matches!(encode(&[repeated], 10), Err(ValidationError::DuplicateEventId { .. })));
     }
 
     #[test]
@@ -220,21 +191,11 @@ mod tests {
         let big = append("a", vec![event(json!("x".repeat(100)))]);
         assert!(matches!(
             encode(&[big], 100),
-            Err(ValidationError::PayloadTooLarge {
-                size_bytes: 102,
-                max_bytes: 100,
-                ..
-            })
+            Err(ValidationError::PayloadTooLarge { size_bytes: 102, max_bytes: 100, .. })
         ));
         let nul = append("a", vec![event(json!({"k": "a\u{0}b"}))]);
-        assert!(matches!(
-            encode(&[nul], 100),
-            Err(ValidationError::NulCharacter { .. })
-        ));
+        assert!(matches!(encode(&[nul], 100), Err(ValidationError::NulCharacter { .. })));
         let nul_key = append("a", vec![event(json!({"\u{0}": 1}))]);
-        assert!(matches!(
-            encode(&[nul_key], 100),
-            Err(ValidationError::NulCharacter { .. })
-        ));
+        assert!(matches!(encode(&[nul_key], 100), Err(ValidationError::NulCharacter { .. })));
     }
 }

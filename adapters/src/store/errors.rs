@@ -28,36 +28,25 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
             // A stream created by a concurrent append: retry and meet it as an existing stream.
             Some("streams_pkey") => AttemptError::Retry,
             Some("events_event_id_key") => AttemptError::RetryCheckingEventIds,
-            _ => AttemptError::Fail(StoreError::Database {
-                reason: db.to_string(),
-            }),
+            _ => AttemptError::Fail(StoreError::Database { reason: db.to_string() }),
         };
     }
-    AttemptError::Fail(StoreError::Database {
-        reason: db.to_string(),
-    })
+    AttemptError::Fail(StoreError::Database { reason: db.to_string() })
 }
 
 /// A driver error outside an append.
 pub(crate) fn from_driver(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
     match error.as_db_error() {
-        Some(db) => StoreError::Database {
-            reason: db.to_string(),
-        },
+        Some(db) => StoreError::Database { reason: db.to_string() },
         None => unavailable_or_database(error, endpoint),
     }
 }
 
 fn unavailable_or_database(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
     if error.is_closed() || std::error::Error::source(&error).is_some() {
-        StoreError::Unavailable {
-            endpoint: endpoint.to_string(),
-            reason: error.to_string(),
-        }
+        StoreError::Unavailable { endpoint: endpoint.to_string(), reason: error.to_string() }
     } else {
-        StoreError::Database {
-            reason: error.to_string(),
-        }
+        StoreError::Database { reason: error.to_string() }
     }
 }
 
@@ -65,16 +54,13 @@ fn unavailable_or_database(error: tokio_postgres::Error, endpoint: &str) -> Stor
 pub(crate) fn from_pool(error: deadpool_postgres::PoolError, endpoint: &str) -> StoreError {
     use deadpool_postgres::PoolError;
     match error {
-        PoolError::Backend(error) => StoreError::Unavailable {
-            endpoint: endpoint.to_string(),
-            reason: error.to_string(),
-        },
+        PoolError::Backend(error) => {
+            StoreError::Unavailable { endpoint: endpoint.to_string(), reason: error.to_string() }
+        }
         PoolError::Timeout(kind) => StoreError::Unavailable {
             endpoint: endpoint.to_string(),
             reason: format!("timed out ({kind:?})"),
         },
-        other => StoreError::Database {
-            reason: other.to_string(),
-        },
+        other => StoreError::Database { reason: other.to_string() },
     }
 }

@@ -47,10 +47,7 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self {
-            payload_max_bytes: PAYLOAD_DEFAULT_MAX_BYTES,
-            pool_size: POOL_DEFAULT_SIZE,
-        }
+        Self { payload_max_bytes: PAYLOAD_DEFAULT_MAX_BYTES, pool_size: POOL_DEFAULT_SIZE }
     }
 }
 
@@ -67,12 +64,7 @@ impl PgEventStore {
     /// A store over the database at `url`. Connects lazily; run the migrations first.
     pub fn new(url: &DatabaseUrl, config: StoreConfig) -> Result<Self, DatabaseUrlError> {
         let pool = url.pool(config.pool_size)?;
-        Ok(Self {
-            pool,
-            endpoint: url.endpoint(),
-            config,
-            appended: Arc::new(Notify::new()),
-        })
+        Ok(Self { pool, endpoint: url.endpoint(), config, appended: Arc::new(Notify::new()) })
     }
 
     /// `host:port` of the database, for messages.
@@ -97,10 +89,7 @@ impl PgEventStore {
     }
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| from_pool(e, &self.endpoint))
+        self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))
     }
 
     /// Appends inside the caller's transaction, so that other rows (an idempotency record, a
@@ -161,14 +150,9 @@ impl PgEventStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         let client = self.client().await?;
-        let statement = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| from_driver(e, &self.endpoint))?;
-        client
-            .query(&statement, params)
-            .await
-            .map_err(|e| from_driver(e, &self.endpoint))
+        let statement =
+            client.prepare_cached(sql).await.map_err(|e| from_driver(e, &self.endpoint))?;
+        client.query(&statement, params).await.map_err(|e| from_driver(e, &self.endpoint))
     }
 }
 
@@ -198,54 +182,33 @@ fn outcome(
                 .iter()
                 .enumerate()
                 .map(|(i, a)| {
-                    let version = versions
-                        .get(e.caller_order[i])
-                        .copied()
-                        .flatten()
-                        .unwrap_or(0);
-                    (
-                        a.stream_id.clone(),
-                        u64::try_from(version).unwrap_or_default(),
-                    )
+                    let version = versions.get(e.caller_order[i]).copied().flatten().unwrap_or(0);
+                    (a.stream_id.clone(), u64::try_from(version).unwrap_or_default())
                 })
                 .collect();
-            Ok(AppendOutcome {
-                cursor,
-                stream_versions,
-                duplicate: kind == "duplicate",
-            })
+            Ok(AppendOutcome { cursor, stream_versions, duplicate: kind == "duplicate" })
         }
         "wrong_expected_version" => {
             let (stream, expected) = stream_named(row).ok_or(StoreError::Database {
                 reason: "leasehold_append named a stream the append did not".into(),
             })?;
             let actual = u64::try_from(row.get::<_, i64>(6)).unwrap_or_default();
-            Err(StoreError::WrongExpectedVersion {
-                stream,
-                expected,
-                actual,
-            })
+            Err(StoreError::WrongExpectedVersion { stream, expected, actual })
         }
         "event_id_conflict" => Err(StoreError::EventIdConflict),
         "stream_ownership" => match stream_named(row) {
             Some((stream, _)) => Err(StoreError::StreamOwnership { stream }),
-            None => Err(StoreError::Database {
-                reason: "unknown stream in outcome".into(),
-            }),
+            None => Err(StoreError::Database { reason: "unknown stream in outcome".into() }),
         },
-        other => Err(StoreError::Database {
-            reason: format!("unknown append outcome {other}"),
-        }),
+        other => Err(StoreError::Database { reason: format!("unknown append outcome {other}") }),
     }
 }
 
 fn page_limit(limit: usize) -> Result<i64, StoreError> {
     if limit == 0 || limit > READ_PAGE_EVENTS_MAX {
-        return Err(ValidationError::PageSize {
-            requested: limit,
-            max: READ_PAGE_EVENTS_MAX,
-        }
-        .into());
+        return Err(
+            ValidationError::PageSize { requested: limit, max: READ_PAGE_EVENTS_MAX }.into()
+        );
     }
     Ok(i64::try_from(limit).unwrap_or(i64::MAX))
 }
@@ -264,10 +227,7 @@ impl EventStore for PgEventStore {
         let client = self.client().await?;
         let mut check_event_ids = false;
         for _ in 0..APPEND_RETRIES_MAX {
-            match self
-                .attempt(&client, &appends, &encoded, check_event_ids)
-                .await
-            {
+            match self.attempt(&client, &appends, &encoded, check_event_ids).await {
                 Ok(outcome) => {
                     if !outcome.duplicate {
                         self.notify_appended();
@@ -294,9 +254,7 @@ impl EventStore for PgEventStore {
             "SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = $1 AND version >= $2 \
              ORDER BY version LIMIT $3"
         );
-        let rows = self
-            .query(&sql, &[&stream.as_str(), &to_i64(from_version), &limit])
-            .await?;
+        let rows = self.query(&sql, &[&stream.as_str(), &to_i64(from_version), &limit]).await?;
         decode_all(&rows)
     }
 
@@ -308,12 +266,8 @@ impl EventStore for PgEventStore {
              ORDER BY log_epoch, tx_id, position LIMIT $4"
         );
         let epoch = i32::try_from(after.log_epoch).unwrap_or(i32::MAX);
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
-            &epoch,
-            &to_i64(after.tx_id),
-            &to_i64(after.position),
-            &limit,
-        ];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&epoch, &to_i64(after.tx_id), &to_i64(after.position), &limit];
         let events = decode_all(&self.query(&sql, &params).await?)?;
         let next = events.last().map_or(after, |event| event.cursor);
         Ok(LogPage { events, next })

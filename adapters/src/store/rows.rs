@@ -12,10 +12,7 @@ pub(crate) const EVENT_COLUMNS: &str = "log_epoch, tx_id::text::bigint, position
      recorded_at, prev_hash, hash";
 
 fn corrupt(position: u64, reason: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        position,
-        reason: reason.to_string(),
-    }
+    StoreError::Corrupt { position, reason: reason.to_string() }
 }
 
 fn unsigned(position: u64, value: i64, column: &str) -> Result<u64, StoreError> {
@@ -23,9 +20,7 @@ fn unsigned(position: u64, value: i64, column: &str) -> Result<u64, StoreError> 
 }
 
 fn hash(position: u64, bytes: &[u8], column: &str) -> Result<[u8; 32], StoreError> {
-    bytes
-        .try_into()
-        .map_err(|_| corrupt(position, format!("{column} is not 32 bytes")))
+    bytes.try_into().map_err(|_| corrupt(position, format!("{column} is not 32 bytes")))
 }
 
 /// Decodes one row selected with [`EVENT_COLUMNS`].
@@ -39,9 +34,8 @@ pub(crate) fn decode(row: &Row) -> Result<RecordedEvent, StoreError> {
         position,
     };
     let name_error = |e: leasehold_domain::IdError| corrupt(position, e);
-    let Json(metadata): Json<Metadata> = row
-        .try_get(11)
-        .map_err(|e| corrupt(position, format!("metadata: {e}")))?;
+    let Json(metadata): Json<Metadata> =
+        row.try_get(11).map_err(|e| corrupt(position, format!("metadata: {e}")))?;
     let schema_version: i32 = row.get(9);
     Ok(RecordedEvent {
         cursor,

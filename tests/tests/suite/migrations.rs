@@ -12,11 +12,7 @@ async fn migrating_twice_applies_once() {
     let second = migrate(&db.url).await.unwrap();
     assert!(second.applied.is_empty());
     let mut client = db.client().await;
-    assert!(
-        leasehold_adapters::migrations::is_current(&mut client)
-            .await
-            .unwrap()
-    );
+    assert!(leasehold_adapters::migrations::is_current(&mut client).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,10 +20,7 @@ async fn concurrent_migrations_do_not_race() {
     let db = TestDb::empty().await;
     let runs = futures_util::future::join_all((0..4).map(|_| migrate(&db.url))).await;
     let applied: usize = runs.into_iter().map(|run| run.unwrap().applied.len()).sum();
-    assert_eq!(
-        applied, 2,
-        "every migration applied exactly once across the runs"
-    );
+    assert_eq!(applied, 2, "every migration applied exactly once across the runs");
 }
 
 #[tokio::test]
@@ -41,11 +34,7 @@ async fn an_applied_migration_whose_file_changed_is_refused() {
 
     let error = migrate(&db.url).await.unwrap_err();
     match &error {
-        MigrateError::Changed {
-            file,
-            applied_checksum,
-            ..
-        } => {
+        MigrateError::Changed { file, applied_checksum, .. } => {
             assert_eq!(file, "0001_log.sql");
             assert_eq!(*applied_checksum, 12345);
         }
@@ -59,16 +48,10 @@ async fn a_failing_migration_applies_nothing() {
     let db = TestDb::empty().await;
     // A table in the way makes 0001 fail part-way; nothing of the run may remain.
     let client = db.client().await;
-    client
-        .batch_execute("CREATE TABLE snapshots (x int)")
-        .await
-        .unwrap();
+    client.batch_execute("CREATE TABLE snapshots (x int)").await.unwrap();
     let error = migrate(&db.url).await.unwrap_err();
     assert!(matches!(error, MigrateError::Failed { .. }), "{error:?}");
-    let streams: Option<String> = client
-        .query_one("SELECT to_regclass('streams')::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let streams: Option<String> =
+        client.query_one("SELECT to_regclass('streams')::text", &[]).await.unwrap().get(0);
     assert_eq!(streams, None, "0001 was rolled back");
 }

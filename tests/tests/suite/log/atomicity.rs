@@ -22,49 +22,22 @@ async fn one_wrong_expected_version_writes_nothing_to_any_stream() {
 
     let result = store
         .append(vec![
-            append(
-                "vm-1",
-                ExpectedVersion::NoStream,
-                vec![event("VmScheduled", json!({}))],
-            ),
-            append(
-                "host-1",
-                ExpectedVersion::Exact(5),
-                vec![event("CapacityReserved", json!({}))],
-            ),
-            append(
-                "vm-2",
-                ExpectedVersion::Any,
-                vec![event("VmScheduled", json!({}))],
-            ),
+            append("vm-1", ExpectedVersion::NoStream, vec![event("VmScheduled", json!({}))]),
+            append("host-1", ExpectedVersion::Exact(5), vec![event("CapacityReserved", json!({}))]),
+            append("vm-2", ExpectedVersion::Any, vec![event("VmScheduled", json!({}))]),
         ])
         .await;
     match result {
-        Err(StoreError::WrongExpectedVersion {
-            stream,
-            expected,
-            actual,
-        }) => {
+        Err(StoreError::WrongExpectedVersion { stream, expected, actual }) => {
             assert_eq!(stream.as_str(), "host-1");
             assert_eq!(expected, ExpectedVersion::Exact(5));
             assert_eq!(actual, 1);
         }
         other => panic!("expected WrongExpectedVersion, got {other:?}"),
     }
-    assert!(
-        read_whole_stream(&store, &stream("vm-1"), 10)
-            .await
-            .is_empty()
-    );
-    assert!(
-        read_whole_stream(&store, &stream("vm-2"), 10)
-            .await
-            .is_empty()
-    );
-    assert_eq!(
-        read_whole_stream(&store, &stream("host-1"), 10).await.len(),
-        1
-    );
+    assert!(read_whole_stream(&store, &stream("vm-1"), 10).await.is_empty());
+    assert!(read_whole_stream(&store, &stream("vm-2"), 10).await.is_empty());
+    assert_eq!(read_whole_stream(&store, &stream("host-1"), 10).await.len(), 1);
     assert_eq!(store.head().await.unwrap(), head);
 }
 
@@ -74,11 +47,7 @@ async fn a_multi_stream_append_commits_every_stream_at_one_cursor() {
     let store = db.store();
     let outcome = store
         .append(vec![
-            append(
-                "vm-1",
-                ExpectedVersion::NoStream,
-                vec![event("VmScheduled", json!({}))],
-            ),
+            append("vm-1", ExpectedVersion::NoStream, vec![event("VmScheduled", json!({}))]),
             append(
                 "host-1",
                 ExpectedVersion::Any,
@@ -87,17 +56,10 @@ async fn a_multi_stream_append_commits_every_stream_at_one_cursor() {
         ])
         .await
         .unwrap();
-    assert_eq!(
-        outcome.stream_versions,
-        vec![(stream("vm-1"), 1), (stream("host-1"), 2)]
-    );
+    assert_eq!(outcome.stream_versions, vec![(stream("vm-1"), 1), (stream("host-1"), 2)]);
     let events = read_whole_log(&store, Default::default(), 10).await;
     assert_eq!(events.len(), 3);
-    assert!(
-        events
-            .iter()
-            .all(|e| e.cursor.tx_id == outcome.cursor.tx_id)
-    );
+    assert!(events.iter().all(|e| e.cursor.tx_id == outcome.cursor.tx_id));
     assert_eq!(events.last().unwrap().cursor, outcome.cursor);
     // Caller order is kept in the log: vm-1's event first.
     assert_eq!(events[0].stream_id.as_str(), "vm-1");
@@ -108,25 +70,13 @@ async fn a_stream_of_another_tenant_is_refused() {
     let db = TestDb::migrated().await;
     let store = db.store();
     store
-        .append(vec![append(
-            "lease-9",
-            ExpectedVersion::NoStream,
-            vec![event("A", json!({}))],
-        )])
+        .append(vec![append("lease-9", ExpectedVersion::NoStream, vec![event("A", json!({}))])])
         .await
         .unwrap();
     let mut foreign: StreamAppend =
         append("lease-9", ExpectedVersion::Any, vec![event("B", json!({}))]);
     foreign.tenant_id = TenantId::parse("intruder").unwrap();
     let result = store.append(vec![foreign]).await;
-    assert!(
-        matches!(result, Err(StoreError::StreamOwnership { .. })),
-        "{result:?}"
-    );
-    assert_eq!(
-        read_whole_stream(&store, &stream("lease-9"), 10)
-            .await
-            .len(),
-        1
-    );
+    assert!(matches!(result, Err(StoreError::StreamOwnership { .. })), "{result:?}");
+    assert_eq!(read_whole_stream(&store, &stream("lease-9"), 10).await.len(), 1);
 }

@@ -11,17 +11,9 @@ use crate::support::{append, event, read_whole_stream, stream};
 async fn three_streams(store: &impl EventStore) {
     for (name, count) in [("s1", 2), ("s2", 4), ("s3", 1)] {
         let events = (0..count)
-            .map(|n| {
-                event(
-                    "Charged",
-                    json!({"amount": 42, "n": n, "note": "ünïcode \"q\""}),
-                )
-            })
+            .map(|n| event("Charged", json!({"amount": 42, "n": n, "note": "ünïcode \"q\""})))
             .collect();
-        store
-            .append(vec![append(name, ExpectedVersion::NoStream, events)])
-            .await
-            .unwrap();
+        store.append(vec![append(name, ExpectedVersion::NoStream, events)]).await.unwrap();
     }
 }
 
@@ -56,12 +48,7 @@ async fn the_chain_verifies_and_can_be_recomputed_from_what_is_read() {
         assert_eq!(pair[1].prev_hash, pair[0].hash);
     }
     for event in &s2 {
-        assert_eq!(
-            recompute(event),
-            event.hash,
-            "hash of version {}",
-            event.version
-        );
+        assert_eq!(recompute(event), event.hash, "hash of version {}", event.version);
     }
 
     let report = store.verify_chains(|_| {}).await.unwrap();
@@ -107,13 +94,7 @@ async fn a_deleted_event_is_found_as_a_gap() {
     let store = db.store();
     three_streams(&store).await;
     let client = db.client().await;
-    client
-        .execute(
-            "DELETE FROM events WHERE stream_id = 's2' AND version = 2",
-            &[],
-        )
-        .await
-        .unwrap();
+    client.execute("DELETE FROM events WHERE stream_id = 's2' AND version = 2", &[]).await.unwrap();
 
     let report = store.verify_chains(|_| {}).await.unwrap();
     assert_eq!(report.breaks.len(), 1, "{:?}", report.breaks);

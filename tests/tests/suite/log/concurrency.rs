@@ -17,10 +17,8 @@ const EVENTS_PER_WRITER: u64 = 5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_writers_each_version_written_once_losers_told_why() {
     let db = TestDb::migrated().await;
-    let store = Arc::new(db.store_with(StoreConfig {
-        pool_size: WRITERS + 2,
-        ..Default::default()
-    }));
+    let store =
+        Arc::new(db.store_with(StoreConfig { pool_size: WRITERS + 2, ..Default::default() }));
     // Warm every connection so the race starts at the barrier, not at connection set-up.
     let warm: Vec<_> =
         futures_util::future::join_all((0..WRITERS).map(|_| store.pool().get())).await;
@@ -31,43 +29,24 @@ async fn thirty_two_writers_each_version_written_once_losers_told_why() {
         let barrier = Arc::clone(&barrier);
         tokio::spawn(async move { write_all(&*store, &barrier, writer).await })
     });
-    let results: Vec<(u64, bool)> = futures_util::future::join_all(writers)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let results: Vec<(u64, bool)> =
+        futures_util::future::join_all(writers).await.into_iter().map(Result::unwrap).collect();
 
     // Every writer saw the stream missing; exactly one of the first appends won.
     let first_round_winners = results.iter().filter(|(_, won_first)| *won_first).count();
     assert_eq!(first_round_winners, 1);
     let conflicts: u64 = results.iter().map(|(conflicts, _)| conflicts).sum();
-    assert!(
-        conflicts >= (WRITERS as u64) - 1,
-        "only {conflicts} conflicts"
-    );
+    assert!(conflicts >= (WRITERS as u64) - 1, "only {conflicts} conflicts");
 
     let events = read_whole_stream(&*store, &stream("contended"), 50).await;
     let total = WRITERS as u64 * EVENTS_PER_WRITER;
     let versions: Vec<u64> = events.iter().map(|e| e.version).collect();
-    assert_eq!(
-        versions,
-        (1..=total).collect::<Vec<_>>(),
-        "versions are contiguous, once each"
-    );
+    assert_eq!(versions, (1..=total).collect::<Vec<_>>(), "versions are contiguous, once each");
     let written: HashSet<(u64, u64)> = events
         .iter()
-        .map(|e| {
-            (
-                e.payload["writer"].as_u64().unwrap(),
-                e.payload["seq"].as_u64().unwrap(),
-            )
-        })
+        .map(|e| (e.payload["writer"].as_u64().unwrap(), e.payload["seq"].as_u64().unwrap()))
         .collect();
-    assert_eq!(
-        written.len() as u64,
-        total,
-        "no event lost, none written twice"
-    );
+    assert_eq!(written.len() as u64, total, "no event lost, none written twice");
 }
 
 /// Appends this writer's events one at a time with `Exact` versions, reloading after each
@@ -81,11 +60,7 @@ async fn write_all(store: &impl EventStore, barrier: &Barrier, writer: usize) ->
         loop {
             let payload = json!({"writer": writer, "seq": seq});
             let result = store
-                .append(vec![append(
-                    "contended",
-                    expected,
-                    vec![event("Written", payload)],
-                )])
+                .append(vec![append("contended", expected, vec![event("Written", payload)])])
                 .await;
             won_first.get_or_insert(result.is_ok());
             match result {
@@ -94,11 +69,7 @@ async fn write_all(store: &impl EventStore, barrier: &Barrier, writer: usize) ->
                     expected = ExpectedVersion::Exact(outcome.stream_versions[0].1);
                     break;
                 }
-                Err(StoreError::WrongExpectedVersion {
-                    stream,
-                    expected: told,
-                    actual,
-                }) => {
+                Err(StoreError::WrongExpectedVersion { stream, expected: told, actual }) => {
                     assert_eq!(stream.as_str(), "contended");
                     assert_eq!(told, expected);
                     assert_ne!(told.required(), Some(actual));

@@ -23,14 +23,7 @@ async fn a_late_commit_holds_back_later_events_and_is_never_skipped() {
     let early_event = event("Early", json!({"who": "early"}));
     let early_id = early_event.event_id;
     let early = store
-        .append_in(
-            &early_tx,
-            &[append(
-                "early",
-                ExpectedVersion::NoStream,
-                vec![early_event],
-            )],
-        )
+        .append_in(&early_tx, &[append("early", ExpectedVersion::NoStream, vec![early_event])])
         .await
         .unwrap();
 
@@ -52,24 +45,14 @@ async fn a_late_commit_holds_back_later_events_and_is_never_skipped() {
     }))
     .await;
     for outcome in &later {
-        assert!(
-            outcome.cursor.position > early.cursor.position,
-            "positions were taken later"
-        );
-        assert!(
-            outcome.cursor > early.cursor,
-            "and sort after the early event"
-        );
+        assert!(outcome.cursor.position > early.cursor.position, "positions were taken later");
+        assert!(outcome.cursor > early.cursor, "and sort after the early event");
     }
 
     // A whole-log reader sees none of the committed later events yet: delivering them now
     // would let a checkpoint pass the early event's position and skip it forever.
     let held_back = store.read_log(Cursor::START, 100).await.unwrap();
-    assert!(
-        held_back.events.is_empty(),
-        "delivered {:?}",
-        held_back.events
-    );
+    assert!(held_back.events.is_empty(), "delivered {:?}", held_back.events);
     assert_eq!(held_back.next, Cursor::START);
 
     // A tailing reader is running when the early writer commits.
@@ -79,24 +62,15 @@ async fn a_late_commit_holds_back_later_events_and_is_never_skipped() {
     });
     early_tx.commit().await.unwrap();
     store.notify_appended();
-    let delivered = tokio::time::timeout(Duration::from_secs(30), tail)
-        .await
-        .unwrap()
-        .unwrap();
+    let delivered = tokio::time::timeout(Duration::from_secs(30), tail).await.unwrap().unwrap();
 
     assert_eq!(delivered.len(), LATER_WRITERS + 1);
-    assert_eq!(
-        delivered[0].event_id, early_id,
-        "the early event comes first"
-    );
+    assert_eq!(delivered[0].event_id, early_id, "the early event comes first");
     assert_eq!(delivered[0].cursor, early.cursor);
     let mut later_cursors: Vec<Cursor> = later.iter().map(|o| o.cursor).collect();
     later_cursors.sort();
     let delivered_later: Vec<Cursor> = delivered[1..].iter().map(|e| e.cursor).collect();
-    assert_eq!(
-        delivered_later, later_cursors,
-        "every later event once, in cursor order"
-    );
+    assert_eq!(delivered_later, later_cursors, "every later event once, in cursor order");
 }
 
 /// Reads the log from the start until `count` events have arrived.
@@ -104,10 +78,7 @@ async fn tail_until(store: &leasehold_adapters::PgEventStore, count: usize) -> V
     let mut delivered = Vec::new();
     let mut cursor = Cursor::START;
     while delivered.len() < count {
-        let page = store
-            .wait_for_log(cursor, 100, Duration::from_secs(20))
-            .await
-            .unwrap();
+        let page = store.wait_for_log(cursor, 100, Duration::from_secs(20)).await.unwrap();
         assert!(!page.events.is_empty(), "the tail saw nothing for 20 s");
         cursor = page.next;
         delivered.extend(page.events);

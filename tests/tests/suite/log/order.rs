@@ -33,11 +33,7 @@ async fn whole_log_order_is_repeatable_and_follows_stream_versions() {
                             ExpectedVersion::Any,
                             vec![event("E", payload.clone())],
                         ),
-                        append(
-                            &format!("s{b}"),
-                            ExpectedVersion::Any,
-                            vec![event("E", payload)],
-                        ),
+                        append(&format!("s{b}"), ExpectedVersion::Any, vec![event("E", payload)]),
                     ])
                     .await
                     .unwrap();
@@ -51,24 +47,13 @@ async fn whole_log_order_is_repeatable_and_follows_stream_versions() {
     let first = read_whole_log(&store, Default::default(), 7).await;
     let second = read_whole_log(&store, Default::default(), 1000).await;
     assert_eq!(first.len() as u64, TASKS * APPENDS_PER_TASK * 2);
-    assert_eq!(
-        first, second,
-        "two reads of the log agree, whatever the page size"
-    );
-    assert!(
-        first.windows(2).all(|w| w[0].cursor < w[1].cursor),
-        "cursors strictly increase"
-    );
+    assert_eq!(first, second, "two reads of the log agree, whatever the page size");
+    assert!(first.windows(2).all(|w| w[0].cursor < w[1].cursor), "cursors strictly increase");
 
     let mut last_version: HashMap<String, u64> = HashMap::new();
     for event in &first {
         let last = last_version.entry(event.stream_id.to_string()).or_insert(0);
-        assert_eq!(
-            event.version,
-            *last + 1,
-            "stream {} out of version order",
-            event.stream_id
-        );
+        assert_eq!(event.version, *last + 1, "stream {} out of version order", event.stream_id);
         *last = event.version;
     }
 }

@@ -51,11 +51,7 @@ async fn one_hundred_thousand_events_page_out_exactly_once() {
         let versions: Vec<u64> = events.iter().map(|e| e.version).collect();
         assert_eq!(versions, (1..=EVENTS_PER_STREAM as u64).collect::<Vec<_>>());
         for e in events {
-            assert!(
-                by_stream.insert(e.event_id),
-                "event {} read twice",
-                e.event_id
-            );
+            assert!(by_stream.insert(e.event_id), "event {} read twice", e.event_id);
         }
     }
     assert_eq!(by_stream, written, "by stream: each event exactly once");

@@ -20,47 +20,26 @@ fn invalid<T: std::fmt::Debug>(result: Result<T, StoreError>) -> ValidationError
 /// prove that SQL was attempted.
 fn store_without_database(payload_max_bytes: usize) -> PgEventStore {
     let url = DatabaseUrl::parse("postgres://leasehold:hunter2@127.0.0.1:1/nowhere").unwrap();
-    PgEventStore::new(
-        &url,
-        StoreConfig {
-            payload_max_bytes,
-            ..Default::default()
-        },
-    )
-    .unwrap()
+    PgEventStore::new(&url, StoreConfig { payload_max_bytes, ..Default::default() }).unwrap()
 }
 
 #[tokio::test]
 async fn malformed_appends_are_refused_before_any_sql() {
     let store = store_without_database(64);
 
-    assert_eq!(
-        invalid(store.append(vec![]).await),
-        ValidationError::EmptyAppend
-    );
+    assert_eq!(invalid(store.append(vec![]).await), ValidationError::EmptyAppend);
     let no_events = append("s", ExpectedVersion::Any, vec![]);
     assert!(matches!(
         invalid(store.append(vec![no_events]).await),
         ValidationError::NoEventsForStream { .. }
     ));
-    let big = append(
-        "s",
-        ExpectedVersion::Any,
-        vec![event("E", json!("x".repeat(100)))],
-    );
+    let big = append("s", ExpectedVersion::Any, vec![event("E", json!("x".repeat(100)))]);
     assert!(matches!(
         invalid(store.append(vec![big]).await),
-        ValidationError::PayloadTooLarge {
-            size_bytes: 102,
-            max_bytes: 64,
-            ..
-        }
+        ValidationError::PayloadTooLarge { size_bytes: 102, max_bytes: 64, .. }
     ));
     let nul = append("s", ExpectedVersion::Any, vec![event("E", json!("\u{0}"))]);
-    assert!(matches!(
-        invalid(store.append(vec![nul]).await),
-        ValidationError::NulCharacter { .. }
-    ));
+    assert!(matches!(invalid(store.append(vec![nul]).await), ValidationError::NulCharacter { .. }));
     assert!(matches!(
         invalid(store.read_log(Cursor::START, 0).await),
         ValidationError::PageSize { requested: 0, .. }
@@ -73,14 +52,8 @@ async fn malformed_appends_are_refused_before_any_sql() {
 
 #[test]
 fn malformed_names_cannot_be_built() {
-    assert!(matches!(
-        StreamId::parse("lease/1"),
-        Err(IdError::BadCharacter { .. })
-    ));
-    assert!(matches!(
-        StreamId::parse("x".repeat(201)),
-        Err(IdError::TooLong { .. })
-    ));
+    assert!(matches!(StreamId::parse("lease/1"), Err(IdError::BadCharacter { .. })));
+    assert!(matches!(StreamId::parse("x".repeat(201)), Err(IdError::TooLong { .. })));
     assert!(matches!(StreamId::parse(""), Err(IdError::Empty { .. })));
     assert!(matches!(EventType::parse(""), Err(IdError::Empty { .. })));
     let error: ValidationError = EventType::parse("").unwrap_err().into();
@@ -90,13 +63,8 @@ fn malformed_names_cannot_be_built() {
 #[tokio::test]
 async fn an_unreachable_database_is_named_without_its_password() {
     let store = store_without_database(1024);
-    let result = store
-        .append(vec![append(
-            "s",
-            ExpectedVersion::Any,
-            vec![event("E", json!({}))],
-        )])
-        .await;
+    let result =
+        store.append(vec![append("s", ExpectedVersion::Any, vec![event("E", json!({}))])]).await;
     let error = result.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     let message = error.to_string();

@@ -1,0 +1,269 @@
+//! `leasehold bench log`: appends/s at 1, 4 and 16 writers, 100-event appends, and whole-log
+//! catch-up reads, each beside the same work done on a bare table in the same database.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
+use leasehold_domain::{Cursor, EventStore};
+use tokio_postgres::types::Json;
+use uuid::Uuid;
+
+use super::workload::{
+    EVENTS_PER_STREAM, RAW_INSERT_BATCH_SQL, RAW_INSERT_SQL, RAW_TABLE_SQL, new_event, payload,
+    stream_append, stream_of,
+};
+use super::{Measure, rate, report, run_for};
+use crate::cli::DatabaseArgs;
+use crate::database::ScratchDatabase;
+
+/// Options of `leasehold bench log`.
+#[derive(Debug, Clone, Args)]
+pub struct LogBenchArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Print one JSON object per line per measure: {"name","value","unit","baseline","ratio"}.
+    #[arg(long)]
+    json: bool,
+    /// Seconds each append measure (and each baseline) runs.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    seconds: u64,
+    /// Events in the log for the catch-up read measure.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
+    read_events: u64,
+}
+
+const WRITER_COUNTS: [usize; 3] = [1, 4, 16];
+const BATCH_STREAMS: u64 = 10;
+const READ_PAGE_EVENTS: usize = 1_000;
+const ZERO_HASH: [u8; 32] = [0; 32];
+
+/// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
+pub async fn run(args: &LogBenchArgs) -> anyhow::Result<()> {
+    let scratch = ScratchDatabase::create(&args.database.parse()?, "bench").await?;
+    let result = measure_all(&scratch.url, args).await;
+    scratch.drop_now().await?;
+    result
+}
+
+async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<()> {
+    leasehold_adapters::migrate(url).await?;
+    url.connect().await?.batch_execute(RAW_TABLE_SQL).await?;
+    let store = PgEventStore::new(url, StoreConfig { pool_size: 20, ..Default::default() })?;
+    let duration = Duration::from_secs(args.seconds);
+    for writers in WRITER_COUNTS {
+        progress(args, &format!("one event per append, {writers} writers"));
+        let baseline = raw_single(url, writers, duration).await?;
+        let value = store_single(&store, writers, duration).await?;
+        let name = format!("append_single_{writers}_writers");
+        report(&Measure { name, value, unit: "appends/s", baseline }, args.json);
+    }
+    progress(args, "100 events per append, 1 writer");
+    let baseline = raw_batch(url, duration).await?;
+    let value = store_batch(&store, duration).await?;
+    report(
+        &Measure { name: "append_batch_100".into(), value, unit: "events/s", baseline },
+        args.json,
+    );
+
+    progress(args, &format!("filling the log to {} events", args.read_events));
+    fill(&store, url, args.read_events).await?;
+    progress(args, "whole-log catch-up read");
+    store_read(&store).await?; // Warm the cache for both tables alike.
+    let baseline = raw_read(url).await?;
+    let value = store_read(&store).await?;
+    report(&Measure { name: "catch_up_read".into(), value, unit: "events/s", baseline }, args.json);
+    Ok(())
+}
+
+fn progress(args: &LogBenchArgs, what: &str) {
+    if !args.json {
+        eprintln!("measuring: {what}");
+    }
+}
+
+async fn store_single(
+    store: &PgEventStore,
+    writers: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let run = format!("single{writers}");
+    run_for(writers, duration, |writer, deadline| {
+        let (store, run) = (store.clone(), run.clone());
+        async move {
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let (stream, version) = stream_of(&run, writer, n);
+                let event = new_event(payload(writer, n));
+                store.append(vec![stream_append(&stream, version - 1, vec![event])]).await?;
+                n += 1;
+            }
+            Ok(n)
+        }
+    })
+    .await
+}
+
+async fn raw_single(url: &DatabaseUrl, writers: usize, duration: Duration) -> anyhow::Result<f64> {
+    let run = format!("raw{writers}");
+    run_for(writers, duration, |writer, deadline| {
+        let (url, run) = (url.clone(), run.clone());
+        async move {
+            let client = url.connect().await?;
+            let insert = client.prepare(RAW_INSERT_SQL).await?;
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let (stream, version) = stream_of(&run, writer, n);
+                let version = i64::try_from(version)?;
+                let body = Json(payload(writer, n));
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&Uuid::now_v7(), &stream, &version, &body, &ZERO_HASH.as_slice()];
+                client.execute(&insert, &params).await?;
+                n += 1;
+            }
+            Ok(n)
+        }
+    })
+    .await
+}
+
+/// 100 events per append: 10 streams of 10 events, as one atomic multi-stream append.
+async fn store_batch(store: &PgEventStore, duration: Duration) -> anyhow::Result<f64> {
+    let appends_per_second = run_for(1, duration, |writer, deadline| {
+        let store = store.clone();
+        async move {
+            let mut batch = 0;
+            while Instant::now() < deadline {
+                let appends = (0..BATCH_STREAMS)
+                    .map(|s| {
+                        let stream = format!("batch-{writer}-{batch}-{s}");
+                        let events =
+                            (0..EVENTS_PER_STREAM).map(|n| new_event(payload(writer, n))).collect();
+                        stream_append(&stream, 0, events)
+                    })
+                    .collect();
+                store.append(appends).await?;
+                batch += 1;
+            }
+            Ok(batch)
+        }
+    })
+    .await?;
+    Ok(appends_per_second * (BATCH_STREAMS * EVENTS_PER_STREAM) as f64)
+}
+
+async fn raw_batch(url: &DatabaseUrl, duration: Duration) -> anyhow::Result<f64> {
+    let inserts_per_second = run_for(1, duration, |writer, deadline| {
+        let url = url.clone();
+        async move {
+            let client = url.connect().await?;
+            let insert = client.prepare(RAW_INSERT_BATCH_SQL).await?;
+            let mut batch = 0;
+            while Instant::now() < deadline {
+                let size = BATCH_STREAMS * EVENTS_PER_STREAM;
+                let ids: Vec<Uuid> = (0..size).map(|_| Uuid::now_v7()).collect();
+                let streams: Vec<String> = (0..size)
+                    .map(|i| format!("rawbatch-{writer}-{batch}-{}", i / EVENTS_PER_STREAM))
+                    .collect();
+                let versions: Vec<i64> =
+                    (0..size).map(|i| (i % EVENTS_PER_STREAM + 1) as i64).collect();
+                let bodies: Vec<Json<serde_json::Value>> =
+                    (0..size).map(|n| Json(payload(writer, n))).collect();
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&ids, &streams, &versions, &ZERO_HASH.as_slice(), &bodies];
+                client.execute(&insert, &params).await?;
+                batch += 1;
+            }
+            Ok(batch)
+        }
+    })
+    .await?;
+    Ok(inserts_per_second * (BATCH_STREAMS * EVENTS_PER_STREAM) as f64)
+}
+
+/// Appends until the log holds `events` events, then copies the log into the raw table so
+/// both reads scan the same rows.
+async fn fill(store: &PgEventStore, url: &DatabaseUrl, events: u64) -> anyhow::Result<()> {
+    let client = url.connect().await?;
+    let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
+    let mut stored = u64::try_from(row.get::<_, i64>(0))?;
+    let mut batch = 0u64;
+    while stored < events {
+        let appends: Vec<_> = (0..BATCH_STREAMS)
+            .map(|s| {
+                let events =
+                    (0..EVENTS_PER_STREAM * 10).map(|n| new_event(payload(0, n))).collect();
+                stream_append(&format!("fill-{batch}-{s}"), 0, events)
+            })
+            .collect();
+        stored += appends.iter().map(|a| a.events.len() as u64).sum::<u64>();
+        store.append(appends).await?;
+        batch += 1;
+    }
+    // VACUUM cannot run inside the implicit transaction of a multi-statement string.
+    for sql in [
+        "TRUNCATE bench_raw_events",
+        "INSERT INTO bench_raw_events OVERRIDING SYSTEM VALUE \
+         SELECT position, log_epoch, tx_id, event_id, stream_id, version, stream_type, tenant_id, \
+                event_type, schema_version, payload, metadata, recorded_at, prev_hash, hash \
+           FROM events",
+        "VACUUM ANALYZE events",
+        "VACUUM ANALYZE bench_raw_events",
+    ] {
+        client.batch_execute(sql).await.context("copying the log into the raw table")?;
+    }
+    Ok(())
+}
+
+async fn store_read(store: &PgEventStore) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let (mut cursor, mut total) = (Cursor::START, 0u64);
+    loop {
+        let page = store.read_log(cursor, READ_PAGE_EVENTS).await?;
+        if page.events.is_empty() {
+            return Ok(rate(total, started.elapsed()));
+        }
+        total += page.events.len() as u64;
+        cursor = page.next;
+    }
+}
+
+/// The same columns, decoded into the same Rust types, by plain `ORDER BY position` pages.
+async fn raw_read(url: &DatabaseUrl) -> anyhow::Result<f64> {
+    let client = url.connect().await?;
+    let select = client
+        .prepare(
+            "SELECT log_epoch, tx_id::text::bigint, position, event_id, stream_id, stream_type, \
+             tenant_id, version, event_type, schema_version, payload, metadata, recorded_at, \
+             prev_hash, hash FROM bench_raw_events WHERE position > $1 ORDER BY position LIMIT $2",
+        )
+        .await?;
+    let started = Instant::now();
+    let (mut after, mut total) = (0i64, 0u64);
+    let limit = i64::try_from(READ_PAGE_EVENTS)?;
+    loop {
+        let rows = client.query(&select, &[&after, &limit]).await?;
+        let Some(last) = rows.last() else {
+            return Ok(rate(total, started.elapsed()));
+        };
+        after = last.get(2);
+        for row in &rows {
+            decode_raw(row)?;
+        }
+        total += rows.len() as u64;
+    }
+}
+
+/// Decodes a raw row into the types a recorded event holds.
+fn decode_raw(row: &tokio_postgres::Row) -> anyhow::Result<()> {
+    let _: (i32, i64, i64, Uuid) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let _: (String, String, String, i64, String, i32) =
+        (row.get(4), row.get(5), row.get(6), row.get(7), row.get(8), row.get(9));
+    let _: Json<serde_json::Value> = row.try_get(10)?;
+    let _: Json<serde_json::Value> = row.try_get(11)?;
+    let _: chrono::DateTime<chrono::Utc> = row.get(12);
+    let _: ([u8; 32], [u8; 32]) =
+        (row.get::<_, &[u8]>(13).try_into()?, row.get::<_, &[u8]>(14).try_into()?);
+    Ok(())
+}

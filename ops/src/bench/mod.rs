@@ -1,0 +1,108 @@
+//! `leasehold bench ...`: throughput measured beside a raw PostgreSQL baseline taken in the
+//! same run on the same database, reported as ratios.
+
+pub mod log;
+mod workload;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+/// One measured figure and its baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measure {
+    /// What was measured (`append_single_16_writers`).
+    pub name: String,
+    /// The figure.
+    pub value: f64,
+    /// Its unit (`appends/s`, `events/s`).
+    pub unit: &'static str,
+    /// The raw PostgreSQL baseline, same unit.
+    pub baseline: f64,
+}
+
+impl Measure {
+    /// `value / baseline`.
+    pub fn ratio(&self) -> f64 {
+        if self.baseline > 0.0 { self.value / self.baseline } else { 0.0 }
+    }
+
+    /// The JSON-lines form: `{"name", "value", "unit", "baseline", "ratio"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "name": self.name,
+            "value": round(self.value),
+            "unit": self.unit,
+            "baseline": round(self.baseline),
+            "ratio": (self.ratio() * 1000.0).round() / 1000.0,
+        })
+    }
+
+    /// One line of the human-readable table.
+    pub fn to_row(&self) -> String {
+        format!(
+            "{:<28} {:>12.0} {:<10} baseline {:>12.0}   ratio {:.2}",
+            self.name,
+            self.value,
+            self.unit,
+            self.baseline,
+            self.ratio()
+        )
+    }
+}
+
+fn round(value: f64) -> f64 {
+    (value * 10.0).round() / 10.0
+}
+
+/// Prints a measure as soon as it is taken.
+pub fn report(measure: &Measure, json: bool) {
+    if json {
+        println!("{}", measure.to_json());
+    } else {
+        println!("{}", measure.to_row());
+    }
+}
+
+/// Operations per second over a run that did `operations` in `elapsed`.
+pub fn rate(operations: u64, elapsed: Duration) -> f64 {
+    operations as f64 / elapsed.as_secs_f64().max(f64::EPSILON)
+}
+
+/// Runs `writers` copies of `work` until `duration` has passed; each returns how many
+/// operations it completed. Returns the total rate.
+pub async fn run_for<F, Fut>(writers: usize, duration: Duration, work: F) -> anyhow::Result<f64>
+where
+    F: Fn(usize, Instant) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u64>> + Send + 'static,
+{
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks: Vec<_> = (0..writers).map(|writer| tokio::spawn(work(writer, deadline))).collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    Ok(rate(total, started.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_line_has_the_agreed_fields() {
+        let measure = Measure {
+            name: "catch_up_read".into(),
+            value: 900.0,
+            unit: "events/s",
+            baseline: 1000.0,
+        };
+        let line = measure.to_json();
+        assert_eq!(line["name"], "catch_up_read");
+        assert_eq!(line["unit"], "events/s");
+        assert_eq!(line["baseline"], 1000.0);
+        assert_eq!(line["ratio"], 0.9);
+        assert_eq!(line.as_object().unwrap().len(), 5);
+    }
+}

@@ -1,0 +1,105 @@
+//! Command-line interface: every subcommand, its flags and their `LEASEHOLD_*` variables.
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use leasehold_adapters::DatabaseUrl;
+
+use crate::{bench, database, events};
+
+/// The local database `leasehold` uses when none is configured.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/leasehold";
+
+/// Leasehold: the event-sourced control-plane ledger for rented compute.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format on standard error.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LEASEHOLD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply the schema migrations (creating the database if it is missing).
+    Migrate(DatabaseArgs),
+    /// Audit the log.
+    #[command(subcommand)]
+    Events(EventsCommand),
+    /// Measure throughput against a raw PostgreSQL baseline.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum EventsCommand {
+    /// Recompute every stream's hash chain and report where it breaks.
+    Verify(DatabaseArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Appends/s and catch-up reads/s of the event log, each beside a raw baseline.
+    Log(bench::log::LogBenchArgs),
+}
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL, e.g. postgres://user@127.0.0.1:5432/leasehold.
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
+    pub database_url: String,
+}
+
+impl DatabaseArgs {
+    /// The parsed URL; parse errors never repeat the URL (it may hold a password).
+    pub fn parse(&self) -> anyhow::Result<DatabaseUrl> {
+        DatabaseUrl::parse(&self.database_url).context("--database-url")
+    }
+}
+
+/// Logs go to standard error so that `--json` output on standard out stays parseable.
+pub fn init_logging(format: &LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the chosen subcommand.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate(args) => migrate(&args.parse()?).await,
+        Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
+        Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
+    }
+}
+
+async fn migrate(url: &DatabaseUrl) -> anyhow::Result<()> {
+    database::ensure_exists(url).await?;
+    let report = leasehold_adapters::migrate(url).await?;
+    if report.applied.is_empty() {
+        println!("{} at {} is up to date", url.database(), url.endpoint());
+    } else {
+        println!(
+            "applied to {} at {}: {}",
+            url.database(),
+            url.endpoint(),
+            report.applied.join(", ")
+        );
+    }
+    Ok(())
+}

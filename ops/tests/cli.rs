@@ -1,0 +1,74 @@
+//! The `leasehold` binary, run as a user would run it.
+
+use std::process::Output;
+
+use leasehold_tests::TestDb;
+
+async fn leasehold(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env("LEASEHOLD_LOG", "warn")
+        .output()
+        .await
+        .expect("the leasehold binary runs")
+}
+
+fn url_of(db: &TestDb) -> String {
+    let config = db.url.config();
+    format!("postgres://postgres@{}/{}", db.url.endpoint(), config.get_dbname().unwrap())
+}
+
+#[tokio::test]
+async fn migrate_applies_then_reports_up_to_date_and_verify_passes() {
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let first = leasehold(&["migrate", "--database-url", &url]).await;
+    assert!(first.status.success(), "{first:?}");
+    assert!(String::from_utf8_lossy(&first.stdout).contains("0001_log.sql"));
+    let second = leasehold(&["migrate", "--database-url", &url]).await;
+    assert!(String::from_utf8_lossy(&second.stdout).contains("up to date"), "{second:?}");
+    let verify = leasehold(&["events", "verify", "--database-url", &url]).await;
+    assert!(verify.status.success(), "{verify:?}");
+    assert!(String::from_utf8_lossy(&verify.stdout).contains("0 events in 0 streams checked"));
+}
+
+#[tokio::test]
+async fn an_unreachable_database_fails_clearly_without_the_password() {
+    let url = "postgres://leasehold:hunter2@127.0.0.1:1/leasehold";
+    let output = leasehold(&["migrate", "--database-url", url]).await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_log_prints_one_json_object_per_measure() {
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let args = ["bench", "log", "--database-url", &url, "--json", "--seconds", "1"];
+    let output = leasehold(&[&args[..], &["--read-events", "2000"]].concat()).await;
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "append_single_1_writers",
+            "append_single_4_writers",
+            "append_single_16_writers",
+            "append_batch_100",
+            "catch_up_read"
+        ]
+    );
+    for line in &lines {
+        let (value, baseline) = (line["value"].as_f64().unwrap(), line["baseline"].as_f64().unwrap());
+        assert!(value > 0.0 && baseline > 0.0, "{line}");
+        let ratio = line["ratio"].as_f64().unwrap();
+        assert!((ratio - value / baseline).abs() < 0.01, "{line}");
+        assert!(line["unit"].is_string());
+    }
+}
