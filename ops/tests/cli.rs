@@ -65,7 +65,8 @@ async fn bench_log_prints_one_json_object_per_measure() {
         ]
     );
     for line in &lines {
-        let (value, baseline) = (line["value"].as_f64().unwrap(), line["baseline"].as_f64().unwrap());
+        let (value, baseline) =
+            (line["value"].as_f64().unwrap(), line["baseline"].as_f64().unwrap());
         assert!(value > 0.0 && baseline > 0.0, "{line}");
         let ratio = line["ratio"].as_f64().unwrap();
         assert!((ratio - value / baseline).abs() < 0.01, "{line}");

@@ -1,5 +1,8 @@
 //! Builders and waits shared by the tests.
 
+use std::time::Duration;
+
+use leasehold_adapters::PgEventStore;
 use leasehold_domain::{
     Cursor, EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent, RecordedEvent,
     StreamAppend, StreamId, StreamType, TenantId,
@@ -34,22 +37,24 @@ pub fn stream(id: &str) -> StreamId {
     StreamId::parse(id).unwrap()
 }
 
-/// Every event of the whole log after `after`, read in pages of `page`.
-pub async fn read_whole_log(
-    store: &impl EventStore,
+/// Every event of the whole log after `after` up to and including `through`, read in pages
+/// of `page`. Waits (at most 30 s per page) for the horizon to pass `through`: a writing
+/// transaction in any database of the server, another test's included, holds it back.
+pub async fn read_log_through(
+    store: &PgEventStore,
     after: Cursor,
     page: usize,
+    through: Cursor,
 ) -> Vec<RecordedEvent> {
     let mut events = Vec::new();
     let mut cursor = after;
-    loop {
-        let read = store.read_log(cursor, page).await.unwrap();
-        if read.events.is_empty() {
-            return events;
-        }
+    while cursor < through {
+        let read = store.wait_for_log(cursor, page, Duration::from_secs(30)).await.unwrap();
+        assert!(!read.events.is_empty(), "the log did not reach {through} within 30 s");
         cursor = read.next;
         events.extend(read.events);
     }
+    events
 }
 
 /// Every event of one stream, read in pages of `page`.

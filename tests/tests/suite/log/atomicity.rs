@@ -1,16 +1,16 @@
 //! (c) A multi-stream append is all or nothing.
 
-use leasehold_domain::{EventStore, ExpectedVersion, StoreError, StreamAppend, TenantId};
+use leasehold_domain::{Cursor, EventStore, ExpectedVersion, StoreError, StreamAppend, TenantId};
 use leasehold_tests::TestDb;
 use serde_json::json;
 
-use crate::support::{append, event, read_whole_log, read_whole_stream, stream};
+use crate::support::{append, event, read_log_through, read_whole_stream, stream};
 
 #[tokio::test]
 async fn one_wrong_expected_version_writes_nothing_to_any_stream() {
     let db = TestDb::migrated().await;
     let store = db.store();
-    store
+    let first = store
         .append(vec![append(
             "host-1",
             ExpectedVersion::NoStream,
@@ -18,7 +18,8 @@ async fn one_wrong_expected_version_writes_nothing_to_any_stream() {
         )])
         .await
         .unwrap();
-    let head = store.head().await.unwrap();
+    read_log_through(&store, Cursor::START, 10, first.cursor).await;
+    assert_eq!(store.head().await.unwrap(), first.cursor);
 
     let result = store
         .append(vec![
@@ -38,7 +39,7 @@ async fn one_wrong_expected_version_writes_nothing_to_any_stream() {
     assert!(read_whole_stream(&store, &stream("vm-1"), 10).await.is_empty());
     assert!(read_whole_stream(&store, &stream("vm-2"), 10).await.is_empty());
     assert_eq!(read_whole_stream(&store, &stream("host-1"), 10).await.len(), 1);
-    assert_eq!(store.head().await.unwrap(), head);
+    assert_eq!(store.head().await.unwrap(), first.cursor, "the log did not grow");
 }
 
 #[tokio::test]
@@ -57,7 +58,7 @@ async fn a_multi_stream_append_commits_every_stream_at_one_cursor() {
         .await
         .unwrap();
     assert_eq!(outcome.stream_versions, vec![(stream("vm-1"), 1), (stream("host-1"), 2)]);
-    let events = read_whole_log(&store, Default::default(), 10).await;
+    let events = read_log_through(&store, Cursor::START, 10, outcome.cursor).await;
     assert_eq!(events.len(), 3);
     assert!(events.iter().all(|e| e.cursor.tx_id == outcome.cursor.tx_id));
     assert_eq!(events.last().unwrap().cursor, outcome.cursor);

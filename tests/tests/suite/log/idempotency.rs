@@ -1,10 +1,10 @@
 //! (b) Re-sending an append with the same event ids appends nothing.
 
-use leasehold_domain::{EventStore, ExpectedVersion, StoreError};
+use leasehold_domain::{Cursor, EventStore, ExpectedVersion, StoreError};
 use leasehold_tests::TestDb;
 use serde_json::json;
 
-use crate::support::{append, event, read_whole_log, read_whole_stream, stream};
+use crate::support::{append, event, read_log_through, read_whole_stream, stream};
 
 #[tokio::test]
 async fn resending_the_same_event_ids_returns_the_first_cursor() {
@@ -25,7 +25,7 @@ async fn resending_the_same_event_ids_returns_the_first_cursor() {
         assert_eq!(again.stream_versions, first.stream_versions);
     }
     assert_eq!(read_whole_stream(&store, &stream("lease-1"), 10).await.len(), 2);
-    assert_eq!(read_whole_log(&store, Default::default(), 10).await.len(), 2);
+    assert_eq!(read_log_through(&store, Cursor::START, 10, first.cursor).await.len(), 2);
 }
 
 #[tokio::test]
@@ -52,7 +52,7 @@ async fn reusing_some_event_ids_in_another_append_is_a_conflict() {
     let db = TestDb::migrated().await;
     let store = db.store();
     let kept = event("Requested", json!({}));
-    store
+    let first = store
         .append(vec![append("lease-3", ExpectedVersion::NoStream, vec![kept.clone()])])
         .await
         .unwrap();
@@ -65,5 +65,7 @@ async fn reusing_some_event_ids_in_another_append_is_a_conflict() {
     // Same id in another stream.
     let result = store.append(vec![append("lease-4", ExpectedVersion::Any, vec![kept])]).await;
     assert!(matches!(result, Err(StoreError::EventIdConflict)), "{result:?}");
-    assert_eq!(read_whole_log(&store, Default::default(), 10).await.len(), 1);
+    assert_eq!(read_log_through(&store, Cursor::START, 10, first.cursor).await.len(), 1);
+    assert!(read_whole_stream(&store, &stream("lease-4"), 10).await.is_empty());
+    assert_eq!(read_whole_stream(&store, &stream("lease-3"), 10).await.len(), 1);
 }
