@@ -68,7 +68,8 @@ fn write_number(out: &mut String, number: &serde_json::Number) {
     out.push_str(buffer.format_finite(double));
 }
 
-fn write_string(out: &mut String, text: &str) {
+/// Appends `text` as an RFC 8785 JSON string.
+pub fn write_string(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         match c {

@@ -5,11 +5,11 @@
 //! log tamper-evident: a verifier needs only the stored rows and this definition.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::canonical::to_canonical_json;
+use crate::canonical::{to_canonical_json, write_string};
 
 /// The `prev_hash` of a stream's first event.
 pub const GENESIS_HASH: [u8; 32] = [0; 32];
@@ -40,29 +40,89 @@ pub struct HashedFields<'a> {
     pub version: u64,
 }
 
-/// The canonical JSON document an event's hash covers.
+/// An event's fields with payload and metadata already in canonical JSON: what a writer has
+/// in hand before it hashes.
+#[derive(Debug, Clone, Copy)]
+pub struct CanonicalPieces<'a> {
+    /// The event id.
+    pub event_id: Uuid,
+    /// The event type.
+    pub event_type: &'a str,
+    /// The metadata object as RFC 8785 JSON.
+    pub metadata_json: &'a str,
+    /// The payload as RFC 8785 JSON.
+    pub payload_json: &'a str,
+    /// The commit time, to the microsecond.
+    pub recorded_at: DateTime<Utc>,
+    /// The payload's schema version.
+    pub schema_version: u32,
+    /// The stream id.
+    pub stream_id: &'a str,
+    /// The stream type.
+    pub stream_type: &'a str,
+    /// The owning tenant.
+    pub tenant_id: &'a str,
+    /// The version in the stream.
+    pub version: u64,
+}
+
+/// The canonical JSON document an event's hash covers, assembled from canonical pieces.
+/// Keys appear in RFC 8785 order (all ASCII, so byte order); a property test checks that the
+/// result is exactly RFC 8785 of the whole object. Integers are printed exactly, which is what
+/// RFC 8785 prints for every integer below 2^53; versions and schema versions stay far below.
+pub fn canonical_event_text(p: &CanonicalPieces<'_>) -> String {
+    let mut out = String::with_capacity(p.payload_json.len() + p.metadata_json.len() + 256);
+    out.push_str("{\"event_id\":\"");
+    out.push_str(&p.event_id.to_string());
+    out.push_str("\",\"event_type\":");
+    write_string(&mut out, p.event_type);
+    out.push_str(",\"metadata\":");
+    out.push_str(p.metadata_json);
+    out.push_str(",\"payload\":");
+    out.push_str(p.payload_json);
+    out.push_str(",\"recorded_at\":\"");
+    out.push_str(&p.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true));
+    out.push_str("\",\"schema_version\":");
+    out.push_str(&p.schema_version.to_string());
+    out.push_str(",\"stream_id\":");
+    write_string(&mut out, p.stream_id);
+    out.push_str(",\"stream_type\":");
+    write_string(&mut out, p.stream_type);
+    out.push_str(",\"tenant_id\":");
+    write_string(&mut out, p.tenant_id);
+    out.push_str(",\"version\":");
+    out.push_str(&p.version.to_string());
+    out.push('}');
+    out
+}
+
+/// The canonical JSON document an event's hash covers, from the fields as read back.
 pub fn canonical_event(fields: &HashedFields<'_>) -> String {
-    let mut object = Map::new();
-    object.insert("event_id".into(), Value::String(fields.event_id.to_string()));
-    object.insert("event_type".into(), Value::String(fields.event_type.into()));
-    object.insert("metadata".into(), fields.metadata.clone());
-    object.insert("payload".into(), fields.payload.clone());
-    let recorded_at = fields.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true);
-    object.insert("recorded_at".into(), Value::String(recorded_at));
-    object.insert("schema_version".into(), Value::from(fields.schema_version));
-    object.insert("stream_id".into(), Value::String(fields.stream_id.into()));
-    object.insert("stream_type".into(), Value::String(fields.stream_type.into()));
-    object.insert("tenant_id".into(), Value::String(fields.tenant_id.into()));
-    object.insert("version".into(), Value::from(fields.version));
-    to_canonical_json(&Value::Object(object))
+    canonical_event_text(&CanonicalPieces {
+        event_id: fields.event_id,
+        event_type: fields.event_type,
+        metadata_json: &to_canonical_json(fields.metadata),
+        payload_json: &to_canonical_json(fields.payload),
+        recorded_at: fields.recorded_at,
+        schema_version: fields.schema_version,
+        stream_id: fields.stream_id,
+        stream_type: fields.stream_type,
+        tenant_id: fields.tenant_id,
+        version: fields.version,
+    })
+}
+
+/// `sha256(prev_hash || canonical_text)`.
+pub fn chain_hash(prev_hash: &[u8; 32], canonical_text: &str) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash);
+    hasher.update(canonical_text.as_bytes());
+    hasher.finalize().into()
 }
 
 /// `sha256(prev_hash || canonical_event(fields))`.
 pub fn event_hash(prev_hash: &[u8; 32], fields: &HashedFields<'_>) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update(prev_hash);
-    hasher.update(canonical_event(fields).as_bytes());
-    hasher.finalize().into()
+    chain_hash(prev_hash, &canonical_event(fields))
 }
 
 #[cfg(test)]
@@ -98,6 +158,39 @@ mod tests {
                 r#""schema_version":1,"stream_id":"lease-1","stream_type":"lease","tenant_id":"acme","version":2}"#
             )
         );
+    }
+
+    fn whole_object(fields: &HashedFields<'_>) -> String {
+        to_canonical_json(&json!({
+            "event_id": fields.event_id.to_string(),
+            "event_type": fields.event_type,
+            "metadata": fields.metadata,
+            "payload": fields.payload,
+            "recorded_at": fields.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            "schema_version": fields.schema_version,
+            "stream_id": fields.stream_id,
+            "stream_type": fields.stream_type,
+            "tenant_id": fields.tenant_id,
+            "version": fields.version,
+        }))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn assembled_text_is_rfc8785_of_the_whole_event(
+            key in "[a-z\\u{e9}\\u{1f600}]{0,6}",
+            text in "\\PC{0,12}",
+            number in proptest::num::f64::NORMAL,
+            version in 1u64..(1 << 53),
+            micros in 0i64..4_000_000_000_000_000,
+        ) {
+            let payload = json!({key.clone(): [text.clone(), number], "z": {"y": null}});
+            let metadata = json!({"operation_key": text, "generation": 3});
+            let mut f = fields(&payload, &metadata);
+            f.version = version;
+            f.recorded_at = DateTime::from_timestamp_micros(micros).unwrap();
+            proptest::prop_assert_eq!(canonical_event(&f), whole_object(&f));
+        }
     }
 
     #[test]

@@ -25,3 +25,6 @@ pub const VERIFY_BREAKS_MAX: usize = 1_000;
 
 /// Rows per page when verifying the hash chains.
 pub const VERIFY_PAGE_ROWS: i64 = 5_000;
+
+/// Most stream heads the event store remembers (see `store/heads.rs`).
+pub const HEAD_CACHE_STREAMS_MAX: usize = 100_000;

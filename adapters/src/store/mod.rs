@@ -1,18 +1,21 @@
 //! The PostgreSQL event store.
 //!
 //! Appends go through one SQL function, `leasehold_append` (schema/postgres/0002_append.sql):
-//! one round trip that locks the streams, checks versions, chains hashes and inserts every
+//! this process numbers and hash-chains the events from the stream heads it believes in, and
+//! the function, in one round trip, locks the streams, checks those beliefs and inserts every
 //! event in one statement. Whole-log reads use the transaction-id horizon, so an event whose
 //! transaction commits late is never skipped: everything after it waits until it commits.
 
-mod encode;
+mod append;
 mod errors;
+mod heads;
+mod prepare;
 mod rows;
 mod tail;
 
 use std::sync::Arc;
 
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::Pool;
 use leasehold_domain::limits::{PAYLOAD_DEFAULT_MAX_BYTES, READ_PAGE_EVENTS_MAX};
 use leasehold_domain::{
     AppendOutcome, Cursor, EventStore, LogPage, RecordedEvent, StoreError, StreamAppend, StreamId,
@@ -23,13 +26,14 @@ use tokio_postgres::Row;
 
 use crate::database::{DatabaseUrl, DatabaseUrlError};
 use crate::limits::{APPEND_RETRIES_MAX, POOL_DEFAULT_SIZE};
-use encode::{EncodedAppend, encode};
-use errors::{AttemptError, classify_append, from_driver, from_pool};
+use append::Answer;
+use errors::{AttemptError, from_driver, from_pool};
+use heads::HeadCache;
+use prepare::{Head, Prepared, prepare};
 pub(crate) use rows::EVENT_COLUMNS;
 
-const APPEND_SQL: &str = "SELECT r_outcome, r_log_epoch, r_tx_id, r_position, r_stream, \
-     r_expected, r_actual, r_versions FROM leasehold_append($1::text[], $2::text[], $3::text[], \
-     $4::bigint[], $5::uuid[], $6::int4[], $7::text[], $8::int4[], $9::text[], $10::text[], $11::bool)";
+// ORDER BY names the table's columns: the select lists print `tx_id::text::bigint`, and an
+// unqualified `tx_id` would sort by that expression instead of walking the index.
 
 /// Rows a whole-log reader may see: every earlier epoch, and in the current one only rows of
 /// transactions older than the oldest transaction still running.
@@ -58,13 +62,20 @@ pub struct PgEventStore {
     endpoint: String,
     config: StoreConfig,
     appended: Arc<Notify>,
+    heads: Arc<HeadCache>,
 }
 
 impl PgEventStore {
     /// A store over the database at `url`. Connects lazily; run the migrations first.
     pub fn new(url: &DatabaseUrl, config: StoreConfig) -> Result<Self, DatabaseUrlError> {
         let pool = url.pool(config.pool_size)?;
-        Ok(Self { pool, endpoint: url.endpoint(), config, appended: Arc::new(Notify::new()) })
+        Ok(Self {
+            pool,
+            endpoint: url.endpoint(),
+            config,
+            appended: Arc::new(Notify::new()),
+            heads: Arc::default(),
+        })
     }
 
     /// `host:port` of the database, for messages.
@@ -96,14 +107,26 @@ impl PgEventStore {
     /// read model) commit atomically with the events. Call it before the transaction writes
     /// anything else, so its stream locks are taken before the transaction gets its id.
     /// A collision with a concurrent transaction is [`StoreError::TransactionConflict`]: roll
-    /// back and run the whole transaction again.
+    /// back and run the whole transaction again. Call [`PgEventStore::notify_appended`] after
+    /// committing.
     pub async fn append_in(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
         appends: &[StreamAppend],
     ) -> Result<AppendOutcome, StoreError> {
-        let encoded = encode(appends, self.config.payload_max_bytes)?;
-        match self.attempt(tx, appends, &encoded, false).await {
+        let prepared = prepare(appends, self.config.payload_max_bytes)?;
+        let settle = async {
+            let heads = self.believed_heads(tx, &prepared).await?;
+            if let Answer::Settled(outcome) = self.attempt(tx, &prepared, &heads, false).await? {
+                return Ok(outcome);
+            }
+            let heads = self.locked_heads(tx, &prepared).await?;
+            match self.attempt(tx, &prepared, &heads, false).await? {
+                Answer::Settled(outcome) => Ok(outcome),
+                Answer::Stale => Err(AttemptError::Retry),
+            }
+        };
+        match settle.await {
             Ok(outcome) => Ok(outcome),
             // Either way the transaction is aborted: the caller must run it again.
             Err(AttemptError::Retry | AttemptError::RetryCheckingEventIds) => {
@@ -113,35 +136,22 @@ impl PgEventStore {
         }
     }
 
-    async fn attempt<C: GenericClient>(
+    /// The slow path: lock the streams, read their heads, append, commit.
+    async fn append_locked(
         &self,
-        client: &C,
-        appends: &[StreamAppend],
-        e: &EncodedAppend,
+        client: &mut deadpool_postgres::Object,
+        prepared: &Prepared<'_>,
         check_event_ids: bool,
-    ) -> Result<AppendOutcome, AttemptError> {
+    ) -> Result<Answer, AttemptError> {
         let fail = |error| AttemptError::Fail(from_driver(error, &self.endpoint));
-        let statement = client.prepare_cached(APPEND_SQL).await.map_err(fail)?;
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &e.stream_ids,
-                    &e.stream_types,
-                    &e.tenant_ids,
-                    &e.expected,
-                    &e.event_ids,
-                    &e.event_streams,
-                    &e.event_types,
-                    &e.schema_versions,
-                    &e.payloads,
-                    &e.metadata,
-                    &check_event_ids,
-                ],
-            )
-            .await
-            .map_err(|error| classify_append(error, &self.endpoint))?;
-        outcome(&row, appends, e).map_err(AttemptError::Fail)
+        let tx = client.transaction().await.map_err(fail)?;
+        let heads = self.locked_heads(&tx, prepared).await?;
+        let answer = self.attempt(&tx, prepared, &heads, check_event_ids).await?;
+        // Dropping an uncommitted transaction rolls it back.
+        if let Answer::Settled(AppendOutcome { duplicate: false, .. }) = answer {
+            tx.commit().await.map_err(fail)?;
+        }
+        Ok(answer)
     }
 
     async fn query(
@@ -153,54 +163,6 @@ impl PgEventStore {
         let statement =
             client.prepare_cached(sql).await.map_err(|e| from_driver(e, &self.endpoint))?;
         client.query(&statement, params).await.map_err(|e| from_driver(e, &self.endpoint))
-    }
-}
-
-/// Turns the function's result row into the append's outcome.
-fn outcome(
-    row: &Row,
-    appends: &[StreamAppend],
-    e: &EncodedAppend,
-) -> Result<AppendOutcome, StoreError> {
-    let kind: &str = row.get(0);
-    let stream_named = |row: &Row| {
-        let id: &str = row.get(4);
-        appends
-            .iter()
-            .find(|a| a.stream_id.as_str() == id)
-            .map(|a| (a.stream_id.clone(), a.expected))
-    };
-    match kind {
-        "appended" | "duplicate" => {
-            let cursor = Cursor {
-                log_epoch: u32::try_from(row.get::<_, i32>(1)).unwrap_or_default(),
-                tx_id: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
-                position: u64::try_from(row.get::<_, i64>(3)).unwrap_or_default(),
-            };
-            let versions: Vec<Option<i64>> = row.get(7);
-            let stream_versions = appends
-                .iter()
-                .enumerate()
-                .map(|(i, a)| {
-                    let version = versions.get(e.caller_order[i]).copied().flatten().unwrap_or(0);
-                    (a.stream_id.clone(), u64::try_from(version).unwrap_or_default())
-                })
-                .collect();
-            Ok(AppendOutcome { cursor, stream_versions, duplicate: kind == "duplicate" })
-        }
-        "wrong_expected_version" => {
-            let (stream, expected) = stream_named(row).ok_or(StoreError::Database {
-                reason: "leasehold_append named a stream the append did not".into(),
-            })?;
-            let actual = u64::try_from(row.get::<_, i64>(6)).unwrap_or_default();
-            Err(StoreError::WrongExpectedVersion { stream, expected, actual })
-        }
-        "event_id_conflict" => Err(StoreError::EventIdConflict),
-        "stream_ownership" => match stream_named(row) {
-            Some((stream, _)) => Err(StoreError::StreamOwnership { stream }),
-            None => Err(StoreError::Database { reason: "unknown stream in outcome".into() }),
-        },
-        other => Err(StoreError::Database { reason: format!("unknown append outcome {other}") }),
     }
 }
 
@@ -223,18 +185,28 @@ fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError> {
 
 impl EventStore for PgEventStore {
     async fn append(&self, appends: Vec<StreamAppend>) -> Result<AppendOutcome, StoreError> {
-        let encoded = encode(&appends, self.config.payload_max_bytes)?;
-        let client = self.client().await?;
+        let prepared = prepare(&appends, self.config.payload_max_bytes)?;
+        let mut client = self.client().await?;
         let mut check_event_ids = false;
+        let mut locked = false;
         for _ in 0..APPEND_RETRIES_MAX {
-            match self.attempt(&client, &appends, &encoded, check_event_ids).await {
-                Ok(outcome) => {
+            let answer = if locked {
+                self.append_locked(&mut client, &prepared, check_event_ids).await
+            } else {
+                match self.believed_heads(&client, &prepared).await {
+                    Ok(heads) => self.attempt(&client, &prepared, &heads, check_event_ids).await,
+                    Err(error) => Err(error),
+                }
+            };
+            match answer {
+                Ok(Answer::Settled(outcome)) => {
                     if !outcome.duplicate {
                         self.notify_appended();
                     }
                     return Ok(outcome);
                 }
-                Err(AttemptError::Retry) => continue,
+                Ok(Answer::Stale) => locked = true,
+                Err(AttemptError::Retry) => {}
                 // The next attempt tells a retry (duplicate) from a reuse (conflict).
                 Err(AttemptError::RetryCheckingEventIds) => check_event_ids = true,
                 Err(AttemptError::Fail(error)) => return Err(error),
@@ -255,7 +227,12 @@ impl EventStore for PgEventStore {
              ORDER BY version LIMIT $3"
         );
         let rows = self.query(&sql, &[&stream.as_str(), &to_i64(from_version), &limit]).await?;
-        decode_all(&rows)
+        let events = decode_all(&rows)?;
+        if let Some(last) = events.last() {
+            // A head a later append to this stream can chain from without reading it again.
+            self.heads.remember(stream.as_str(), Head { version: last.version, hash: last.hash });
+        }
+        Ok(events)
     }
 
     async fn read_log(&self, after: Cursor, limit: usize) -> Result<LogPage, StoreError> {
@@ -263,7 +240,7 @@ impl EventStore for PgEventStore {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events \
              WHERE (log_epoch, tx_id, position) > ($1, ($2::bigint)::text::xid8, $3) AND {HORIZON} \
-             ORDER BY log_epoch, tx_id, position LIMIT $4"
+             ORDER BY events.log_epoch, events.tx_id, events.position LIMIT $4"
         );
         let epoch = i32::try_from(after.log_epoch).unwrap_or(i32::MAX);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
@@ -276,7 +253,7 @@ impl EventStore for PgEventStore {
     async fn head(&self) -> Result<Cursor, StoreError> {
         let sql = format!(
             "SELECT log_epoch, tx_id::text::bigint, position FROM events WHERE {HORIZON} \
-             ORDER BY log_epoch DESC, tx_id DESC, position DESC LIMIT 1"
+             ORDER BY events.log_epoch DESC, events.tx_id DESC, events.position DESC LIMIT 1"
         );
         let rows = self.query(&sql, &[]).await?;
         Ok(rows.first().map_or(Cursor::START, |row| Cursor {

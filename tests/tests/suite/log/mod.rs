@@ -4,6 +4,7 @@ mod atomicity;
 mod chain;
 mod concurrency;
 mod gaps;
+mod heads;
 mod idempotency;
 mod order;
 mod paging;
