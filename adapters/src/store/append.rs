@@ -107,7 +107,7 @@ impl PgEventStore {
     async fn call<C: GenericClient>(
         &self,
         client: &C,
-        e: &Encoded,
+        e: &Encoded<'_>,
         check_event_ids: bool,
     ) -> Result<Row, AttemptError> {
         let fail = |error| AttemptError::Fail(from_driver(error, self.endpoint()));
@@ -175,7 +175,7 @@ fn cursor_of(row: &Row) -> Cursor {
 }
 
 /// Turns the function's result row into an outcome, a stale report or an error.
-fn answer(row: &Row, prepared: &Prepared<'_>, e: &Encoded) -> Result<Answer, StoreError> {
+fn answer(row: &Row, prepared: &Prepared<'_>, e: &Encoded<'_>) -> Result<Answer, StoreError> {
     let in_caller_order = |versions: &dyn Fn(usize) -> u64| {
         prepared
             .appends

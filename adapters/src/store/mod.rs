@@ -37,8 +37,9 @@ pub(crate) use rows::EVENT_COLUMNS;
 
 /// Rows a whole-log reader may see: every earlier epoch, and in the current one only rows of
 /// transactions older than the oldest transaction still running.
+/// Both bounds are subqueries so that they are computed once per statement, not per row.
 const HORIZON: &str = "(log_epoch < (SELECT current_epoch FROM log_meta) \
-     OR tx_id < pg_snapshot_xmin(pg_current_snapshot()))";
+     OR tx_id < (SELECT pg_snapshot_xmin(pg_current_snapshot())))";
 
 /// Settings of the event store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -58,10 +58,10 @@ impl Prepared<'_> {
 
 /// The parameters of one `leasehold_append` call.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Encoded {
-    pub stream_ids: Vec<String>,
-    pub stream_types: Vec<String>,
-    pub tenant_ids: Vec<String>,
+pub(crate) struct Encoded<'a> {
+    pub stream_ids: Vec<&'a str>,
+    pub stream_types: Vec<&'a str>,
+    pub tenant_ids: Vec<&'a str>,
     pub expected: Vec<i64>,
     pub any: Vec<bool>,
     pub heads: Vec<Vec<u8>>,
@@ -70,10 +70,10 @@ pub(crate) struct Encoded {
     pub event_ids: Vec<Uuid>,
     pub event_streams: Vec<i32>,
     pub versions: Vec<i64>,
-    pub event_types: Vec<String>,
+    pub event_types: Vec<&'a str>,
     pub schema_versions: Vec<i32>,
-    pub payloads: Vec<String>,
-    pub metadata: Vec<String>,
+    pub payloads: Vec<&'a str>,
+    pub metadata: Vec<&'a str>,
     pub prev_hashes: Vec<Vec<u8>>,
     pub hashes: Vec<Vec<u8>>,
     pub recorded_at: DateTime<Utc>,
@@ -117,7 +117,11 @@ pub(crate) fn prepare(
 }
 
 /// Numbers and chains every event from `heads` (one per stream, in sorted order).
-pub(crate) fn encode(p: &Prepared<'_>, heads: &[Head], recorded_at: DateTime<Utc>) -> Encoded {
+pub(crate) fn encode<'a>(
+    p: &'a Prepared<'a>,
+    heads: &[Head],
+    recorded_at: DateTime<Utc>,
+) -> Encoded<'a> {
     let streams = p.sorted.len();
     let events: usize = p.appends.iter().map(|a| a.events.len()).sum();
     let mut e = Encoded {
@@ -143,9 +147,9 @@ pub(crate) fn encode(p: &Prepared<'_>, heads: &[Head], recorded_at: DateTime<Utc
     };
     for (s, head) in heads.iter().enumerate() {
         let append = p.stream(s);
-        e.stream_ids.push(append.stream_id.to_string());
-        e.stream_types.push(append.stream_type.to_string());
-        e.tenant_ids.push(append.tenant_id.to_string());
+        e.stream_ids.push(append.stream_id.as_str());
+        e.stream_types.push(append.stream_type.as_str());
+        e.tenant_ids.push(append.tenant_id.as_str());
         e.expected.push(to_i64(head.version));
         e.any.push(append.expected == ExpectedVersion::Any);
         e.heads.push(head.hash.to_vec());
@@ -174,10 +178,10 @@ pub(crate) fn encode(p: &Prepared<'_>, heads: &[Head], recorded_at: DateTime<Utc
             e.event_ids.push(event.event_id.as_uuid());
             e.event_streams.push(i32::try_from(s + 1).unwrap_or(i32::MAX));
             e.versions.push(to_i64(version));
-            e.event_types.push(event.event_type.to_string());
+            e.event_types.push(event.event_type.as_str());
             e.schema_versions.push(i32::from(event.schema_version));
-            e.payloads.push(payload.clone());
-            e.metadata.push(metadata.clone());
+            e.payloads.push(payload);
+            e.metadata.push(metadata);
         }
     }
     for head in &e.new_heads {
