@@ -10,13 +10,13 @@ use tokio_postgres::Row;
 
 use super::PgEventStore;
 use super::errors::{AttemptError, classify_append, from_driver};
-use super::prepare::{Encoded, Head, Prepared, encode};
+use super::prepare::{Encoded, Head, Member, Prepared, encode};
 
-const APPEND_SQL: &str = "SELECT r_outcome, r_log_epoch, r_tx_id, r_position, r_stream, \
-     r_expected, r_actual, r_versions, r_hashes FROM leasehold_append($1::text[], $2::text[], \
-     $3::text[], $4::bigint[], $5::bool[], $6::bytea[], $7::bigint[], $8::bytea[], $9::uuid[], \
-     $10::int4[], $11::bigint[], $12::text[], $13::int4[], $14::text[], $15::text[], \
-     $16::bytea[], $17::bytea[], $18::timestamptz, $19::bool)";
+const APPEND_SQL: &str = "SELECT r_append, r_outcome, r_log_epoch, r_tx_id, r_position, \
+     r_stream, r_expected, r_actual, r_versions FROM leasehold_append($1::text[], $2::int4[], \
+     $3::int4[], $4::text[], $5::text[], $6::bigint[], $7::bool[], $8::bytea[], $9::bigint[], \
+     $10::bytea[], $11::int4[], $12::uuid[], $13::bigint[], $14::text[], $15::int4[], \
+     $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::timestamptz, $21::bool)";
 
 const HEADS_SQL: &str =
     "SELECT stream_id, version, last_hash FROM streams WHERE stream_id = ANY($1::text[])";
@@ -33,24 +33,41 @@ pub(super) enum Answer {
 }
 
 impl PgEventStore {
-    /// One call of `leasehold_append` on `client` (a pooled connection or a transaction),
-    /// chained from `heads`.
+    /// One call of `leasehold_append` on `client` (a pooled connection or a transaction) for
+    /// a group of appends, each chained from its heads. Returns each append's answer; an
+    /// `Err` means the whole call failed and nothing of it was written.
+    pub(super) async fn attempt_group<C: GenericClient>(
+        &self,
+        client: &C,
+        group: &[Member<'_>],
+        check_event_ids: bool,
+    ) -> Result<Vec<Result<Answer, StoreError>>, AttemptError> {
+        let encoded = encode(group, now_micros());
+        let rows = self.call(client, &encoded, check_event_ids).await?;
+        let answers = answers(&rows, group, &encoded);
+        for (number, answer) in answers.iter().enumerate() {
+            if let Ok(Answer::Settled(AppendOutcome { duplicate: false, .. })) = answer {
+                let (prepared, _) = &group[number];
+                for (s, head) in encoded.new_heads[number].iter().enumerate() {
+                    self.heads.remember(prepared.stream(s).stream_id.as_str(), *head);
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    /// One call for one append.
     pub(super) async fn attempt<C: GenericClient>(
         &self,
         client: &C,
         prepared: &Prepared<'_>,
-        heads: &[Head],
+        heads: Vec<Head>,
         check_event_ids: bool,
     ) -> Result<Answer, AttemptError> {
-        let encoded = encode(prepared, heads, now_micros());
-        let row = self.call(client, &encoded, check_event_ids).await?;
-        let answer = answer(&row, prepared, &encoded).map_err(AttemptError::Fail)?;
-        if let Answer::Settled(AppendOutcome { duplicate: false, .. }) = answer {
-            for (s, head) in encoded.new_heads.iter().enumerate() {
-                self.heads.remember(&encoded.stream_ids[s], *head);
-            }
-        }
-        Ok(answer)
+        let group = [(prepared, heads)];
+        let answer = self.attempt_group(client, &group, check_event_ids).await?.pop();
+        let missing = || StoreError::Database { reason: "leasehold_append gave no answer".into() };
+        answer.unwrap_or_else(|| Err(missing())).map_err(AttemptError::Fail)
     }
 
     /// The head each stream is chained from on the fast path: known for a new stream, else
@@ -109,30 +126,32 @@ impl PgEventStore {
         client: &C,
         e: &Encoded<'_>,
         check_event_ids: bool,
-    ) -> Result<Row, AttemptError> {
+    ) -> Result<Vec<Row>, AttemptError> {
         let fail = |error| AttemptError::Fail(from_driver(error, self.endpoint()));
         let statement = client.prepare_cached(APPEND_SQL).await.map_err(fail)?;
         client
-            .query_one(
+            .query(
                 &statement,
                 &[
-                    &e.stream_ids,
-                    &e.stream_types,
-                    &e.tenant_ids,
-                    &e.expected,
-                    &e.any,
-                    &e.heads,
-                    &e.last_versions,
-                    &e.last_hashes,
+                    &e.streams,
+                    &e.entry_append,
+                    &e.entry_stream,
+                    &e.entry_type,
+                    &e.entry_tenant,
+                    &e.entry_expected,
+                    &e.entry_any,
+                    &e.entry_head,
+                    &e.entry_last_version,
+                    &e.entry_last_hash,
+                    &e.event_entry,
                     &e.event_ids,
-                    &e.event_streams,
-                    &e.versions,
+                    &e.event_versions,
                     &e.event_types,
-                    &e.schema_versions,
-                    &e.payloads,
-                    &e.metadata,
-                    &e.prev_hashes,
-                    &e.hashes,
+                    &e.event_schema_versions,
+                    &e.event_payloads,
+                    &e.event_metadata,
+                    &e.event_prev_hashes,
+                    &e.event_hashes,
                     &e.recorded_at,
                     &check_event_ids,
                 ],
@@ -168,14 +187,30 @@ fn head_for(expected: ExpectedVersion, actual: Option<Head>) -> Head {
 
 fn cursor_of(row: &Row) -> Cursor {
     Cursor {
-        log_epoch: u32::try_from(row.get::<_, i32>(1)).unwrap_or_default(),
-        tx_id: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
-        position: u64::try_from(row.get::<_, i64>(3)).unwrap_or_default(),
+        log_epoch: u32::try_from(row.get::<_, i32>(2)).unwrap_or_default(),
+        tx_id: u64::try_from(row.get::<_, i64>(3)).unwrap_or_default(),
+        position: u64::try_from(row.get::<_, i64>(4)).unwrap_or_default(),
     }
 }
 
-/// Turns the function's result row into an outcome, a stale report or an error.
-fn answer(row: &Row, prepared: &Prepared<'_>, e: &Encoded<'_>) -> Result<Answer, StoreError> {
+/// Each append's answer, from the function's rows (one per append).
+fn answers(rows: &[Row], group: &[Member<'_>], e: &Encoded<'_>) -> Vec<Result<Answer, StoreError>> {
+    let missing =
+        || Err(StoreError::Database { reason: "leasehold_append skipped an append".into() });
+    let mut answers: Vec<Result<Answer, StoreError>> = group.iter().map(|_| missing()).collect();
+    for row in rows {
+        let number = usize::try_from(row.get::<_, i32>(0)).unwrap_or_default();
+        if let (Some(slot), Some((prepared, _))) =
+            (answers.get_mut(number.wrapping_sub(1)), group.get(number.wrapping_sub(1)))
+        {
+            *slot = answer(row, prepared, &e.new_heads[number - 1]);
+        }
+    }
+    answers
+}
+
+/// Turns one append's row into an outcome, a stale report or an error.
+fn answer(row: &Row, prepared: &Prepared<'_>, new_heads: &[Head]) -> Result<Answer, StoreError> {
     let in_caller_order = |versions: &dyn Fn(usize) -> u64| {
         prepared
             .appends
@@ -184,20 +219,20 @@ fn answer(row: &Row, prepared: &Prepared<'_>, e: &Encoded<'_>) -> Result<Answer,
             .map(|(caller, a)| (a.stream_id.clone(), versions(prepared.caller_order[caller])))
             .collect()
     };
-    let named = |row: &Row| {
-        let id: &str = row.get(4);
-        prepared.appends.iter().find(|a| a.stream_id.as_str() == id)
+    let named = || {
+        let id: Option<&str> = row.get(5);
+        prepared.appends.iter().find(|a| Some(a.stream_id.as_str()) == id).ok_or_else(|| {
+            StoreError::Database { reason: "leasehold_append named an unknown stream".into() }
+        })
     };
-    let unknown =
-        || StoreError::Database { reason: "leasehold_append named an unknown stream".into() };
-    match row.get::<_, &str>(0) {
+    match row.get::<_, &str>(1) {
         "appended" => Ok(Answer::Settled(AppendOutcome {
             cursor: cursor_of(row),
-            stream_versions: in_caller_order(&|s| e.new_heads[s].version),
+            stream_versions: in_caller_order(&|s| new_heads[s].version),
             duplicate: false,
         })),
         "duplicate" => {
-            let versions: Vec<Option<i64>> = row.get(7);
+            let versions: Vec<Option<i64>> = row.get(8);
             let version_of = |s: usize| {
                 u64::try_from(versions.get(s).copied().flatten().unwrap_or(0)).unwrap_or(0)
             };
@@ -209,17 +244,17 @@ fn answer(row: &Row, prepared: &Prepared<'_>, e: &Encoded<'_>) -> Result<Answer,
         }
         "stale_heads" => Ok(Answer::Stale),
         "wrong_expected_version" => {
-            let append = named(row).ok_or_else(unknown)?;
+            let append = named()?;
             Err(StoreError::WrongExpectedVersion {
                 stream: append.stream_id.clone(),
                 expected: append.expected,
-                actual: u64::try_from(row.get::<_, i64>(6)).unwrap_or_default(),
+                actual: u64::try_from(row.get::<_, i64>(7)).unwrap_or_default(),
             })
         }
         "event_id_conflict" => Err(StoreError::EventIdConflict),
-        "stream_ownership" => Err(StoreError::StreamOwnership {
-            stream: named(row).ok_or_else(unknown)?.stream_id.clone(),
-        }),
+        "stream_ownership" => {
+            Err(StoreError::StreamOwnership { stream: named()?.stream_id.clone() })
+        }
         other => Err(StoreError::Database { reason: format!("unknown append outcome {other}") }),
     }
 }

@@ -118,11 +118,11 @@ impl PgEventStore {
         let prepared = prepare(appends, self.config.payload_max_bytes)?;
         let settle = async {
             let heads = self.believed_heads(tx, &prepared).await?;
-            if let Answer::Settled(outcome) = self.attempt(tx, &prepared, &heads, false).await? {
+            if let Answer::Settled(outcome) = self.attempt(tx, &prepared, heads, false).await? {
                 return Ok(outcome);
             }
             let heads = self.locked_heads(tx, &prepared).await?;
-            match self.attempt(tx, &prepared, &heads, false).await? {
+            match self.attempt(tx, &prepared, heads, false).await? {
                 Answer::Settled(outcome) => Ok(outcome),
                 Answer::Stale => Err(AttemptError::Retry),
             }
@@ -147,7 +147,7 @@ impl PgEventStore {
         let fail = |error| AttemptError::Fail(from_driver(error, &self.endpoint));
         let tx = client.transaction().await.map_err(fail)?;
         let heads = self.locked_heads(&tx, prepared).await?;
-        let answer = self.attempt(&tx, prepared, &heads, check_event_ids).await?;
+        let answer = self.attempt(&tx, prepared, heads, check_event_ids).await?;
         // Dropping an uncommitted transaction rolls it back.
         if let Answer::Settled(AppendOutcome { duplicate: false, .. }) = answer {
             tx.commit().await.map_err(fail)?;
@@ -195,7 +195,7 @@ impl EventStore for PgEventStore {
                 self.append_locked(&mut client, &prepared, check_event_ids).await
             } else {
                 match self.believed_heads(&client, &prepared).await {
-                    Ok(heads) => self.attempt(&client, &prepared, &heads, check_event_ids).await,
+                    Ok(heads) => self.attempt(&client, &prepared, heads, check_event_ids).await,
                     Err(error) => Err(error),
                 }
             };

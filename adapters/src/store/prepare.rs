@@ -56,29 +56,133 @@ impl Prepared<'_> {
     }
 }
 
-/// The parameters of one `leasehold_append` call.
+/// The parameters of one `leasehold_append` call: a group of appends, each with its entries
+/// (one per stream) and events.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Encoded<'a> {
-    pub stream_ids: Vec<&'a str>,
-    pub stream_types: Vec<&'a str>,
-    pub tenant_ids: Vec<&'a str>,
-    pub expected: Vec<i64>,
-    pub any: Vec<bool>,
-    pub heads: Vec<Vec<u8>>,
-    pub last_versions: Vec<i64>,
-    pub last_hashes: Vec<Vec<u8>>,
+    pub streams: Vec<&'a str>,
+    pub entry_append: Vec<i32>,
+    pub entry_stream: Vec<i32>,
+    pub entry_type: Vec<&'a str>,
+    pub entry_tenant: Vec<&'a str>,
+    pub entry_expected: Vec<i64>,
+    pub entry_any: Vec<bool>,
+    pub entry_head: Vec<Vec<u8>>,
+    pub entry_last_version: Vec<i64>,
+    pub entry_last_hash: Vec<Vec<u8>>,
+    pub event_entry: Vec<i32>,
     pub event_ids: Vec<Uuid>,
-    pub event_streams: Vec<i32>,
-    pub versions: Vec<i64>,
+    pub event_versions: Vec<i64>,
     pub event_types: Vec<&'a str>,
-    pub schema_versions: Vec<i32>,
-    pub payloads: Vec<&'a str>,
-    pub metadata: Vec<&'a str>,
-    pub prev_hashes: Vec<Vec<u8>>,
-    pub hashes: Vec<Vec<u8>>,
+    pub event_schema_versions: Vec<i32>,
+    pub event_payloads: Vec<&'a str>,
+    pub event_metadata: Vec<&'a str>,
+    pub event_prev_hashes: Vec<Vec<u8>>,
+    pub event_hashes: Vec<Vec<u8>>,
     pub recorded_at: DateTime<Utc>,
-    /// Each stream's head after the append, in sorted order.
-    pub new_heads: Vec<Head>,
+    /// Per append, each stream's head after it (in its sorted order).
+    pub new_heads: Vec<Vec<Head>>,
+}
+
+/// One append of a group and the heads (one per stream, in sorted order) it chains from.
+pub(crate) type Member<'a> = (&'a Prepared<'a>, Vec<Head>);
+
+/// Numbers and chains every event of every append of `group`.
+pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> Encoded<'a> {
+    let mut streams: Vec<&'a str> =
+        group.iter().flat_map(|(p, _)| p.appends.iter().map(|a| a.stream_id.as_str())).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mut e = Encoded {
+        streams,
+        entry_append: Vec::new(),
+        entry_stream: Vec::new(),
+        entry_type: Vec::new(),
+        entry_tenant: Vec::new(),
+        entry_expected: Vec::new(),
+        entry_any: Vec::new(),
+        entry_head: Vec::new(),
+        entry_last_version: Vec::new(),
+        entry_last_hash: Vec::new(),
+        event_entry: Vec::new(),
+        event_ids: Vec::new(),
+        event_versions: Vec::new(),
+        event_types: Vec::new(),
+        event_schema_versions: Vec::new(),
+        event_payloads: Vec::new(),
+        event_metadata: Vec::new(),
+        event_prev_hashes: Vec::new(),
+        event_hashes: Vec::new(),
+        recorded_at,
+        new_heads: Vec::with_capacity(group.len()),
+    };
+    for (number, (prepared, heads)) in group.iter().enumerate() {
+        let first_entry = e.entry_append.len();
+        push_entries(&mut e, prepared, heads, number + 1);
+        let mut new_heads = heads.clone();
+        push_events(&mut e, prepared, &mut new_heads, first_entry);
+        for head in &new_heads {
+            e.entry_last_version.push(to_i64(head.version));
+            e.entry_last_hash.push(head.hash.to_vec());
+        }
+        e.new_heads.push(new_heads);
+    }
+    e
+}
+
+/// One entry per stream of the append, in its sorted order.
+fn push_entries<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &[Head], number: usize) {
+    for (s, head) in heads.iter().enumerate() {
+        let append = p.stream(s);
+        let stream = e.streams.binary_search(&append.stream_id.as_str()).unwrap_or_default();
+        e.entry_append.push(to_i32(number));
+        e.entry_stream.push(to_i32(stream + 1));
+        e.entry_type.push(append.stream_type.as_str());
+        e.entry_tenant.push(append.tenant_id.as_str());
+        e.entry_expected.push(to_i64(head.version));
+        e.entry_any.push(append.expected == ExpectedVersion::Any);
+        e.entry_head.push(head.hash.to_vec());
+    }
+}
+
+/// The append's events in the caller's order, numbered and chained from `heads`, which end
+/// as the streams' new heads.
+fn push_events<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &mut [Head], first: usize) {
+    let recorded_at = e.recorded_at;
+    for (caller, append) in p.appends.iter().enumerate() {
+        let s = p.caller_order[caller];
+        for (event, (payload, metadata)) in append.events.iter().zip(&p.canonical[caller]) {
+            let head = &mut heads[s];
+            let version = head.version + 1;
+            let text = canonical_event_text(&CanonicalPieces {
+                event_id: event.event_id.as_uuid(),
+                event_type: event.event_type.as_str(),
+                metadata_json: metadata,
+                payload_json: payload,
+                recorded_at,
+                schema_version: u32::from(event.schema_version),
+                stream_id: append.stream_id.as_str(),
+                stream_type: append.stream_type.as_str(),
+                tenant_id: append.tenant_id.as_str(),
+                version,
+            });
+            let hash = chain_hash(&head.hash, &text);
+            e.event_prev_hashes.push(head.hash.to_vec());
+            e.event_hashes.push(hash.to_vec());
+            *head = Head { version, hash };
+            e.event_entry.push(to_i32(first + s + 1));
+            e.event_ids.push(event.event_id.as_uuid());
+            e.event_versions.push(to_i64(version));
+            e.event_types.push(event.event_type.as_str());
+            e.event_schema_versions.push(i32::from(event.schema_version));
+            e.event_payloads.push(payload);
+            e.event_metadata.push(metadata);
+        }
+    }
+}
+
+fn to_i32(value: usize) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
 }
 
 /// Validates `appends` and renders their canonical JSON.
@@ -114,81 +218,6 @@ pub(crate) fn prepare(
         canonical.push(rendered);
     }
     Ok(Prepared { appends, sorted, caller_order, canonical })
-}
-
-/// Numbers and chains every event from `heads` (one per stream, in sorted order).
-pub(crate) fn encode<'a>(
-    p: &'a Prepared<'a>,
-    heads: &[Head],
-    recorded_at: DateTime<Utc>,
-) -> Encoded<'a> {
-    let streams = p.sorted.len();
-    let events: usize = p.appends.iter().map(|a| a.events.len()).sum();
-    let mut e = Encoded {
-        stream_ids: Vec::with_capacity(streams),
-        stream_types: Vec::with_capacity(streams),
-        tenant_ids: Vec::with_capacity(streams),
-        expected: Vec::with_capacity(streams),
-        any: Vec::with_capacity(streams),
-        heads: Vec::with_capacity(streams),
-        last_versions: Vec::with_capacity(streams),
-        last_hashes: Vec::with_capacity(streams),
-        event_ids: Vec::with_capacity(events),
-        event_streams: Vec::with_capacity(events),
-        versions: Vec::with_capacity(events),
-        event_types: Vec::with_capacity(events),
-        schema_versions: Vec::with_capacity(events),
-        payloads: Vec::with_capacity(events),
-        metadata: Vec::with_capacity(events),
-        prev_hashes: Vec::with_capacity(events),
-        hashes: Vec::with_capacity(events),
-        recorded_at,
-        new_heads: heads.to_vec(),
-    };
-    for (s, head) in heads.iter().enumerate() {
-        let append = p.stream(s);
-        e.stream_ids.push(append.stream_id.as_str());
-        e.stream_types.push(append.stream_type.as_str());
-        e.tenant_ids.push(append.tenant_id.as_str());
-        e.expected.push(to_i64(head.version));
-        e.any.push(append.expected == ExpectedVersion::Any);
-        e.heads.push(head.hash.to_vec());
-    }
-    for (caller, append) in p.appends.iter().enumerate() {
-        let s = p.caller_order[caller];
-        for (event, (payload, metadata)) in append.events.iter().zip(&p.canonical[caller]) {
-            let head = &mut e.new_heads[s];
-            let version = head.version + 1;
-            let text = canonical_event_text(&CanonicalPieces {
-                event_id: event.event_id.as_uuid(),
-                event_type: event.event_type.as_str(),
-                metadata_json: metadata,
-                payload_json: payload,
-                recorded_at,
-                schema_version: u32::from(event.schema_version),
-                stream_id: append.stream_id.as_str(),
-                stream_type: append.stream_type.as_str(),
-                tenant_id: append.tenant_id.as_str(),
-                version,
-            });
-            let hash = chain_hash(&head.hash, &text);
-            e.prev_hashes.push(head.hash.to_vec());
-            e.hashes.push(hash.to_vec());
-            *head = Head { version, hash };
-            e.event_ids.push(event.event_id.as_uuid());
-            e.event_streams.push(i32::try_from(s + 1).unwrap_or(i32::MAX));
-            e.versions.push(to_i64(version));
-            e.event_types.push(event.event_type.as_str());
-            e.schema_versions.push(i32::from(event.schema_version));
-            e.payloads.push(payload);
-            e.metadata.push(metadata);
-        }
-    }
-    for head in &e.new_heads {
-        e.last_versions.push(to_i64(head.version));
-        e.last_hashes.push(head.hash.to_vec());
-    }
-    e
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -276,17 +305,38 @@ mod tests {
         assert_eq!(prepared.known_head(0), Some(Head::EMPTY));
         assert_eq!(prepared.known_head(1), None);
         let b_head = Head { version: 4, hash: [7; 32] };
-        let encoded = encode(&prepared, &[Head::EMPTY, b_head], Utc::now());
-        assert_eq!(encoded.stream_ids, ["a", "b"]);
-        assert_eq!(encoded.expected, [0, 4]);
-        assert_eq!(encoded.event_streams, [2, 2, 1]);
-        assert_eq!(encoded.versions, [5, 6, 1]);
-        assert_eq!(encoded.payloads, ["1", "2", "3"]);
-        assert_eq!(encoded.prev_hashes[0], vec![7; 32]);
-        assert_eq!(encoded.prev_hashes[1], encoded.hashes[0]);
-        assert_eq!(encoded.prev_hashes[2], GENESIS_HASH.to_vec());
-        assert_eq!(encoded.last_versions, [1, 6]);
-        assert_eq!(encoded.last_hashes[1], encoded.hashes[1]);
+        let group = [(&prepared, vec![Head::EMPTY, b_head])];
+        let e = encode(&group, Utc::now());
+        assert_eq!(e.streams, ["a", "b"]);
+        assert_eq!(e.entry_stream, [1, 2]);
+        assert_eq!(e.entry_expected, [0, 4]);
+        assert_eq!(e.event_entry, [2, 2, 1]);
+        assert_eq!(e.event_versions, [5, 6, 1]);
+        assert_eq!(e.event_payloads, ["1", "2", "3"]);
+        assert_eq!(e.event_prev_hashes[0], vec![7; 32]);
+        assert_eq!(e.event_prev_hashes[1], e.event_hashes[0]);
+        assert_eq!(e.event_prev_hashes[2], GENESIS_HASH.to_vec());
+        assert_eq!(e.entry_last_version, [1, 6]);
+        assert_eq!(e.entry_last_hash[1], e.event_hashes[1]);
+    }
+
+    #[test]
+    fn a_group_shares_one_stream_list_and_numbers_its_appends() {
+        let first = vec![append("b", ExpectedVersion::NoStream, vec![event(json!(1))])];
+        let second = vec![
+            append("c", ExpectedVersion::NoStream, vec![event(json!(2))]),
+            append("b", ExpectedVersion::Exact(1), vec![event(json!(3))]),
+        ];
+        let (p1, p2) = (prepare(&first, 64).unwrap(), prepare(&second, 64).unwrap());
+        let b1 = Head { version: 1, hash: [1; 32] };
+        let group = [(&p1, vec![Head::EMPTY]), (&p2, vec![b1, Head::EMPTY])];
+        let e = encode(&group, Utc::now());
+        assert_eq!(e.streams, ["b", "c"]);
+        assert_eq!(e.entry_append, [1, 2, 2]);
+        assert_eq!(e.entry_stream, [1, 1, 2]);
+        // The second append's events: c's (entry 3) then b's (entry 2), in caller order.
+        assert_eq!(e.event_entry, [1, 3, 2]);
+        assert_eq!(e.event_versions, [1, 1, 2]);
     }
 
     #[test]
