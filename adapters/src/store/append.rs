@@ -70,14 +70,10 @@ impl PgEventStore {
         answer.unwrap_or_else(|| Err(missing())).map_err(AttemptError::Fail)
     }
 
-    /// The head each stream is chained from on the fast path: known for a new stream, else
-    /// remembered, else read (without a lock: the function checks it under one).
-    pub(super) async fn believed_heads<C: GenericClient>(
-        &self,
-        client: &C,
-        prepared: &Prepared<'_>,
-    ) -> Result<Vec<Head>, AttemptError> {
-        let heads: Vec<Option<Head>> = (0..prepared.sorted.len())
+    /// The heads known without asking the database (a new stream's, or remembered ones that
+    /// meet the expected versions), or `None` if any is unknown.
+    pub(super) fn remembered_heads(&self, prepared: &Prepared<'_>) -> Option<Vec<Head>> {
+        (0..prepared.sorted.len())
             .map(|s| {
                 let append = prepared.stream(s);
                 prepared.known_head(s).or_else(|| {
@@ -85,11 +81,20 @@ impl PgEventStore {
                     append.expected.admits(remembered.version).then_some(remembered)
                 })
             })
-            .collect();
-        if heads.iter().all(Option::is_some) {
-            return Ok(heads.into_iter().flatten().collect());
+            .collect()
+    }
+
+    /// The head each stream is chained from on the fast path: known for a new stream, else
+    /// remembered, else read (without a lock: the function checks it under one).
+    pub(super) async fn believed_heads<C: GenericClient>(
+        &self,
+        client: &C,
+        prepared: &Prepared<'_>,
+    ) -> Result<Vec<Head>, AttemptError> {
+        match self.remembered_heads(prepared) {
+            Some(heads) => Ok(heads),
+            None => self.read_heads(client, prepared, HEADS_SQL).await,
         }
-        self.read_heads(client, prepared, HEADS_SQL).await
     }
 
     /// The heads read under the streams' row locks, which the transaction then holds: an

@@ -8,12 +8,14 @@
 
 mod append;
 mod errors;
+mod group;
 mod heads;
 mod prepare;
 mod rows;
+mod single;
 mod tail;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use deadpool_postgres::Pool;
 use leasehold_domain::limits::{PAYLOAD_DEFAULT_MAX_BYTES, READ_PAGE_EVENTS_MAX};
@@ -25,11 +27,10 @@ use tokio::sync::Notify;
 use tokio_postgres::Row;
 
 use crate::database::{DatabaseUrl, DatabaseUrlError};
-use crate::limits::{APPEND_RETRIES_MAX, POOL_DEFAULT_SIZE};
-use append::Answer;
-use errors::{AttemptError, from_driver, from_pool};
+use crate::limits::{COMMITTERS_DEFAULT, GROUP_EVENTS_PER_APPEND_MAX, POOL_DEFAULT_SIZE};
+use errors::{from_driver, from_pool};
 use heads::HeadCache;
-use prepare::{Head, Prepared, prepare};
+use prepare::{Head, prepare};
 pub(crate) use rows::EVENT_COLUMNS;
 
 // ORDER BY names the table's columns: the select lists print `tx_id::text::bigint`, and an
@@ -48,11 +49,17 @@ pub struct StoreConfig {
     pub payload_max_bytes: usize,
     /// Most pooled connections.
     pub pool_size: usize,
+    /// Worker tasks that commit concurrent appends in groups (0: every append commits alone).
+    pub committers: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { payload_max_bytes: PAYLOAD_DEFAULT_MAX_BYTES, pool_size: POOL_DEFAULT_SIZE }
+        Self {
+            payload_max_bytes: PAYLOAD_DEFAULT_MAX_BYTES,
+            pool_size: POOL_DEFAULT_SIZE,
+            committers: COMMITTERS_DEFAULT,
+        }
     }
 }
 
@@ -64,6 +71,7 @@ pub struct PgEventStore {
     config: StoreConfig,
     appended: Arc<Notify>,
     heads: Arc<HeadCache>,
+    group: Arc<OnceLock<tokio::sync::mpsc::Sender<group::Request>>>,
 }
 
 impl PgEventStore {
@@ -76,12 +84,19 @@ impl PgEventStore {
             config,
             appended: Arc::new(Notify::new()),
             heads: Arc::default(),
+            group: Arc::default(),
         })
     }
 
     /// `host:port` of the database, for messages.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The same store without the group committers' queue: what the committers themselves
+    /// use, so that they stop once every other handle is dropped.
+    fn without_committers(&self) -> Self {
+        Self { group: Arc::default(), ..self.clone() }
     }
 
     /// The connection pool, shared with the rest of the process.
@@ -102,57 +117,6 @@ impl PgEventStore {
 
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))
-    }
-
-    /// Appends inside the caller's transaction, so that other rows (an idempotency record, a
-    /// read model) commit atomically with the events. Call it before the transaction writes
-    /// anything else, so its stream locks are taken before the transaction gets its id.
-    /// A collision with a concurrent transaction is [`StoreError::TransactionConflict`]: roll
-    /// back and run the whole transaction again. Call [`PgEventStore::notify_appended`] after
-    /// committing.
-    pub async fn append_in(
-        &self,
-        tx: &deadpool_postgres::Transaction<'_>,
-        appends: &[StreamAppend],
-    ) -> Result<AppendOutcome, StoreError> {
-        let prepared = prepare(appends, self.config.payload_max_bytes)?;
-        let settle = async {
-            let heads = self.believed_heads(tx, &prepared).await?;
-            if let Answer::Settled(outcome) = self.attempt(tx, &prepared, heads, false).await? {
-                return Ok(outcome);
-            }
-            let heads = self.locked_heads(tx, &prepared).await?;
-            match self.attempt(tx, &prepared, heads, false).await? {
-                Answer::Settled(outcome) => Ok(outcome),
-                Answer::Stale => Err(AttemptError::Retry),
-            }
-        };
-        match settle.await {
-            Ok(outcome) => Ok(outcome),
-            // Either way the transaction is aborted: the caller must run it again.
-            Err(AttemptError::Retry | AttemptError::RetryCheckingEventIds) => {
-                Err(StoreError::TransactionConflict)
-            }
-            Err(AttemptError::Fail(error)) => Err(error),
-        }
-    }
-
-    /// The slow path: lock the streams, read their heads, append, commit.
-    async fn append_locked(
-        &self,
-        client: &mut deadpool_postgres::Object,
-        prepared: &Prepared<'_>,
-        check_event_ids: bool,
-    ) -> Result<Answer, AttemptError> {
-        let fail = |error| AttemptError::Fail(from_driver(error, &self.endpoint));
-        let tx = client.transaction().await.map_err(fail)?;
-        let heads = self.locked_heads(&tx, prepared).await?;
-        let answer = self.attempt(&tx, prepared, heads, check_event_ids).await?;
-        // Dropping an uncommitted transaction rolls it back.
-        if let Answer::Settled(AppendOutcome { duplicate: false, .. }) = answer {
-            tx.commit().await.map_err(fail)?;
-        }
-        Ok(answer)
     }
 
     async fn query(
@@ -187,33 +151,12 @@ fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError> {
 impl EventStore for PgEventStore {
     async fn append(&self, appends: Vec<StreamAppend>) -> Result<AppendOutcome, StoreError> {
         let prepared = prepare(&appends, self.config.payload_max_bytes)?;
-        let mut client = self.client().await?;
-        let mut check_event_ids = false;
-        let mut locked = false;
-        for _ in 0..APPEND_RETRIES_MAX {
-            let answer = if locked {
-                self.append_locked(&mut client, &prepared, check_event_ids).await
-            } else {
-                match self.believed_heads(&client, &prepared).await {
-                    Ok(heads) => self.attempt(&client, &prepared, heads, check_event_ids).await,
-                    Err(error) => Err(error),
-                }
-            };
-            match answer {
-                Ok(Answer::Settled(outcome)) => {
-                    if !outcome.duplicate {
-                        self.notify_appended();
-                    }
-                    return Ok(outcome);
-                }
-                Ok(Answer::Stale) => locked = true,
-                Err(AttemptError::Retry) => {}
-                // The next attempt tells a retry (duplicate) from a reuse (conflict).
-                Err(AttemptError::RetryCheckingEventIds) => check_event_ids = true,
-                Err(AttemptError::Fail(error)) => return Err(error),
-            }
+        let events: usize = appends.iter().map(|a| a.events.len()).sum();
+        if self.config.committers == 0 || events > GROUP_EVENTS_PER_APPEND_MAX {
+            return self.append_alone(&prepared).await;
         }
-        Err(StoreError::TransactionConflict)
+        drop(prepared);
+        self.append_grouped(appends).await
     }
 
     async fn read_stream(

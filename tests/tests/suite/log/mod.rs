@@ -4,6 +4,7 @@ mod atomicity;
 mod chain;
 mod concurrency;
 mod gaps;
+mod group;
 mod heads;
 mod idempotency;
 mod order;

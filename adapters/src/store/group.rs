@@ -1,0 +1,168 @@
+//! Group commit: appends that arrive while others are being committed share one call of
+//! `leasehold_append`, one transaction and one WAL flush. Each append stays atomic on its own:
+//! the function accepts or refuses it whole, whatever happens to the others.
+//!
+//! `committers` worker tasks take turns at the queue. A worker takes every waiting append up
+//! to a limit, leaving for the next group any append whose streams are already in this one
+//! (so each member chains from heads no other member moves), and commits the group. An append
+//! the group cannot settle (a stale head, or a group that failed as a whole) is retried on
+//! its own, so one bad append never fails its neighbours.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use leasehold_domain::{AppendOutcome, StoreError, StreamAppend};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::PgEventStore;
+use super::append::Answer;
+use super::prepare::{Member, Prepared, prepare};
+use crate::limits::{GROUP_APPENDS_MAX, GROUP_QUEUE_MAX};
+
+/// An append waiting for a group, and where its answer goes.
+#[derive(Debug)]
+pub(crate) struct Request {
+    appends: Vec<StreamAppend>,
+    reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
+}
+
+/// The queue the workers share.
+type Queue = Arc<Mutex<mpsc::Receiver<Request>>>;
+
+fn stopped() -> StoreError {
+    StoreError::Database { reason: "the group committer stopped".into() }
+}
+
+impl PgEventStore {
+    /// Queues `appends` for the next group and waits for its answer.
+    pub(super) async fn append_grouped(
+        &self,
+        appends: Vec<StreamAppend>,
+    ) -> Result<AppendOutcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let queue = self.group.get_or_init(|| self.start_committers());
+        queue.send(Request { appends, reply }).await.map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Spawns the workers. They hold a handle without the queue's sender, so they stop once
+    /// every handle of this store is dropped.
+    fn start_committers(&self) -> mpsc::Sender<Request> {
+        let (sender, receiver) = mpsc::channel(GROUP_QUEUE_MAX);
+        let queue: Queue = Arc::new(Mutex::new(receiver));
+        for _ in 0..self.config.committers {
+            let worker = self.without_committers();
+            let queue = Arc::clone(&queue);
+            tokio::spawn(async move { worker.commit_groups(queue).await });
+        }
+        sender
+    }
+
+    async fn commit_groups(self, queue: Queue) {
+        let mut carried: Vec<Request> = Vec::new();
+        loop {
+            let Some(group) = next_group(&queue, &mut carried).await else { return };
+            self.commit_group(group).await;
+        }
+    }
+
+    async fn commit_group(&self, requests: Vec<Request>) {
+        let prepared: Vec<Prepared<'_>> = match requests
+            .iter()
+            .map(|r| prepare(&r.appends, self.config.payload_max_bytes))
+            .collect()
+        {
+            Ok(prepared) => prepared,
+            // Validated before queueing; unreachable, but answer rather than drop.
+            Err(error) => {
+                for request in requests {
+                    let _ = request.reply.send(Err(error.clone().into()));
+                }
+                return;
+            }
+        };
+        let mut results: Vec<Option<Result<AppendOutcome, StoreError>>> =
+            requests.iter().map(|_| None).collect();
+        if prepared.len() > 1 {
+            self.try_together(&prepared, &mut results).await;
+        }
+        for (number, result) in results.iter_mut().enumerate() {
+            if result.is_none() {
+                *result = Some(self.append_alone(&prepared[number]).await);
+            }
+        }
+        drop(prepared);
+        for (request, result) in requests.into_iter().zip(results) {
+            let _ = request.reply.send(result.unwrap_or_else(|| Err(stopped())));
+        }
+    }
+
+    /// Commits the members whose heads are known in one call; fills in what it settles.
+    async fn try_together(
+        &self,
+        prepared: &[Prepared<'_>],
+        results: &mut [Option<Result<AppendOutcome, StoreError>>],
+    ) {
+        let Ok(client) = self.client().await else { return };
+        let mut members: Vec<Member<'_>> = Vec::new();
+        let mut numbers = Vec::new();
+        for (number, p) in prepared.iter().enumerate() {
+            if let Some(heads) = self.remembered_heads(p) {
+                members.push((p, heads));
+                numbers.push(number);
+            }
+        }
+        if members.len() < 2 {
+            return;
+        }
+        let Ok(answers) = self.attempt_group(&client, &members, false).await else { return };
+        let mut appended = false;
+        for (number, answer) in numbers.into_iter().zip(answers) {
+            results[number] = match answer {
+                Ok(Answer::Settled(outcome)) => {
+                    appended |= !outcome.duplicate;
+                    Some(Ok(outcome))
+                }
+                Ok(Answer::Stale) => None,
+                Err(error) => Some(Err(error)),
+            };
+        }
+        if appended {
+            self.notify_appended();
+        }
+    }
+}
+
+/// Waits for the first request, then takes what else is waiting, up to the limit. A request
+/// touching a stream already in the group waits for the next one. A worker holding such
+/// requests never waits for the queue: another worker may be parked on it until new work comes.
+async fn next_group(queue: &Queue, carried: &mut Vec<Request>) -> Option<Vec<Request>> {
+    let mut waiting = std::mem::take(carried);
+    let receiver = if waiting.is_empty() {
+        let mut receiver = queue.lock().await;
+        waiting.push(receiver.recv().await?);
+        Some(receiver)
+    } else {
+        queue.try_lock().ok()
+    };
+    if let Some(mut receiver) = receiver {
+        while waiting.len() < GROUP_APPENDS_MAX {
+            match receiver.try_recv() {
+                Ok(request) => waiting.push(request),
+                Err(_) => break,
+            }
+        }
+    }
+    let mut streams: HashSet<String> = HashSet::new();
+    let mut group = Vec::with_capacity(waiting.len());
+    for request in waiting {
+        let ids = || request.appends.iter().map(|a| a.stream_id.as_str());
+        if ids().any(|id| streams.contains(id)) {
+            carried.push(request);
+        } else {
+            streams.extend(ids().map(str::to_string));
+            group.push(request);
+        }
+    }
+    Some(group)
+}
