@@ -115,6 +115,7 @@ impl PgEventStore {
         if members.len() < 2 {
             return;
         }
+        tracing::trace!(members = members.len(), "group commit");
         let Ok(answers) = self.attempt_group(&client, &members, false).await else { return };
         let mut appended = false;
         for (number, answer) in numbers.into_iter().zip(answers) {

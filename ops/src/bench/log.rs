@@ -32,6 +32,9 @@ pub struct LogBenchArgs {
     /// Events in the log for the catch-up read measure.
     #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
     read_events: u64,
+    /// Group-commit workers of the event store (0: every append commits alone).
+    #[arg(long, default_value_t = leasehold_adapters::limits::COMMITTERS_DEFAULT)]
+    committers: usize,
 }
 
 const WRITER_COUNTS: [usize; 3] = [1, 4, 16];
@@ -50,7 +53,7 @@ pub async fn run(args: &LogBenchArgs) -> anyhow::Result<()> {
 async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<()> {
     leasehold_adapters::migrate(url).await?;
     url.connect().await?.batch_execute(RAW_TABLE_SQL).await?;
-    let store = PgEventStore::new(url, StoreConfig { pool_size: 20, ..Default::default() })?;
+    let store = PgEventStore::new(url, StoreConfig { pool_size: 20, committers: args.committers, ..Default::default() })?;
     let duration = Duration::from_secs(args.seconds);
     for writers in WRITER_COUNTS {
         progress(args, &format!("one event per append, {writers} writers"));
