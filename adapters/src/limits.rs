@@ -30,13 +30,13 @@ pub const VERIFY_PAGE_ROWS: i64 = 5_000;
 pub const HEAD_CACHE_STREAMS_MAX: usize = 100_000;
 
 /// Default number of group-commit workers of the event store.
-pub const COMMITTERS_DEFAULT: usize = 4;
+pub const COMMITTERS_DEFAULT: usize = 2;
 
 /// Most appends one group commit carries.
 pub const GROUP_APPENDS_MAX: usize = 64;
 
 /// Appends with more events than this commit on their own, never in a group.
-pub const GROUP_EVENTS_PER_APPEND_MAX: usize = 100;
+pub const GROUP_EVENTS_PER_APPEND_MAX: usize = 16;
 
 /// Most appends waiting for a group commit; callers beyond it wait to queue.
 pub const GROUP_QUEUE_MAX: usize = 1_024;

@@ -14,6 +14,7 @@ mod prepare;
 mod rows;
 mod single;
 mod tail;
+mod xid8;
 
 use std::sync::{Arc, OnceLock};
 
@@ -32,9 +33,10 @@ use errors::{from_driver, from_pool};
 use heads::HeadCache;
 use prepare::{Head, prepare};
 pub(crate) use rows::EVENT_COLUMNS;
+use xid8::Xid8;
 
-// ORDER BY names the table's columns: the select lists print `tx_id::text::bigint`, and an
-// unqualified `tx_id` would sort by that expression instead of walking the index.
+// ORDER BY names the table's columns, so that no select-list expression of the same name can
+// ever replace them and stop the sort from walking the index.
 
 /// Rows a whole-log reader may see: every earlier epoch, and in the current one only rows of
 /// transactions older than the oldest transaction still running.
@@ -183,12 +185,12 @@ impl EventStore for PgEventStore {
         let limit = page_limit(limit)?;
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE (log_epoch, tx_id, position) > ($1, ($2::bigint)::text::xid8, $3) AND {HORIZON} \
+             WHERE (log_epoch, tx_id, position) > ($1, $2::xid8, $3) AND {HORIZON} \
              ORDER BY events.log_epoch, events.tx_id, events.position LIMIT $4"
         );
         let epoch = i32::try_from(after.log_epoch).unwrap_or(i32::MAX);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&epoch, &to_i64(after.tx_id), &to_i64(after.position), &limit];
+            [&epoch, &Xid8(after.tx_id), &to_i64(after.position), &limit];
         let events = decode_all(&self.query(&sql, &params).await?)?;
         let next = events.last().map_or(after, |event| event.cursor);
         Ok(LogPage { events, next })
@@ -196,13 +198,13 @@ impl EventStore for PgEventStore {
 
     async fn head(&self) -> Result<Cursor, StoreError> {
         let sql = format!(
-            "SELECT log_epoch, tx_id::text::bigint, position FROM events WHERE {HORIZON} \
+            "SELECT log_epoch, tx_id, position FROM events WHERE {HORIZON} \
              ORDER BY events.log_epoch DESC, events.tx_id DESC, events.position DESC LIMIT 1"
         );
         let rows = self.query(&sql, &[]).await?;
         Ok(rows.first().map_or(Cursor::START, |row| Cursor {
             log_epoch: u32::try_from(row.get::<_, i32>(0)).unwrap_or_default(),
-            tx_id: u64::try_from(row.get::<_, i64>(1)).unwrap_or_default(),
+            tx_id: row.get::<_, Xid8>(1).0,
             position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
         }))
     }

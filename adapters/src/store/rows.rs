@@ -6,8 +6,10 @@ use leasehold_domain::{
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
+use super::xid8::Xid8;
+
 /// The columns every event read selects, in the order [`decode`] expects.
-pub(crate) const EVENT_COLUMNS: &str = "log_epoch, tx_id::text::bigint, position, event_id, \
+pub(crate) const EVENT_COLUMNS: &str = "log_epoch, tx_id, position, event_id, \
      stream_id, stream_type, tenant_id, version, event_type, schema_version, payload, metadata, \
      recorded_at, prev_hash, hash";
 
@@ -30,7 +32,7 @@ pub(crate) fn decode(row: &Row) -> Result<RecordedEvent, StoreError> {
     let log_epoch: i32 = row.get(0);
     let cursor = Cursor {
         log_epoch: u32::try_from(log_epoch).map_err(|_| corrupt(position, "negative epoch"))?,
-        tx_id: unsigned(position, row.get(1), "transaction id")?,
+        tx_id: row.get::<_, Xid8>(1).0,
         position,
     };
     let name_error = |e: leasehold_domain::IdError| corrupt(position, e);

@@ -53,7 +53,10 @@ pub async fn run(args: &LogBenchArgs) -> anyhow::Result<()> {
 async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<()> {
     leasehold_adapters::migrate(url).await?;
     url.connect().await?.batch_execute(RAW_TABLE_SQL).await?;
-    let store = PgEventStore::new(url, StoreConfig { pool_size: 20, committers: args.committers, ..Default::default() })?;
+    let store = PgEventStore::new(
+        url,
+        StoreConfig { pool_size: 20, committers: args.committers, ..Default::default() },
+    )?;
     let duration = Duration::from_secs(args.seconds);
     for writers in WRITER_COUNTS {
         progress(args, &format!("one event per append, {writers} writers"));
