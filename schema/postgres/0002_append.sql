@@ -43,8 +43,11 @@ RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bi
                r_versions bigint[])
 LANGUAGE plpgsql
 -- Array parameters make every custom plan look cheaper than the generic one, so without this
--- each call would plan every statement again.
+-- each call would plan every statement again. A generic plan is made once per session,
+-- possibly while the tables are still small; every access here is by key, so forbid the
+-- sequential scans such a plan would keep using as the tables grow.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
