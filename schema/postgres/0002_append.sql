@@ -73,7 +73,10 @@ DECLARE
     i integer := 1;
     v_first integer;
     d integer;
-    n_existing integer;
+    -- Streams the accepted appends touch, each counted once: already stored (to update) and
+    -- new (to insert).
+    n_existing integer := 0;
+    n_created integer := 0;
     n_updated integer;
 BEGIN
     -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
@@ -151,6 +154,13 @@ BEGIN
         IF v_fail IS NULL THEN
             FOR j IN v_first..i - 1 LOOP
                 d := p_entry_stream[j];
+                IF d_touched[d] THEN
+                    NULL;
+                ELSIF d_existed[d] THEN
+                    n_existing := n_existing + 1;
+                ELSE
+                    n_created := n_created + 1;
+                END IF;
                 d_version[d] := p_entry_last_version[j];
                 d_hash[d] := p_entry_last_hash[j];
                 d_type[d] := p_entry_type[j];
@@ -167,14 +177,13 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF NOT (true = ANY (d_touched)) THEN
+    IF n_existing + n_created = 0 THEN
         RETURN;
     END IF;
 
     -- 3. Stream rows. The guard refuses to write a stream whose last append ran in a later
     --    transaction than ours (possible only when we took our id while waiting for a second
     --    stream's lock); the caller retries in a new transaction, which gets a later id.
-    SELECT count(*) INTO n_existing FROM unnest(d_existed, d_touched) AS u(e, t) WHERE u.e AND u.t;
     IF n_existing > 0 THEN
         UPDATE streams st
            SET version = u.v, last_hash = u.h, last_tx_id = pg_current_xact_id()
@@ -186,11 +195,13 @@ BEGIN
                 USING ERRCODE = '40001';
         END IF;
     END IF;
-    INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id)
-    SELECT u.id, u.ty, u.te, u.v, u.h, pg_current_xact_id()
-      FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched)
-           AS u(id, ty, te, v, h, e, t)
-     WHERE u.t AND NOT u.e;
+    IF n_created > 0 THEN
+        INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id)
+        SELECT u.id, u.ty, u.te, u.v, u.h, pg_current_xact_id()
+          FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched)
+               AS u(id, ty, te, v, h, e, t)
+         WHERE u.t AND NOT u.e;
+    END IF;
 
     -- 4. The accepted appends' events, in one multi-row statement, in the order given.
     RETURN QUERY
