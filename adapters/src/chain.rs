@@ -5,43 +5,17 @@
 //! log tamper-evident: a verifier needs only the stored rows and this definition.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::canonical::{to_canonical_json, write_string};
+use crate::canonical::write_string;
 
 /// The `prev_hash` of a stream's first event.
 pub const GENESIS_HASH: [u8; 32] = [0; 32];
 
-/// The stored fields of an event that its hash covers, as read back from the log.
-/// Payload and metadata are the raw JSON, so a field a typed reader would ignore still counts.
-#[derive(Debug, Clone, Copy)]
-pub struct HashedFields<'a> {
-    /// The event id.
-    pub event_id: Uuid,
-    /// The event type.
-    pub event_type: &'a str,
-    /// The raw metadata object.
-    pub metadata: &'a Value,
-    /// The raw payload.
-    pub payload: &'a Value,
-    /// The commit time, which the database stores to the microsecond.
-    pub recorded_at: DateTime<Utc>,
-    /// The payload's schema version.
-    pub schema_version: u32,
-    /// The stream id.
-    pub stream_id: &'a str,
-    /// The stream type.
-    pub stream_type: &'a str,
-    /// The owning tenant.
-    pub tenant_id: &'a str,
-    /// The version in the stream.
-    pub version: u64,
-}
-
-/// An event's fields with payload and metadata already in canonical JSON: what a writer has
-/// in hand before it hashes.
+/// The stored fields of an event that its hash covers, with payload and metadata in canonical
+/// JSON. A writer renders them before it hashes; a verifier renders what it reads back (as raw
+/// JSON, so that a field a typed reader would ignore still counts).
 #[derive(Debug, Clone, Copy)]
 pub struct CanonicalPieces<'a> {
     /// The event id.
@@ -96,22 +70,6 @@ pub fn canonical_event_text(p: &CanonicalPieces<'_>) -> String {
     out
 }
 
-/// The canonical JSON document an event's hash covers, from the fields as read back.
-pub fn canonical_event(fields: &HashedFields<'_>) -> String {
-    canonical_event_text(&CanonicalPieces {
-        event_id: fields.event_id,
-        event_type: fields.event_type,
-        metadata_json: &to_canonical_json(fields.metadata),
-        payload_json: &to_canonical_json(fields.payload),
-        recorded_at: fields.recorded_at,
-        schema_version: fields.schema_version,
-        stream_id: fields.stream_id,
-        stream_type: fields.stream_type,
-        tenant_id: fields.tenant_id,
-        version: fields.version,
-    })
-}
-
 /// `sha256(prev_hash || canonical_text)`.
 pub fn chain_hash(prev_hash: &[u8; 32], canonical_text: &str) -> [u8; 32] {
     let mut hasher = Sha256::new();
@@ -120,36 +78,38 @@ pub fn chain_hash(prev_hash: &[u8; 32], canonical_text: &str) -> [u8; 32] {
     hasher.finalize().into()
 }
 
-/// `sha256(prev_hash || canonical_event(fields))`.
-pub fn event_hash(prev_hash: &[u8; 32], fields: &HashedFields<'_>) -> [u8; 32] {
-    chain_hash(prev_hash, &canonical_event(fields))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::canonical::to_canonical_json;
+    use serde_json::{Value, json};
 
-    fn fields<'a>(payload: &'a Value, metadata: &'a Value) -> HashedFields<'a> {
-        HashedFields {
+    /// Renders `payload` and `metadata` and runs `check` on the pieces of a sample event.
+    fn with_pieces<T>(
+        payload: &Value,
+        metadata: &Value,
+        check: impl FnOnce(CanonicalPieces<'_>) -> T,
+    ) -> T {
+        let (payload_json, metadata_json) =
+            (to_canonical_json(payload), to_canonical_json(metadata));
+        check(CanonicalPieces {
             event_id: Uuid::nil(),
             event_type: "LeaseProvisioned",
-            metadata,
-            payload,
+            metadata_json: &metadata_json,
+            payload_json: &payload_json,
             recorded_at: DateTime::from_timestamp(1_800_000_000, 123_456_000).unwrap(),
             schema_version: 1,
             stream_id: "lease-1",
             stream_type: "lease",
             tenant_id: "acme",
             version: 2,
-        }
+        })
     }
 
     #[test]
     fn canonical_event_has_sorted_keys_and_microsecond_time() {
-        let payload = json!({"b": 1, "a": [true]});
-        let metadata = json!({});
-        let text = canonical_event(&fields(&payload, &metadata));
+        let text =
+            with_pieces(&json!({"b": 1, "a": [true]}), &json!({}), |p| canonical_event_text(&p));
         assert_eq!(
             text,
             concat!(
@@ -158,21 +118,6 @@ mod tests {
                 r#""schema_version":1,"stream_id":"lease-1","stream_type":"lease","tenant_id":"acme","version":2}"#
             )
         );
-    }
-
-    fn whole_object(fields: &HashedFields<'_>) -> String {
-        to_canonical_json(&json!({
-            "event_id": fields.event_id.to_string(),
-            "event_type": fields.event_type,
-            "metadata": fields.metadata,
-            "payload": fields.payload,
-            "recorded_at": fields.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true),
-            "schema_version": fields.schema_version,
-            "stream_id": fields.stream_id,
-            "stream_type": fields.stream_type,
-            "tenant_id": fields.tenant_id,
-            "version": fields.version,
-        }))
     }
 
     proptest::proptest! {
@@ -186,20 +131,36 @@ mod tests {
         ) {
             let payload = json!({key.clone(): [text.clone(), number], "z": {"y": null}});
             let metadata = json!({"operation_key": text, "generation": 3});
-            let mut f = fields(&payload, &metadata);
-            f.version = version;
-            f.recorded_at = DateTime::from_timestamp_micros(micros).unwrap();
-            proptest::prop_assert_eq!(canonical_event(&f), whole_object(&f));
+            let recorded_at = DateTime::from_timestamp_micros(micros).unwrap();
+            let (assembled, whole) = with_pieces(&payload, &metadata, |mut p| {
+                p.version = version;
+                p.recorded_at = recorded_at;
+                let whole = to_canonical_json(&json!({
+                    "event_id": p.event_id.to_string(),
+                    "event_type": p.event_type,
+                    "metadata": metadata,
+                    "payload": payload,
+                    "recorded_at": recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+                    "schema_version": p.schema_version,
+                    "stream_id": p.stream_id,
+                    "stream_type": p.stream_type,
+                    "tenant_id": p.tenant_id,
+                    "version": version,
+                }));
+                (canonical_event_text(&p), whole)
+            });
+            proptest::prop_assert_eq!(assembled, whole);
         }
     }
 
     #[test]
     fn any_change_changes_the_hash() {
-        let payload = json!({"a": 1});
-        let other = json!({"a": 2});
-        let metadata = json!({});
-        let base = event_hash(&GENESIS_HASH, &fields(&payload, &metadata));
-        assert_ne!(base, event_hash(&GENESIS_HASH, &fields(&other, &metadata)));
-        assert_ne!(base, event_hash(&[1; 32], &fields(&payload, &metadata)));
+        let hash_of = |payload: Value, prev: [u8; 32]| {
+            with_pieces(&payload, &json!({}), |p| chain_hash(&prev, &canonical_event_text(&p)))
+        };
+        let base = hash_of(json!({"a": 1}), GENESIS_HASH);
+        assert_ne!(base, hash_of(json!({"a": 2}), GENESIS_HASH));
+        assert_ne!(base, hash_of(json!({"a": 1}), [1; 32]));
+        assert_eq!(base, hash_of(json!({"a": 1}), GENESIS_HASH));
     }
 }

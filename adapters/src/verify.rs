@@ -7,7 +7,8 @@ use leasehold_domain::StoreError;
 use serde_json::Value;
 use tokio_postgres::types::Json;
 
-use crate::chain::{GENESIS_HASH, HashedFields, event_hash};
+use crate::canonical::to_canonical_json;
+use crate::chain::{CanonicalPieces, GENESIS_HASH, canonical_event_text, chain_hash};
 use crate::limits::{VERIFY_BREAKS_MAX, VERIFY_PAGE_ROWS};
 use crate::store::PgEventStore;
 
@@ -109,11 +110,12 @@ fn check_row(
         row.get::<_, &[u8]>(11).try_into().map_err(|_| corrupt("prev_hash is not 32 bytes"))?;
     let hash: [u8; 32] =
         row.get::<_, &[u8]>(12).try_into().map_err(|_| corrupt("hash is not 32 bytes"))?;
-    let fields = HashedFields {
+    let (metadata_json, payload_json) = (to_canonical_json(&metadata), to_canonical_json(&payload));
+    let pieces = CanonicalPieces {
         event_id: row.get(3),
         event_type: row.get(4),
-        metadata: &metadata,
-        payload: &payload,
+        metadata_json: &metadata_json,
+        payload_json: &payload_json,
         recorded_at,
         schema_version: u32::try_from(row.get::<_, i32>(8)).unwrap_or(u32::MAX),
         stream_id: &stream_id,
@@ -142,7 +144,7 @@ fn check_row(
     } else if prev_hash != walk.hash {
         record(BreakKind::PrevHashMismatch);
     }
-    if event_hash(&prev_hash, &fields) != hash {
+    if chain_hash(&prev_hash, &canonical_event_text(&pieces)) != hash {
         record(BreakKind::HashMismatch);
     }
     // Go on from what is stored, so one altered event is reported once, not for the whole tail.

@@ -1,6 +1,7 @@
 //! (f) The hash chain verifies, and tampering directly in SQL is found where it happened.
 
-use leasehold_adapters::chain::{GENESIS_HASH, HashedFields, event_hash};
+use leasehold_adapters::canonical::to_canonical_json;
+use leasehold_adapters::chain::{CanonicalPieces, GENESIS_HASH, canonical_event_text, chain_hash};
 use leasehold_adapters::verify::{BreakKind, ChainBreak};
 use leasehold_domain::{EventStore, ExpectedVersion, RecordedEvent};
 use leasehold_tests::TestDb;
@@ -18,22 +19,21 @@ async fn three_streams(store: &impl EventStore) {
 }
 
 fn recompute(event: &RecordedEvent) -> [u8; 32] {
-    let metadata = serde_json::to_value(&event.metadata).unwrap();
-    event_hash(
-        &event.prev_hash,
-        &HashedFields {
-            event_id: event.event_id.as_uuid(),
-            event_type: event.event_type.as_str(),
-            metadata: &metadata,
-            payload: &event.payload,
-            recorded_at: event.recorded_at,
-            schema_version: u32::from(event.schema_version),
-            stream_id: event.stream_id.as_str(),
-            stream_type: event.stream_type.as_str(),
-            tenant_id: event.tenant_id.as_str(),
-            version: event.version,
-        },
-    )
+    let metadata_json = to_canonical_json(&serde_json::to_value(&event.metadata).unwrap());
+    let payload_json = to_canonical_json(&event.payload);
+    let text = canonical_event_text(&CanonicalPieces {
+        event_id: event.event_id.as_uuid(),
+        event_type: event.event_type.as_str(),
+        metadata_json: &metadata_json,
+        payload_json: &payload_json,
+        recorded_at: event.recorded_at,
+        schema_version: u32::from(event.schema_version),
+        stream_id: event.stream_id.as_str(),
+        stream_type: event.stream_type.as_str(),
+        tenant_id: event.tenant_id.as_str(),
+        version: event.version,
+    });
+    chain_hash(&event.prev_hash, &text)
 }
 
 #[tokio::test]
