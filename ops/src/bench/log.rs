@@ -40,6 +40,7 @@ pub struct LogBenchArgs {
 const WRITER_COUNTS: [usize; 3] = [1, 4, 16];
 const BATCH_STREAMS: u64 = 10;
 const READ_PAGE_EVENTS: usize = 1_000;
+const READ_PASSES: usize = 3;
 const ZERO_HASH: [u8; 32] = [0; 32];
 
 /// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
@@ -76,9 +77,13 @@ async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<(
     progress(args, &format!("filling the log to {} events", args.read_events));
     fill(&store, url, args.read_events).await?;
     progress(args, "whole-log catch-up read");
-    store_read(&store).await?; // Warm the cache for both tables alike.
-    let baseline = raw_read(url).await?;
-    let value = store_read(&store).await?;
+    // Interleaved passes, best of each: one pass is short enough for a neighbour's burst of
+    // work to skew it. The first pass also warms the cache for both tables alike.
+    let (mut baseline, mut value) = (0.0f64, 0.0f64);
+    for _ in 0..READ_PASSES {
+        value = value.max(store_read(&store).await?);
+        baseline = baseline.max(raw_read(url).await?);
+    }
     report(&Measure { name: "catch_up_read".into(), value, unit: "events/s", baseline }, args.json);
     Ok(())
 }
