@@ -16,13 +16,14 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::PgEventStore;
 use super::append::Answer;
-use super::prepare::{Member, Prepared, prepare};
+use super::prepare::{Member, Prepared, Rendered};
 use crate::limits::{GROUP_APPENDS_MAX, GROUP_QUEUE_MAX};
 
 /// An append waiting for a group, and where its answer goes.
 #[derive(Debug)]
 pub(crate) struct Request {
     appends: Vec<StreamAppend>,
+    rendered: Rendered,
     reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
 }
 
@@ -38,10 +39,11 @@ impl PgEventStore {
     pub(super) async fn append_grouped(
         &self,
         appends: Vec<StreamAppend>,
+        rendered: Rendered,
     ) -> Result<AppendOutcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         let queue = self.group.get_or_init(|| self.start_committers());
-        queue.send(Request { appends, reply }).await.map_err(|_| stopped())?;
+        queue.send(Request { appends, rendered, reply }).await.map_err(|_| stopped())?;
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -67,22 +69,16 @@ impl PgEventStore {
     }
 
     async fn commit_group(&self, requests: Vec<Request>) {
-        let prepared: Vec<Prepared<'_>> = match requests
-            .iter()
-            .map(|r| prepare(&r.appends, self.config.payload_max_bytes))
-            .collect()
-        {
-            Ok(prepared) => prepared,
-            // Validated before queueing; unreachable, but answer rather than drop.
-            Err(error) => {
-                for request in requests {
-                    let _ = request.reply.send(Err(error.clone().into()));
-                }
-                return;
-            }
-        };
+        let (mut replies, mut appends, mut rendered) = (Vec::new(), Vec::new(), Vec::new());
+        for request in requests {
+            replies.push(request.reply);
+            appends.push(request.appends);
+            rendered.push(request.rendered);
+        }
+        let prepared: Vec<Prepared<'_>> =
+            appends.iter().zip(rendered).map(|(a, r)| Prepared::new(a, r)).collect();
         let mut results: Vec<Option<Result<AppendOutcome, StoreError>>> =
-            requests.iter().map(|_| None).collect();
+            prepared.iter().map(|_| None).collect();
         if prepared.len() > 1 {
             self.try_together(&prepared, &mut results).await;
         }
@@ -91,9 +87,8 @@ impl PgEventStore {
                 *result = Some(self.append_alone(&prepared[number]).await);
             }
         }
-        drop(prepared);
-        for (request, result) in requests.into_iter().zip(results) {
-            let _ = request.reply.send(result.unwrap_or_else(|| Err(stopped())));
+        for (reply, result) in replies.into_iter().zip(results) {
+            let _ = reply.send(result.unwrap_or_else(|| Err(stopped())));
         }
     }
 

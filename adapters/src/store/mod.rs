@@ -31,7 +31,7 @@ use crate::database::{DatabaseUrl, DatabaseUrlError};
 use crate::limits::{COMMITTERS_DEFAULT, GROUP_EVENTS_PER_APPEND_MAX, POOL_DEFAULT_SIZE};
 use errors::{from_driver, from_pool};
 use heads::HeadCache;
-use prepare::{Head, prepare};
+use prepare::{Head, Prepared, render};
 pub(crate) use rows::EVENT_COLUMNS;
 use xid8::Xid8;
 
@@ -152,13 +152,12 @@ fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError> {
 
 impl EventStore for PgEventStore {
     async fn append(&self, appends: Vec<StreamAppend>) -> Result<AppendOutcome, StoreError> {
-        let prepared = prepare(&appends, self.config.payload_max_bytes)?;
+        let rendered = render(&appends, self.config.payload_max_bytes)?;
         let events: usize = appends.iter().map(|a| a.events.len()).sum();
         if self.config.committers == 0 || events > GROUP_EVENTS_PER_APPEND_MAX {
-            return self.append_alone(&prepared).await;
+            return self.append_alone(&Prepared::new(&appends, rendered)).await;
         }
-        drop(prepared);
-        self.append_grouped(appends).await
+        self.append_grouped(appends, rendered).await
     }
 
     async fn read_stream(

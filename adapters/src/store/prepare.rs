@@ -38,7 +38,7 @@ pub(crate) struct Prepared<'a> {
     /// For each caller index, its sorted position.
     pub caller_order: Vec<usize>,
     /// Per caller append, per event: (canonical payload, canonical metadata).
-    pub canonical: Vec<Vec<(String, String)>>,
+    pub canonical: Rendered,
 }
 
 impl Prepared<'_> {
@@ -185,18 +185,24 @@ fn to_i32(value: usize) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
 
+/// Per append, per event: (canonical payload, canonical metadata).
+pub(crate) type Rendered = Vec<Vec<(String, String)>>;
+
 /// Validates `appends` and renders their canonical JSON.
 pub(crate) fn prepare(
     appends: &[StreamAppend],
     payload_max_bytes: usize,
 ) -> Result<Prepared<'_>, ValidationError> {
+    Ok(Prepared::new(appends, render(appends, payload_max_bytes)?))
+}
+
+/// Validates `appends` and renders their canonical JSON, once: the result travels with the
+/// appends (to a group committer, say) so nothing is rendered twice.
+pub(crate) fn render(
+    appends: &[StreamAppend],
+    payload_max_bytes: usize,
+) -> Result<Rendered, ValidationError> {
     check_shape(appends)?;
-    let mut sorted: Vec<usize> = (0..appends.len()).collect();
-    sorted.sort_by(|&a, &b| appends[a].stream_id.cmp(&appends[b].stream_id));
-    let mut caller_order = vec![0; appends.len()];
-    for (position, &caller) in sorted.iter().enumerate() {
-        caller_order[caller] = position;
-    }
     let mut canonical = Vec::with_capacity(appends.len());
     for append in appends {
         let mut rendered = Vec::with_capacity(append.events.len());
@@ -217,7 +223,20 @@ pub(crate) fn prepare(
         }
         canonical.push(rendered);
     }
-    Ok(Prepared { appends, sorted, caller_order, canonical })
+    Ok(canonical)
+}
+
+impl<'a> Prepared<'a> {
+    /// Puts validated, rendered appends in lock order.
+    pub(crate) fn new(appends: &'a [StreamAppend], canonical: Rendered) -> Self {
+        let mut sorted: Vec<usize> = (0..appends.len()).collect();
+        sorted.sort_by(|&a, &b| appends[a].stream_id.cmp(&appends[b].stream_id));
+        let mut caller_order = vec![0; appends.len()];
+        for (position, &caller) in sorted.iter().enumerate() {
+            caller_order[caller] = position;
+        }
+        Prepared { appends, sorted, caller_order, canonical }
+    }
 }
 
 fn to_i64(value: u64) -> i64 {
