@@ -14,7 +14,9 @@
 --                          ordered by append; p_entry_stream indexes p_streams;
 --                          p_entry_head is the hash of version p_entry_expected;
 --                          p_entry_last_* is the head after the append
---   p_event_*              one per event, in log order; p_event_entry indexes the entries.
+--   p_event_*              one per event, in log order, appends one after another;
+--                          p_event_entry indexes the entries; p_append_events counts each
+--                          append's events.
 --                          Payloads and metadata are RFC 8785 JSON text, exactly as hashed.
 --
 -- One row per append (r_append):
@@ -37,7 +39,7 @@ CREATE FUNCTION leasehold_append(
     p_event_entry integer[], p_event_ids uuid[], p_event_versions bigint[],
     p_event_types text[], p_event_schema_versions integer[], p_event_payloads text[],
     p_event_metadata text[], p_event_prev_hashes bytea[], p_event_hashes bytea[],
-    p_recorded_at timestamptz, p_check_event_ids boolean)
+    p_append_events integer[], p_recorded_at timestamptz, p_check_event_ids boolean)
 RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bigint,
                r_position bigint, r_stream text, r_expected bigint, r_actual bigint,
                r_versions bigint[])
@@ -52,6 +54,7 @@ AS $fn$
 DECLARE
     zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
     n_entries constant integer := cardinality(p_entry_append);
+    n_streams constant integer := cardinality(p_streams);
     n_appends constant integer := p_entry_append[n_entries];
     -- Per stream: its state as locked, then as the accepted appends leave it.
     d_version bigint[];
@@ -70,6 +73,8 @@ DECLARE
     v_matched bigint;
     v_found bigint;
     v_count bigint;
+    r record;
+    v_positions bigint[];
     i integer := 1;
     v_first integer;
     d integer;
@@ -81,19 +86,27 @@ DECLARE
 BEGIN
     -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
     --    transaction id is held while waiting: a writer that waited for us gets a later one.
-    WITH locked AS MATERIALIZED (
-        SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
-          FROM streams st WHERE st.stream_id = ANY (p_streams)
-         ORDER BY st.stream_id FOR UPDATE)
-    SELECT array_agg(coalesce(l.version, 0) ORDER BY u.o),
-           array_agg(coalesce(l.last_hash, zero_hash) ORDER BY u.o),
-           array_agg(l.stream_id IS NOT NULL ORDER BY u.o),
-           array_agg(l.stream_type ORDER BY u.o),
-           array_agg(l.tenant_id ORDER BY u.o),
-           array_agg(false ORDER BY u.o)
-      INTO d_version, d_hash, d_exists, d_type, d_tenant, d_touched
-      FROM unnest(p_streams) WITH ORDINALITY AS u(id, o)
-      LEFT JOIN locked l ON l.stream_id = u.id;
+    --    Rows come back in the order of p_streams (both sorted by the "C" collation), so one
+    --    walk of p_streams places each.
+    d_version := array_fill(0::bigint, ARRAY[n_streams]);
+    d_hash := array_fill(zero_hash, ARRAY[n_streams]);
+    d_exists := array_fill(false, ARRAY[n_streams]);
+    d_touched := d_exists;
+    d_type := array_fill(NULL::text, ARRAY[n_streams]);
+    d_tenant := d_type;
+    d := 1;
+    FOR r IN SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
+               FROM streams st WHERE st.stream_id = ANY (p_streams)
+              ORDER BY st.stream_id FOR UPDATE LOOP
+        WHILE p_streams[d] <> r.stream_id LOOP
+            d := d + 1;
+        END LOOP;
+        d_version[d] := r.version;
+        d_hash[d] := r.last_hash;
+        d_exists[d] := true;
+        d_type[d] := r.stream_type;
+        d_tenant[d] := r.tenant_id;
+    END LOOP;
     d_existed := d_exists;
 
     -- 2. Each append in turn, against the streams as the appends before it left them.
@@ -203,8 +216,9 @@ BEGIN
          WHERE u.t AND NOT u.e;
     END IF;
 
-    -- 4. The accepted appends' events, in one multi-row statement, in the order given.
-    RETURN QUERY
+    -- 4. The accepted appends' events, in one multi-row statement, in the order given. Their
+    --    positions ascend in that order, so the k-th position is the k-th accepted event's,
+    --    and each append's cursor is that of its last event.
     WITH inserted AS (
         INSERT INTO events (event_id, stream_id, version, stream_type, tenant_id, event_type,
                             schema_version, payload, metadata, recorded_at, prev_hash, hash)
@@ -214,12 +228,24 @@ BEGIN
                       p_event_schema_versions, p_event_payloads, p_event_metadata,
                       p_event_prev_hashes, p_event_hashes) AS u(id, en, v, t, sv, p, m, ph, h)
          WHERE a_outcome[p_entry_append[u.en]] IS NULL
-        RETURNING events.event_id, events.log_epoch, events.tx_id, events.position)
-    SELECT DISTINCT ON (p_entry_append[u.en]) p_entry_append[u.en], 'appended'::text,
-           ins.log_epoch, ins.tx_id::text::bigint, ins.position,
-           NULL::text, NULL::bigint, NULL::bigint, NULL::bigint[]
-      FROM inserted ins
-      JOIN unnest(p_event_ids, p_event_entry) AS u(id, en) ON u.id = ins.event_id
-     ORDER BY p_entry_append[u.en], ins.position DESC;
+        RETURNING events.log_epoch, events.position)
+    SELECT array_agg(ins.position ORDER BY ins.position), min(ins.log_epoch)
+      INTO v_positions, r_log_epoch
+      FROM inserted ins;
+    r_tx_id := pg_current_xact_id()::text::bigint;
+    r_outcome := 'appended';
+    r_stream := NULL;
+    r_expected := NULL;
+    r_actual := NULL;
+    r_versions := NULL;
+    i := 0;
+    FOR a IN 1..n_appends LOOP
+        IF a_outcome[a] IS NULL THEN
+            i := i + p_append_events[a];
+            r_append := a;
+            r_position := v_positions[i];
+            RETURN NEXT;
+        END IF;
+    END LOOP;
 END;
 $fn$;

@@ -16,7 +16,8 @@ const APPEND_SQL: &str = "SELECT r_append, r_outcome, r_log_epoch, r_tx_id, r_po
      r_stream, r_expected, r_actual, r_versions FROM leasehold_append($1::text[], $2::int4[], \
      $3::int4[], $4::text[], $5::text[], $6::bigint[], $7::bool[], $8::bytea[], $9::bigint[], \
      $10::bytea[], $11::int4[], $12::uuid[], $13::bigint[], $14::text[], $15::int4[], \
-     $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::timestamptz, $21::bool)";
+     $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::int4[], $21::timestamptz, \
+     $22::bool)";
 
 const HEADS_SQL: &str =
     "SELECT stream_id, version, last_hash FROM streams WHERE stream_id = ANY($1::text[])";
@@ -157,6 +158,7 @@ impl PgEventStore {
                     &e.event_metadata,
                     &e.event_prev_hashes,
                     &e.event_hashes,
+                    &e.append_events,
                     &e.recorded_at,
                     &check_event_ids,
                 ],

@@ -79,6 +79,7 @@ pub(crate) struct Encoded<'a> {
     pub event_metadata: Vec<&'a str>,
     pub event_prev_hashes: Vec<Vec<u8>>,
     pub event_hashes: Vec<Vec<u8>>,
+    pub append_events: Vec<i32>,
     pub recorded_at: DateTime<Utc>,
     /// Per append, each stream's head after it (in its sorted order).
     pub new_heads: Vec<Vec<Head>>,
@@ -113,11 +114,14 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         event_metadata: Vec::new(),
         event_prev_hashes: Vec::new(),
         event_hashes: Vec::new(),
+        append_events: Vec::with_capacity(group.len()),
         recorded_at,
         new_heads: Vec::with_capacity(group.len()),
     };
     for (number, (prepared, heads)) in group.iter().enumerate() {
         let first_entry = e.entry_append.len();
+        let events: usize = prepared.appends.iter().map(|a| a.events.len()).sum();
+        e.append_events.push(to_i32(events));
         push_entries(&mut e, prepared, heads, number + 1);
         let mut new_heads = heads.clone();
         push_events(&mut e, prepared, &mut new_heads, first_entry);
