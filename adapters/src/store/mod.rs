@@ -39,10 +39,11 @@ use xid8::Xid8;
 // ever replace them and stop the sort from walking the index.
 
 /// Rows a whole-log reader may see: every earlier epoch, and in the current one only rows of
-/// transactions older than the oldest transaction still running.
-/// Both bounds are subqueries so that they are computed once per statement, not per row.
-const HORIZON: &str = "(log_epoch < (SELECT current_epoch FROM log_meta) \
-     OR tx_id < (SELECT pg_snapshot_xmin(pg_current_snapshot())))";
+/// transactions older than the oldest transaction still running. Written as one row
+/// comparison so that it bounds the index scan instead of filtering rows; both bounds are
+/// subqueries, computed once per statement.
+const HORIZON: &str = "(log_epoch, tx_id) < ((SELECT current_epoch FROM log_meta), \
+     (SELECT pg_snapshot_xmin(pg_current_snapshot())))";
 
 /// Settings of the event store.
 #[derive(Debug, Clone, PartialEq, Eq)]
