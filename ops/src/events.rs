@@ -1,13 +1,19 @@
 //! `leasehold events ...`: auditing the log.
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 
 /// Recomputes every hash chain; fails when any chain breaks.
 pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
     let store = PgEventStore::new(url, StoreConfig { pool_size: 2, ..Default::default() })?;
-    let report = store.verify_chains(|checked| eprint!("\rverified {checked} events")).await?;
-    eprintln!();
+    let total = count_events(&store).await?;
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template("verifying {bar:40} {pos}/{len} events, {per_sec}, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = store.verify_chains(|checked| bar.set_position(checked)).await?;
+    bar.finish_and_clear();
     for found in &report.breaks {
         println!(
             "BROKEN stream {} version {} (position {}): {:?}",
@@ -25,4 +31,11 @@ pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
         bail!("the log does not verify");
     }
     Ok(())
+}
+
+/// How many events the log holds, for the progress bar.
+async fn count_events(store: &PgEventStore) -> anyhow::Result<u64> {
+    let client = store.pool().get().await.context("connecting to the database")?;
+    let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
 }

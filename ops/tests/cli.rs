@@ -73,3 +73,42 @@ async fn bench_log_prints_one_json_object_per_measure() {
         assert!(line["unit"].is_string());
     }
 }
+
+#[tokio::test]
+async fn verify_names_a_tampered_event_and_fails() {
+    use leasehold_domain::{
+        EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
+        StreamId, StreamType, TenantId,
+    };
+    let db = TestDb::migrated().await;
+    let events = (0..3)
+        .map(|n| NewEvent {
+            event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
+            event_type: EventType::parse("Charged").unwrap(),
+            schema_version: 1,
+            payload: serde_json::json!({"amount": 40 + n}),
+            metadata: Metadata::default(),
+        })
+        .collect();
+    db.store()
+        .append(vec![StreamAppend {
+            stream_id: StreamId::parse("lease-7").unwrap(),
+            stream_type: StreamType::parse("lease").unwrap(),
+            tenant_id: TenantId::parse("acme").unwrap(),
+            expected: ExpectedVersion::NoStream,
+            events,
+        }])
+        .await
+        .unwrap();
+    let client = db.client().await;
+    client
+        .execute("UPDATE events SET payload = '{\"amount\": 99}' WHERE version = 2", &[])
+        .await
+        .unwrap();
+
+    let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("BROKEN stream lease-7 version 2"), "{stdout}");
+    assert!(stdout.contains("3 events in 1 streams checked, 1 breaks"), "{stdout}");
+}

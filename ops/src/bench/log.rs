@@ -46,7 +46,11 @@ const ZERO_HASH: [u8; 32] = [0; 32];
 /// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
 pub async fn run(args: &LogBenchArgs) -> anyhow::Result<()> {
     let scratch = ScratchDatabase::create(&args.database.parse()?, "bench").await?;
-    let result = measure_all(&scratch.url, args).await;
+    // Ctrl-C ends the measures, never the clean-up: the scratch database is dropped either way.
+    let result = tokio::select! {
+        result = measure_all(&scratch.url, args) => result,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
     scratch.drop_now().await?;
     result
 }
