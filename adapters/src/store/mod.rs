@@ -7,6 +7,7 @@
 //! transaction commits late is never skipped: everything after it waits until it commits.
 
 mod append;
+mod catch_up;
 mod errors;
 mod group;
 mod heads;
@@ -134,7 +135,16 @@ impl PgEventStore {
     }
 }
 
-fn page_limit(limit: usize) -> Result<i64, StoreError> {
+/// The whole-log page query: `$1..$3` the cursor to read after, `$4` the page size.
+pub(crate) fn read_log_sql() -> String {
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM events \
+         WHERE (log_epoch, tx_id, position) > ($1, $2::xid8, $3) AND {HORIZON} \
+         ORDER BY events.log_epoch, events.tx_id, events.position LIMIT $4"
+    )
+}
+
+pub(crate) fn page_limit(limit: usize) -> Result<i64, StoreError> {
     if limit == 0 || limit > READ_PAGE_EVENTS_MAX {
         return Err(
             ValidationError::PageSize { requested: limit, max: READ_PAGE_EVENTS_MAX }.into()
@@ -143,11 +153,11 @@ fn page_limit(limit: usize) -> Result<i64, StoreError> {
     Ok(i64::try_from(limit).unwrap_or(i64::MAX))
 }
 
-fn to_i64(value: u64) -> i64 {
+pub(crate) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError> {
+pub(crate) fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError> {
     rows.iter().map(rows::decode).collect()
 }
 
@@ -183,15 +193,10 @@ impl EventStore for PgEventStore {
 
     async fn read_log(&self, after: Cursor, limit: usize) -> Result<LogPage, StoreError> {
         let limit = page_limit(limit)?;
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events \
-             WHERE (log_epoch, tx_id, position) > ($1, $2::xid8, $3) AND {HORIZON} \
-             ORDER BY events.log_epoch, events.tx_id, events.position LIMIT $4"
-        );
         let epoch = i32::try_from(after.log_epoch).unwrap_or(i32::MAX);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&epoch, &Xid8(after.tx_id), &to_i64(after.position), &limit];
-        let events = decode_all(&self.query(&sql, &params).await?)?;
+        let events = decode_all(&self.query(&read_log_sql(), &params).await?)?;
         let next = events.last().map_or(after, |event| event.cursor);
         Ok(LogPage { events, next })
     }
