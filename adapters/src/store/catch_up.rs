@@ -6,9 +6,9 @@ use std::ops::ControlFlow;
 use std::task::Poll;
 
 use leasehold_domain::{Cursor, LogPage, StoreError};
-use tokio_postgres::Row;
 
 use super::errors::from_driver;
+use super::rows::cursor_of;
 use super::xid8::Xid8;
 use super::{PgEventStore, decode_all, page_limit, read_log_sql, to_i64};
 
@@ -63,14 +63,5 @@ impl PgEventStore {
                 return Ok(delivered);
             }
         }
-    }
-}
-
-/// The cursor of a row selected with `EVENT_COLUMNS`, without decoding the rest of it.
-fn cursor_of(row: &Row) -> Cursor {
-    Cursor {
-        log_epoch: u32::try_from(row.get::<_, i32>(0)).unwrap_or_default(),
-        tx_id: row.get::<_, Xid8>(1).0,
-        position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
     }
 }

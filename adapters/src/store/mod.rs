@@ -207,10 +207,6 @@ impl EventStore for PgEventStore {
              ORDER BY events.log_epoch DESC, events.tx_id DESC, events.position DESC LIMIT 1"
         );
         let rows = self.query(&sql, &[]).await?;
-        Ok(rows.first().map_or(Cursor::START, |row| Cursor {
-            log_epoch: u32::try_from(row.get::<_, i32>(0)).unwrap_or_default(),
-            tx_id: row.get::<_, Xid8>(1).0,
-            position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
-        }))
+        Ok(rows.first().map_or(Cursor::START, rows::cursor_of))
     }
 }

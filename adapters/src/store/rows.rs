@@ -25,16 +25,21 @@ fn hash(position: u64, bytes: &[u8], column: &str) -> Result<[u8; 32], StoreErro
     bytes.try_into().map_err(|_| corrupt(position, format!("{column} is not 32 bytes")))
 }
 
+/// The cursor of a row whose first columns are `log_epoch, tx_id, position` (as in
+/// [`EVENT_COLUMNS`]), without decoding the rest of it. Epochs and positions are positive by
+/// construction (a column default and an identity), so the conversions lose nothing.
+pub(crate) fn cursor_of(row: &Row) -> Cursor {
+    Cursor {
+        log_epoch: u32::try_from(row.get::<_, i32>(0)).unwrap_or_default(),
+        tx_id: row.get::<_, Xid8>(1).0,
+        position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
+    }
+}
+
 /// Decodes one row selected with [`EVENT_COLUMNS`].
 pub(crate) fn decode(row: &Row) -> Result<RecordedEvent, StoreError> {
-    let position_raw: i64 = row.get(2);
-    let position = u64::try_from(position_raw).unwrap_or_default();
-    let log_epoch: i32 = row.get(0);
-    let cursor = Cursor {
-        log_epoch: u32::try_from(log_epoch).map_err(|_| corrupt(position, "negative epoch"))?,
-        tx_id: row.get::<_, Xid8>(1).0,
-        position,
-    };
+    let cursor = cursor_of(row);
+    let position = cursor.position;
     let name_error = |e: leasehold_domain::IdError| corrupt(position, e);
     let Json(metadata): Json<Metadata> =
         row.try_get(11).map_err(|e| corrupt(position, format!("metadata: {e}")))?;
