@@ -9,7 +9,7 @@ use leasehold_domain::{StoreError, StreamId};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::store::PgEventStore;
+use crate::store::{PgEventStore, to_i64};
 
 /// A loaded snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl PgEventStore {
         let bytes = postcard::to_stdvec(state)
             .map_err(|e| StoreError::Database { reason: format!("encoding a snapshot: {e}") })?;
         let schema = i32::try_from(state_schema).unwrap_or(i32::MAX);
-        let version = i64::try_from(version).unwrap_or(i64::MAX);
+        let version = to_i64(version);
         let client = self.client().await?;
         client
             .execute(

@@ -10,7 +10,7 @@ use tokio_postgres::types::Json;
 use crate::canonical::to_canonical_json;
 use crate::chain::{CanonicalPieces, GENESIS_HASH, canonical_event_text, chain_hash};
 use crate::limits::{VERIFY_BREAKS_MAX, VERIFY_PAGE_ROWS};
-use crate::store::PgEventStore;
+use crate::store::{PgEventStore, to_i64};
 
 /// What is wrong at a chain break.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl PgEventStore {
         let mut report = VerifyReport::default();
         let mut walk = Walk { stream_id: String::new(), version: 0, hash: GENESIS_HASH };
         loop {
-            let after_version = i64::try_from(walk.version).unwrap_or(i64::MAX);
+            let after_version = to_i64(walk.version);
             let rows = client
                 .query(&statement, &[&walk.stream_id, &after_version, &VERIFY_PAGE_ROWS])
                 .await

@@ -153,6 +153,7 @@ pub(crate) fn page_limit(limit: usize) -> Result<i64, StoreError> {
     Ok(i64::try_from(limit).unwrap_or(i64::MAX))
 }
 
+/// A count or version for an `int8` column; none comes near `i64::MAX`.
 pub(crate) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }

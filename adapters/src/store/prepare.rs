@@ -13,6 +13,7 @@ use leasehold_domain::{ExpectedVersion, StreamAppend, ValidationError};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::to_i64;
 use crate::canonical::to_canonical_json;
 use crate::chain::{CanonicalPieces, GENESIS_HASH, canonical_event_text, chain_hash};
 
@@ -241,10 +242,6 @@ impl<'a> Prepared<'a> {
         }
         Prepared { appends, sorted, caller_order, canonical }
     }
-}
-
-fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 /// Counts, emptiness and duplicates.
