@@ -35,6 +35,15 @@ pub struct LogBenchArgs {
     /// Group-commit workers of the event store (0: every append commits alone).
     #[arg(long, default_value_t = leasehold_adapters::limits::COMMITTERS_DEFAULT)]
     committers: usize,
+    /// Run only the measures whose names start with this (for example `append_batch`).
+    #[arg(long, value_name = "PREFIX")]
+    only: Option<String>,
+}
+
+impl LogBenchArgs {
+    fn wants(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|prefix| name.starts_with(prefix))
+    }
 }
 
 const WRITER_COUNTS: [usize; 3] = [1, 4, 16];
@@ -64,19 +73,25 @@ async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<(
     )?;
     let duration = Duration::from_secs(args.seconds);
     for writers in WRITER_COUNTS {
+        let name = format!("append_single_{writers}_writers");
+        if !args.wants(&name) {
+            continue;
+        }
         progress(args, &format!("one event per append, {writers} writers"));
         let baseline = raw_single(url, writers, duration).await?;
         let value = store_single(&store, writers, duration).await?;
-        let name = format!("append_single_{writers}_writers");
         report(&Measure { name, value, unit: "appends/s", baseline }, args.json);
     }
-    progress(args, "100 events per append, 1 writer");
-    let baseline = raw_batch(url, duration).await?;
-    let value = store_batch(&store, duration).await?;
-    report(
-        &Measure { name: "append_batch_100".into(), value, unit: "events/s", baseline },
-        args.json,
-    );
+    if args.wants("append_batch_100") {
+        progress(args, "100 events per append, 1 writer");
+        let baseline = raw_batch(url, duration).await?;
+        let value = store_batch(&store, duration).await?;
+        let name = "append_batch_100".into();
+        report(&Measure { name, value, unit: "events/s", baseline }, args.json);
+    }
+    if !args.wants("catch_up_read") {
+        return Ok(());
+    }
 
     progress(args, &format!("filling the log to {} events", args.read_events));
     fill(&store, url, args.read_events).await?;
