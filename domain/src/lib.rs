@@ -1,17 +1,20 @@
-//! Leasehold's pure model: identifiers, the event envelope, the log cursor, expected versions and
-//! the event-store port.
+//! Leasehold's pure model: identifiers, the event envelope, the log cursor, expected versions,
+//! the event-store port, and the aggregates (deciders) with their commands and events.
 //!
 //! This crate knows nothing about SQL, HTTP, an async runtime or the clock: time and new ids are
 //! handed in by callers, and every outside effect goes through a port defined here and
 //! implemented in `leasehold-adapters`.
 
+pub mod aggregate;
 mod cursor;
 mod event;
 mod ids;
+pub mod lease;
 pub mod limits;
 mod store;
 mod version;
 
+pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, RefusalKind};
 pub use cursor::{Cursor, CursorParseError};
 pub use event::{Actor, Metadata, NewEvent, RecordedEvent, StreamAppend};
 pub use ids::{EventId, EventType, IdError, StreamId, StreamType, TenantId};

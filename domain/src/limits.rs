@@ -14,3 +14,21 @@ pub const APPEND_STREAMS_MAX: usize = 100;
 
 /// Most events one page of a read may return.
 pub const READ_PAGE_EVENTS_MAX: usize = 10_000;
+
+/// Most items one lease may hold.
+pub const LEASE_ITEMS_MAX: usize = 32;
+
+/// Longest SKU, in bytes.
+pub const LEASE_SKU_MAX_BYTES: usize = 64;
+
+/// Longest failure reason, in bytes.
+pub const LEASE_REASON_MAX_BYTES: usize = 64;
+
+/// Longest tenant-safe failure message, in characters.
+pub const LEASE_TENANT_MESSAGE_MAX_CHARS: usize = 512;
+
+/// Longest operator-only failure detail kept, in bytes; longer detail is cut.
+pub const LEASE_OPERATOR_DETAIL_MAX_BYTES: usize = 8 * 1024;
+
+/// Default most of one SKU one item may rent; the pipeline's configuration may lower it.
+pub const LEASE_QUANTITY_DEFAULT_MAX: u32 = 1024;

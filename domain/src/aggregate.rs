@@ -1,0 +1,139 @@
+//! The decider every aggregate implements, and what a command is decided with.
+//!
+//! An aggregate is its state. `decide` looks at the state and a command and answers with the
+//! events to append (possibly none: an idempotent no-op) or a refusal; `evolve` folds one
+//! event into the state and never fails. Both are pure and synchronous: the clock, new ids and
+//! anything looked up elsewhere arrive in the [`Context`], so replaying the same events always
+//! yields the same state and deciding the same command in the same context always yields the
+//! same answer.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::{Actor, TenantId};
+
+/// What a refusal means to a caller, whatever the aggregate: the gateway turns each kind into
+/// one `extensions.code`, and the command pipeline decides from it whether a retry can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalKind {
+    /// The input is malformed: retrying the same input can never succeed.
+    BadInput,
+    /// The aggregate (or something it refers to) does not exist for this tenant.
+    NotFound,
+    /// The command is not allowed in the aggregate's current state.
+    InvalidState,
+    /// The command comes from a stale actor (an old generation, maintenance or token).
+    Fenced,
+    /// The command contradicts what is recorded (for example a different shape than expected).
+    Conflict,
+}
+
+/// A refusal by `decide`: a typed error that can say which [`RefusalKind`] it is.
+pub trait Refusal: std::error::Error + Send + Sync + 'static {
+    /// What the refusal means to a caller.
+    fn kind(&self) -> RefusalKind;
+}
+
+/// Everything `decide` may know besides the state and the command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context<F> {
+    /// The time the command is decided at. Events that need a time take this one.
+    pub now: DateTime<Utc>,
+    /// The tenant the command acts for, from the verified token and nowhere else.
+    pub tenant: TenantId,
+    /// Who issued the command.
+    pub actor: Actor,
+    /// Fresh ids, consumed in order, for anything the command creates.
+    pub new_ids: Vec<Uuid>,
+    /// Facts looked up before deciding (other aggregates' states, configuration).
+    pub facts: F,
+}
+
+impl<F> Context<F> {
+    /// The `n`-th fresh id. The pipeline hands in [`Context::new_ids`] enough of them.
+    ///
+    /// # Panics
+    /// When fewer ids were handed in: that is a bug in the caller, not an operating error.
+    #[must_use]
+    pub fn new_id(&self, n: usize) -> Uuid {
+        self.new_ids[n]
+    }
+}
+
+/// A stored event of one aggregate: its name, its payload's shape version, and its payload.
+pub trait DomainEvent: Sized {
+    /// The stored event type, stable once shipped (past tense, e.g. `LeaseProvisioned`).
+    fn event_type(&self) -> &'static str;
+    /// The stored payload.
+    fn to_payload(&self) -> serde_json::Value;
+    /// The event back from its stored type and payload.
+    ///
+    /// # Errors
+    /// When the type is unknown or the payload does not have the type's shape.
+    fn from_stored(event_type: &str, payload: &serde_json::Value)
+    -> Result<Self, EventDecodeError>;
+}
+
+/// A stored event this code cannot read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored event {event_type} cannot be decoded: {reason}")]
+pub struct EventDecodeError {
+    /// The stored event type.
+    pub event_type: String,
+    /// Why not (the decoder's message; it never holds payload values).
+    pub reason: String,
+}
+
+/// An aggregate: a consistency boundary whose state is a fold over its stream's events.
+pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
+    /// The stream type of its streams (`lease`, `vm`, ...).
+    const STREAM_TYPE: &'static str;
+    /// The shape version of the serialized state, for snapshots: a snapshot of another
+    /// version is ignored and the state is rebuilt from the events.
+    const STATE_SCHEMA: u32;
+    /// What can be asked of it.
+    type Command;
+    /// What it records.
+    type Event: DomainEvent;
+    /// Why it refuses.
+    type Error: Refusal;
+    /// Looked-up facts `decide` needs besides the state.
+    type Facts;
+
+    /// The state of a stream with no events.
+    fn initial() -> Self;
+
+    /// The events a command produces, or why it is refused. Never reads the clock.
+    ///
+    /// # Errors
+    /// The aggregate's refusal when the command is not allowed.
+    fn decide(
+        &self,
+        command: &Self::Command,
+        ctx: &Context<Self::Facts>,
+    ) -> Result<Vec<Self::Event>, Self::Error>;
+
+    /// The state after one more event. Holds no rules, only assertions.
+    #[must_use]
+    fn evolve(self, event: &Self::Event) -> Self;
+
+    /// Whether nothing can change it any more.
+    fn is_terminal(&self) -> bool;
+
+    /// The fencing generation its events are issued under, if it has one (stamped into each
+    /// event's metadata).
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+
+    /// The state after a sequence of events.
+    #[must_use]
+    fn replay<'a>(events: impl IntoIterator<Item = &'a Self::Event>) -> Self
+    where
+        Self::Event: 'a,
+    {
+        events.into_iter().fold(Self::initial(), Self::evolve)
+    }
+}

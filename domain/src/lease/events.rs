@@ -1,0 +1,214 @@
+//! The lease's stored events. Names are past tense and stable once shipped; each payload is
+//! the variant's fields as JSON. The manifest never enters an event (only its hash), and
+//! `detail` fields are operator-only: a tenant's view of the log drops them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::values::{
+    HostName, LeaseId, LeaseItems, MaintenanceId, OperatorDetail, PayloadHash, ProviderId, Reason,
+    ServiceName, TenantMessage,
+};
+use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
+use crate::aggregate::{DomainEvent, EventDecodeError};
+
+/// Everything that can happen to a lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+#[allow(missing_docs)] // Each field is described on the aggregate's transition table.
+pub enum LeaseEvent {
+    /// A tenant asked for the lease to be provisioned (first time or a retry after failure).
+    LeaseProvisionRequested {
+        lease: LeaseId,
+        provider: ProviderId,
+        items: LeaseItems,
+        payload_hash: PayloadHash,
+        backend: BackendName,
+        generation: u64,
+        release: u32,
+        at: DateTime<Utc>,
+    },
+    /// The backend reported the provision (or restore) done.
+    LeaseProvisioned { release: Option<u32>, at: DateTime<Utc> },
+    /// The chain acknowledged the lease: PENDING became ACTIVE.
+    LeaseActivated { at: DateTime<Utc> },
+    /// The backend reported the provision (or restore) failed.
+    LeaseProvisionFailed {
+        reason: Reason,
+        message: TenantMessage,
+        detail: OperatorDetail,
+        release: Option<u32>,
+        at: DateTime<Utc>,
+    },
+    /// The chain rejected the lease: PENDING became REJECTED.
+    LeaseRejected { at: DateTime<Utc> },
+    /// A running lease's container died; diagnostics are being gathered.
+    LeaseFailing { detail: OperatorDetail, at: DateTime<Utc> },
+    /// A running lease failed, with its diagnosis.
+    LeaseFailed {
+        reason: Reason,
+        message: TenantMessage,
+        detail: OperatorDetail,
+        at: DateTime<Utc>,
+    },
+    /// A restart was admitted.
+    LeaseRestartStarted {
+        maintenance_id: MaintenanceId,
+        admitted_at: DateTime<Utc>,
+        generation: u64,
+    },
+    /// An update to a new manifest was admitted, as a new release.
+    LeaseUpdateStarted {
+        maintenance_id: MaintenanceId,
+        admitted_at: DateTime<Utc>,
+        generation: u64,
+        payload_hash: PayloadHash,
+        release: u32,
+    },
+    /// The pending restart or update completed.
+    LeaseMaintenanceSucceeded {
+        maintenance_id: MaintenanceId,
+        release: Option<u32>,
+        at: DateTime<Utc>,
+    },
+    /// The pending restart or update failed and the backend rolled back to what ran before.
+    LeaseMaintenanceRecovered {
+        maintenance_id: MaintenanceId,
+        reason: Reason,
+        message: TenantMessage,
+        detail: OperatorDetail,
+        release: Option<u32>,
+        at: DateTime<Utc>,
+    },
+    /// The pending restart or update failed and left the lease failed.
+    LeaseMaintenanceFailed {
+        maintenance_id: MaintenanceId,
+        reason: Reason,
+        message: TenantMessage,
+        detail: OperatorDetail,
+        release: Option<u32>,
+        at: DateTime<Utc>,
+    },
+    /// The lease's resources are to be released.
+    LeaseDeprovisionRequested { generation: u64, at: DateTime<Utc> },
+    /// The backend released the resources, keeping the data (`retained`) or not.
+    LeaseDeprovisioned { retained: bool, retained_until: Option<DateTime<Utc>>, at: DateTime<Utc> },
+    /// A new lease started from another lease's retained data.
+    LeaseRestoreStarted {
+        lease: LeaseId,
+        from: LeaseId,
+        provider: ProviderId,
+        items: LeaseItems,
+        backend: BackendName,
+        generation: u64,
+        at: DateTime<Utc>,
+    },
+    /// This lease's retained data is being restored into another lease.
+    LeaseRetentionRestoring { into: LeaseId, at: DateTime<Utc> },
+    /// The restore into another lease failed; the retained data is available again.
+    LeaseRetentionRestoreRolledBack { into: LeaseId, at: DateTime<Utc> },
+    /// The restore into another lease committed; the retained record is gone.
+    LeaseRetentionConsumed { into: LeaseId, at: DateTime<Utc> },
+    /// The retained data is being destroyed (grace expired, or evicted by the tenant's cap).
+    LeaseRetentionReaping { cause: ReapCause, at: DateTime<Utc> },
+    /// Every retained volume is confirmed destroyed.
+    LeaseRetentionDeleted { at: DateTime<Utc> },
+    /// The host name routed to one item changed (`None`: removed).
+    LeaseCustomDomainSet {
+        service: Option<ServiceName>,
+        domain: Option<HostName>,
+        at: DateTime<Utc>,
+    },
+    /// The backend's consecutive-failure budget, read from a complete inventory.
+    LeaseTerminalBudgetObserved {
+        verdict: TerminalVerdict,
+        consecutive_failures: u32,
+        at: DateTime<Utc>,
+    },
+    /// The chain closed a failed lease whose failure budget is exhausted.
+    LeaseClosedForFailure { consecutive_failures: u32, at: DateTime<Utc> },
+    /// The chain closed the lease: ACTIVE became CLOSED.
+    LeaseClosed { cause: CloseCause, at: DateTime<Utc> },
+    /// The lease ran out its term: ACTIVE became EXPIRED.
+    LeaseExpired { at: DateTime<Utc> },
+}
+
+impl DomainEvent for LeaseEvent {
+    fn event_type(&self) -> &'static str {
+        match self {
+            Self::LeaseProvisionRequested { .. } => "LeaseProvisionRequested",
+            Self::LeaseProvisioned { .. } => "LeaseProvisioned",
+            Self::LeaseActivated { .. } => "LeaseActivated",
+            Self::LeaseProvisionFailed { .. } => "LeaseProvisionFailed",
+            Self::LeaseRejected { .. } => "LeaseRejected",
+            Self::LeaseFailing { .. } => "LeaseFailing",
+            Self::LeaseFailed { .. } => "LeaseFailed",
+            Self::LeaseRestartStarted { .. } => "LeaseRestartStarted",
+            Self::LeaseUpdateStarted { .. } => "LeaseUpdateStarted",
+            Self::LeaseMaintenanceSucceeded { .. } => "LeaseMaintenanceSucceeded",
+            Self::LeaseMaintenanceRecovered { .. } => "LeaseMaintenanceRecovered",
+            Self::LeaseMaintenanceFailed { .. } => "LeaseMaintenanceFailed",
+            Self::LeaseDeprovisionRequested { .. } => "LeaseDeprovisionRequested",
+            Self::LeaseDeprovisioned { .. } => "LeaseDeprovisioned",
+            Self::LeaseRestoreStarted { .. } => "LeaseRestoreStarted",
+            Self::LeaseRetentionRestoring { .. } => "LeaseRetentionRestoring",
+            Self::LeaseRetentionRestoreRolledBack { .. } => "LeaseRetentionRestoreRolledBack",
+            Self::LeaseRetentionConsumed { .. } => "LeaseRetentionConsumed",
+            Self::LeaseRetentionReaping { .. } => "LeaseRetentionReaping",
+            Self::LeaseRetentionDeleted { .. } => "LeaseRetentionDeleted",
+            Self::LeaseCustomDomainSet { .. } => "LeaseCustomDomainSet",
+            Self::LeaseTerminalBudgetObserved { .. } => "LeaseTerminalBudgetObserved",
+            Self::LeaseClosedForFailure { .. } => "LeaseClosedForFailure",
+            Self::LeaseClosed { .. } => "LeaseClosed",
+            Self::LeaseExpired { .. } => "LeaseExpired",
+        }
+    }
+
+    fn to_payload(&self) -> serde_json::Value {
+        let mut tagged = serde_json::to_value(self).expect("lease events serialize");
+        tagged.get_mut("data").map(serde_json::Value::take).unwrap_or_default()
+    }
+
+    fn from_stored(
+        event_type: &str,
+        payload: &serde_json::Value,
+    ) -> Result<Self, EventDecodeError> {
+        let tagged = serde_json::json!({ "type": event_type, "data": payload });
+        serde_json::from_value(tagged).map_err(|error| EventDecodeError {
+            event_type: event_type.to_owned(),
+            // For operators' logs only: serde_json may quote a value it could not read.
+            reason: error.to_string(),
+        })
+    }
+}
+
+impl LeaseEvent {
+    /// Every event type a lease stream may hold, for projections that subscribe to them.
+    pub const TYPES: [&'static str; 25] = [
+        "LeaseProvisionRequested",
+        "LeaseProvisioned",
+        "LeaseActivated",
+        "LeaseProvisionFailed",
+        "LeaseRejected",
+        "LeaseFailing",
+        "LeaseFailed",
+        "LeaseRestartStarted",
+        "LeaseUpdateStarted",
+        "LeaseMaintenanceSucceeded",
+        "LeaseMaintenanceRecovered",
+        "LeaseMaintenanceFailed",
+        "LeaseDeprovisionRequested",
+        "LeaseDeprovisioned",
+        "LeaseRestoreStarted",
+        "LeaseRetentionRestoring",
+        "LeaseRetentionRestoreRolledBack",
+        "LeaseRetentionConsumed",
+        "LeaseRetentionReaping",
+        "LeaseRetentionDeleted",
+        "LeaseCustomDomainSet",
+        "LeaseTerminalBudgetObserved",
+        "LeaseClosedForFailure",
+        "LeaseClosed",
+        "LeaseExpired",
+    ];
+}

@@ -1,0 +1,680 @@
+//! The lease's transition table, row by row (the doc comment of `domain/src/lease.rs`), with
+//! every guard's refusal; then properties over random command sequences.
+
+mod fixtures;
+mod properties;
+
+use fixtures::*;
+use leasehold_domain::lease::{
+    ChainState, CloseCause, LeaseCommand as C, LeaseError, LeaseFacts, LeaseItems, LeaseStatus,
+    MaintenanceOutcome, OperatorDetail, ReapCause, RetentionStatus, TerminalVerdict,
+};
+use leasehold_domain::{Refusal, RefusalKind};
+
+use Expect::{Events, NoChange, Refused};
+
+fn none() -> LeaseFacts {
+    LeaseFacts::default()
+}
+
+fn invalid(command: &'static str, status: LeaseStatus, chain: ChainState) -> Expect {
+    Refused(LeaseError::InvalidState { command, status, chain })
+}
+
+#[test]
+fn request_provision() {
+    let lease = check(&[], request(), routed(), Events(&["LeaseProvisionRequested"]));
+    assert_eq!(
+        (lease.status, lease.chain, lease.generation),
+        (LeaseStatus::Provisioning, ChainState::Pending, 1)
+    );
+    assert_eq!(lease.deploying_release, Some(1));
+    check(
+        &[],
+        request(),
+        none(),
+        Refused(LeaseError::NoBackend { sku: items().as_slice()[0].sku.clone() }),
+    );
+    check(&provisioning(), request(), routed(), NoChange);
+    let lease = check(&failed(), request(), routed(), Events(&["LeaseProvisionRequested"]));
+    assert_eq!(
+        (lease.status, lease.release_count, lease.generation),
+        (LeaseStatus::Provisioning, 2, 2)
+    );
+    check(&failing(), request(), routed(), Events(&["LeaseProvisionRequested"]));
+    check(
+        &ready(),
+        request(),
+        routed(),
+        invalid("RequestProvision", LeaseStatus::Ready, ChainState::Active),
+    );
+    check(
+        &rejected(),
+        request(),
+        routed(),
+        invalid("RequestProvision", LeaseStatus::Failed, ChainState::Rejected),
+    );
+    let other = C::RequestProvision {
+        lease: LEASE,
+        provider: OTHER_PROVIDER,
+        items: items(),
+        payload_hash: hash(1),
+    };
+    check(&failed(), other, routed(), Refused(LeaseError::ProvisionMismatch));
+    let other = C::RequestProvision {
+        lease: LEASE,
+        provider: PROVIDER,
+        items: items(),
+        payload_hash: hash(9),
+    };
+    check(&failed(), other, routed(), Refused(LeaseError::ProvisionMismatch));
+}
+
+#[test]
+fn commands_on_a_lease_that_does_not_exist_are_not_found() {
+    for command in [
+        C::ReportProvisioned,
+        C::Deprovision,
+        C::Restart { maintenance_id: MAINTENANCE },
+        C::Expire,
+    ] {
+        check(&[], command, none(), Refused(LeaseError::NotFound));
+    }
+}
+
+#[test]
+fn report_provisioned() {
+    let lease = check(
+        &provisioning(),
+        C::ReportProvisioned,
+        none(),
+        Events(&["LeaseProvisioned", "LeaseActivated"]),
+    );
+    assert_eq!(
+        (lease.status, lease.chain, lease.active_release),
+        (LeaseStatus::Ready, ChainState::Active, Some(1))
+    );
+    check(&ready(), C::ReportProvisioned, none(), NoChange);
+    check(&deprovisioning(), C::ReportProvisioned, none(), NoChange);
+    check(&retained(), C::ReportProvisioned, none(), NoChange);
+    check(
+        &failed(),
+        C::ReportProvisioned,
+        none(),
+        invalid("ReportProvisioned", LeaseStatus::Failed, ChainState::Active),
+    );
+    check(
+        &restarting(),
+        C::ReportProvisioned,
+        none(),
+        invalid("ReportProvisioned", LeaseStatus::Restarting, ChainState::Active),
+    );
+}
+
+#[test]
+fn report_failed_when_provisioning_rejects_a_pending_lease() {
+    let lease = check(
+        &provisioning(),
+        report_failed(),
+        none(),
+        Events(&["LeaseProvisionFailed", "LeaseRejected"]),
+    );
+    assert_eq!(
+        (lease.status, lease.chain, lease.fail_count),
+        (LeaseStatus::Failed, ChainState::Rejected, 1)
+    );
+    assert_eq!(lease.reason.as_ref().map(|r| r.as_str()), Some("ImagePullFailed"));
+    assert_eq!(lease.deploying_release, None);
+}
+
+#[test]
+fn report_failed_on_a_running_lease() {
+    let lease = check(&ready(), report_failed(), none(), Events(&["LeaseFailed"]));
+    assert_eq!(
+        (lease.status, lease.chain, lease.fail_count),
+        (LeaseStatus::Failed, ChainState::Active, 1)
+    );
+    check(&failing(), report_failed(), none(), Events(&["LeaseFailed"]));
+    check(&failed(), report_failed(), none(), NoChange);
+    check(&deprovisioned(), report_failed(), none(), NoChange);
+    check(
+        &updating(),
+        report_failed(),
+        none(),
+        invalid("ReportFailed", LeaseStatus::Updating, ChainState::Active),
+    );
+}
+
+#[test]
+fn report_container_died() {
+    let died = || C::ReportContainerDied { detail: OperatorDetail::new("exit 1") };
+    let lease = check(&ready(), died(), none(), Events(&["LeaseFailing"]));
+    assert_eq!(lease.status, LeaseStatus::Failing);
+    check(&failing(), died(), none(), NoChange);
+    check(&failed(), died(), none(), NoChange);
+    check(&deprovisioning(), died(), none(), NoChange);
+    check(
+        &provisioning(),
+        died(),
+        none(),
+        invalid("ReportContainerDied", LeaseStatus::Provisioning, ChainState::Pending),
+    );
+}
+
+#[test]
+fn restart_and_update_start_a_fenced_maintenance() {
+    let restart = || C::Restart { maintenance_id: MAINTENANCE };
+    for given in [ready(), failing(), failed()] {
+        let before: leasehold_domain::lease::Lease =
+            leasehold_domain::Aggregate::replay(&history(&given));
+        let lease = check(&given, restart(), none(), Events(&["LeaseRestartStarted"]));
+        assert_eq!(lease.status, LeaseStatus::Restarting);
+        assert_eq!(lease.pending.map(|p| (p.id, p.admitted_at)), Some((MAINTENANCE, t(30))));
+        assert_eq!(lease.generation, before.generation + 1);
+    }
+    let update = || C::Update { maintenance_id: MAINTENANCE, payload_hash: hash(2) };
+    let lease = check(&ready(), update(), none(), Events(&["LeaseUpdateStarted"]));
+    assert_eq!(
+        (lease.status, lease.deploying_release, lease.active_release),
+        (LeaseStatus::Updating, Some(2), Some(1))
+    );
+    check(&failed(), update(), none(), Events(&["LeaseUpdateStarted"]));
+}
+
+#[test]
+fn a_second_maintenance_while_one_is_pending_is_invalid_state() {
+    let restart = || C::Restart { maintenance_id: MAINTENANCE };
+    let update = || C::Update { maintenance_id: MAINTENANCE, payload_hash: hash(3) };
+    check(
+        &restarting(),
+        restart(),
+        none(),
+        invalid("Restart", LeaseStatus::Restarting, ChainState::Active),
+    );
+    check(
+        &restarting(),
+        update(),
+        none(),
+        invalid("Update", LeaseStatus::Restarting, ChainState::Active),
+    );
+    check(
+        &updating(),
+        restart(),
+        none(),
+        invalid("Restart", LeaseStatus::Updating, ChainState::Active),
+    );
+    check(
+        &provisioning(),
+        restart(),
+        none(),
+        invalid("Restart", LeaseStatus::Provisioning, ChainState::Pending),
+    );
+    check(
+        &deprovisioned(),
+        update(),
+        none(),
+        invalid("Update", LeaseStatus::Deprovisioned, ChainState::Active),
+    );
+    let mut closed_failed = closed();
+    closed_failed.push((report_failed(), none()));
+    check(
+        &closed_failed,
+        restart(),
+        none(),
+        invalid("Restart", LeaseStatus::Failed, ChainState::Closed),
+    );
+}
+
+#[test]
+fn completions_settle_only_the_matching_maintenance() {
+    let lease = check(
+        &restarting(),
+        complete(2, MaintenanceOutcome::Succeeded),
+        none(),
+        Events(&["LeaseMaintenanceSucceeded"]),
+    );
+    assert_eq!((lease.status, lease.pending), (LeaseStatus::Ready, None));
+    let lease = check(
+        &restarting(),
+        complete(2, recovered()),
+        none(),
+        Events(&["LeaseMaintenanceRecovered"]),
+    );
+    assert_eq!((lease.status, lease.fail_count), (LeaseStatus::Ready, 1));
+    let lease = check(
+        &restarting(),
+        complete(2, maintenance_failed()),
+        none(),
+        Events(&["LeaseMaintenanceFailed"]),
+    );
+    assert_eq!((lease.status, lease.fail_count), (LeaseStatus::Failed, 1));
+    // A reused maintenance id with an older admission stamp, and another id, are fenced.
+    check(
+        &restarting(),
+        complete(1, MaintenanceOutcome::Succeeded),
+        none(),
+        Refused(LeaseError::Fenced),
+    );
+    let other = C::CompleteMaintenance {
+        maintenance_id: leasehold_domain::lease::MaintenanceId(uuid::Uuid::from_u128(0x99)),
+        admitted_at: t(2),
+        outcome: MaintenanceOutcome::Succeeded,
+    };
+    check(&restarting(), other, none(), Refused(LeaseError::Fenced));
+    // With nothing pending, only a repeat of the settled completion is accepted (as a no-op).
+    check(
+        &ready(),
+        complete(2, MaintenanceOutcome::Succeeded),
+        none(),
+        Refused(LeaseError::Fenced),
+    );
+    let mut settled = restarting();
+    settled.push((complete(2, MaintenanceOutcome::Succeeded), none()));
+    check(&settled, complete(2, MaintenanceOutcome::Succeeded), none(), NoChange);
+    // Late completions after a deprovision are ignored.
+    let mut late = restarting();
+    late.push((C::Deprovision, none()));
+    check(&late, complete(2, MaintenanceOutcome::Succeeded), none(), NoChange);
+}
+
+#[test]
+fn an_update_completion_moves_the_releases() {
+    let lease = check(
+        &updating(),
+        complete(2, MaintenanceOutcome::Succeeded),
+        none(),
+        Events(&["LeaseMaintenanceSucceeded"]),
+    );
+    assert_eq!((lease.active_release, lease.deploying_release), (Some(2), None));
+    let lease = check(
+        &updating(),
+        complete(2, recovered()),
+        none(),
+        Events(&["LeaseMaintenanceRecovered"]),
+    );
+    assert_eq!((lease.active_release, lease.deploying_release), (Some(1), None));
+    let lease = check(
+        &updating(),
+        complete(2, maintenance_failed()),
+        none(),
+        Events(&["LeaseMaintenanceFailed"]),
+    );
+    assert_eq!((lease.status, lease.deploying_release), (LeaseStatus::Failed, None));
+}
+
+#[test]
+fn deprovision_is_idempotent() {
+    for given in [provisioning(), ready(), failing(), failed(), restarting(), updating()] {
+        let lease = check(&given, C::Deprovision, none(), Events(&["LeaseDeprovisionRequested"]));
+        assert_eq!((lease.status, lease.pending), (LeaseStatus::Deprovisioning, None));
+    }
+    for given in [deprovisioning(), deprovisioned(), retained()] {
+        check(&given, C::Deprovision, none(), NoChange);
+    }
+}
+
+#[test]
+fn confirm_deprovisioned() {
+    let lease = check(
+        &deprovisioning(),
+        C::ConfirmDeprovisioned { retained: false },
+        none(),
+        Events(&["LeaseDeprovisioned"]),
+    );
+    assert_eq!(lease.status, LeaseStatus::Deprovisioned);
+    let facts = LeaseFacts { retention_max_age: Some(chrono::TimeDelta::days(7)), ..none() };
+    let lease = check(
+        &deprovisioning(),
+        C::ConfirmDeprovisioned { retained: true },
+        facts,
+        Events(&["LeaseDeprovisioned"]),
+    );
+    assert_eq!(lease.status, LeaseStatus::Retained);
+    let retention = lease.retention.expect("retained");
+    assert_eq!(retention.status, RetentionStatus::Active);
+    assert_eq!(retention.retained_until, Some(t(0) + chrono::TimeDelta::days(7)));
+    check(&deprovisioned(), C::ConfirmDeprovisioned { retained: false }, none(), NoChange);
+    check(&retained(), C::ConfirmDeprovisioned { retained: true }, none(), NoChange);
+    check(
+        &ready(),
+        C::ConfirmDeprovisioned { retained: true },
+        none(),
+        invalid("ConfirmDeprovisioned", LeaseStatus::Ready, ChainState::Active),
+    );
+}
+
+fn restore_command(provider: Option<leasehold_domain::lease::ProviderId>, items: LeaseItems) -> C {
+    C::Restore { lease: LEASE, from: SOURCE, provider, items }
+}
+
+#[test]
+fn restore_from_a_retained_lease() {
+    let lease = check(
+        &[],
+        restore_command(Some(PROVIDER), items()),
+        retained_source(true, retained()),
+        Events(&["LeaseRestoreStarted"]),
+    );
+    assert_eq!((lease.status, lease.chain), (LeaseStatus::Restarting, ChainState::Pending));
+    let terms = lease.terms.clone().expect("terms");
+    assert_eq!((terms.restored_from, terms.backend.as_str()), (Some(SOURCE), "docker-1"));
+    // Its completion is a provision report.
+    let mut given = vec![(restore_command(None, items()), retained_source(true, retained()))];
+    check(&given, C::ReportProvisioned, none(), Events(&["LeaseProvisioned", "LeaseActivated"]));
+    check(&given, report_failed(), none(), Events(&["LeaseProvisionFailed", "LeaseRejected"]));
+    given.push((C::ReportProvisioned, none()));
+    check(
+        &given,
+        restore_command(None, items()),
+        retained_source(true, retained()),
+        invalid("Restore", LeaseStatus::Ready, ChainState::Active),
+    );
+}
+
+#[test]
+fn restore_guards() {
+    let restore = || restore_command(None, items());
+    check(&[], restore(), none(), Refused(LeaseError::RetainedNotFound));
+    check(
+        &[],
+        restore(),
+        retained_source(false, retained()),
+        Refused(LeaseError::RetainedNotFound),
+    );
+    check(
+        &[],
+        restore(),
+        retained_source(true, deprovisioned()),
+        Refused(LeaseError::RetainedNotFound),
+    );
+    check(&[], restore(), retained_source(true, ready()), Refused(LeaseError::RetainedNotFound));
+    check(
+        &[],
+        restore(),
+        retained_source(true, reaping()),
+        Refused(LeaseError::RetainedNotRestorable),
+    );
+    check(
+        &[],
+        restore(),
+        retained_source(true, source_restoring()),
+        Refused(LeaseError::RetainedNotRestorable),
+    );
+    check(
+        &[],
+        restore_command(Some(OTHER_PROVIDER), items()),
+        retained_source(true, retained()),
+        Refused(LeaseError::ProviderMismatch),
+    );
+    let fewer =
+        LeaseItems::new(vec![item("gpu.h100.1x", 1, "trainer"), item("cpu.standard.4x", 1, "web")])
+            .expect("valid");
+    check(
+        &[],
+        restore_command(None, fewer),
+        retained_source(true, retained()),
+        Refused(LeaseError::ItemShapeMismatch),
+    );
+    let demoted =
+        LeaseItems::new(vec![item("gpu.a10.1x", 1, "trainer"), item("cpu.standard.4x", 2, "web")])
+            .expect("valid");
+    check(
+        &[],
+        restore_command(None, demoted),
+        retained_source(true, retained()),
+        Refused(LeaseError::DemoteUnverifiable),
+    );
+    let wrong_id = C::Restore { lease: LEASE, from: LEASE, provider: None, items: items() };
+    check(&[], wrong_id, retained_source(true, retained()), Refused(LeaseError::RetainedNotFound));
+}
+
+#[test]
+fn the_retained_record() {
+    let lease = check(
+        &retained(),
+        C::BeginRestore { into: LEASE },
+        none(),
+        Events(&["LeaseRetentionRestoring"]),
+    );
+    assert_eq!(lease.retention.map(|r| r.status), Some(RetentionStatus::Restoring { into: LEASE }));
+    check(
+        &source_restoring(),
+        C::BeginRestore { into: LEASE },
+        none(),
+        Refused(LeaseError::RetainedNotRestorable),
+    );
+    check(
+        &reaping(),
+        C::BeginRestore { into: LEASE },
+        none(),
+        Refused(LeaseError::RetainedNotRestorable),
+    );
+    check(
+        &ready(),
+        C::BeginRestore { into: LEASE },
+        none(),
+        Refused(LeaseError::RetainedNotRestorable),
+    );
+
+    let lease = check(
+        &source_restoring(),
+        C::FinishRestore { into: LEASE, committed: true },
+        none(),
+        Events(&["LeaseRetentionConsumed"]),
+    );
+    assert_eq!((lease.status, lease.retention), (LeaseStatus::Deprovisioned, None));
+    let lease = check(
+        &source_restoring(),
+        C::FinishRestore { into: LEASE, committed: false },
+        none(),
+        Events(&["LeaseRetentionRestoreRolledBack"]),
+    );
+    assert_eq!(lease.retention.map(|r| r.status), Some(RetentionStatus::Active));
+    check(
+        &source_restoring(),
+        C::FinishRestore { into: SOURCE, committed: true },
+        none(),
+        Refused(LeaseError::Fenced),
+    );
+    check(
+        &retained(),
+        C::FinishRestore { into: LEASE, committed: true },
+        none(),
+        Refused(LeaseError::Fenced),
+    );
+
+    let reap = || C::Reap { cause: ReapCause::TenantCapEvicted };
+    let lease = check(&retained(), reap(), none(), Events(&["LeaseRetentionReaping"]));
+    assert_eq!(lease.retention.map(|r| r.status), Some(RetentionStatus::Reaping));
+    check(&reaping(), reap(), none(), NoChange);
+    check(
+        &source_restoring(),
+        reap(),
+        none(),
+        invalid("Reap", LeaseStatus::Retained, ChainState::Active),
+    );
+    let lease = check(&reaping(), C::ConfirmReaped, none(), Events(&["LeaseRetentionDeleted"]));
+    assert_eq!((lease.status, lease.retention), (LeaseStatus::Deprovisioned, None));
+    check(
+        &retained(),
+        C::ConfirmReaped,
+        none(),
+        invalid("ConfirmReaped", LeaseStatus::Retained, ChainState::Active),
+    );
+}
+
+#[test]
+fn custom_domains() {
+    let web = || Some(leasehold_domain::lease::ServiceName::parse("s", "web").expect("valid"));
+    let domain =
+        || Some(leasehold_domain::lease::HostName::parse("d", "app.example.com").expect("valid"));
+    let set = || C::SetCustomDomain { service: web(), domain: domain() };
+    let lease = check(&ready(), set(), none(), Events(&["LeaseCustomDomainSet"]));
+    let terms = lease.terms.expect("terms");
+    assert_eq!(terms.items.as_slice()[1].custom_domain, domain());
+    assert_eq!(terms.items.as_slice()[0].custom_domain, None);
+    let mut given = ready();
+    given.push((set(), none()));
+    check(&given, set(), none(), NoChange);
+    check(
+        &given,
+        C::SetCustomDomain { service: web(), domain: None },
+        none(),
+        Events(&["LeaseCustomDomainSet"]),
+    );
+    check(&provisioning(), set(), none(), Events(&["LeaseCustomDomainSet"]));
+    check(
+        &ready(),
+        C::SetCustomDomain { service: None, domain: domain() },
+        none(),
+        Refused(LeaseError::ItemNotFound { service: None }),
+    );
+    check(
+        &deprovisioning(),
+        set(),
+        none(),
+        invalid("SetCustomDomain", LeaseStatus::Deprovisioning, ChainState::Active),
+    );
+    check(
+        &closed(),
+        set(),
+        none(),
+        invalid("SetCustomDomain", LeaseStatus::Ready, ChainState::Closed),
+    );
+}
+
+fn observe(verdict: TerminalVerdict, consecutive_failures: u32, complete_inventory: bool) -> C {
+    C::ObserveTerminalBudget { verdict, consecutive_failures, complete_inventory }
+}
+
+#[test]
+fn the_terminal_failure_budget() {
+    let lease = check(
+        &failed(),
+        observe(TerminalVerdict::Exhausted, 3, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved", "LeaseClosedForFailure"]),
+    );
+    assert_eq!(lease.chain, ChainState::Closed);
+    // Never from a partial inventory, never with zero failures, never unless failed, and an
+    // available budget only records.
+    check(&failed(), observe(TerminalVerdict::Exhausted, 3, false), none(), NoChange);
+    check(
+        &failed(),
+        observe(TerminalVerdict::Exhausted, 0, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved"]),
+    );
+    check(
+        &ready(),
+        observe(TerminalVerdict::Exhausted, 3, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved"]),
+    );
+    check(
+        &failed(),
+        observe(TerminalVerdict::Available, 3, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved"]),
+    );
+    check(
+        &rejected(),
+        observe(TerminalVerdict::Exhausted, 3, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved"]),
+    );
+    // The same observation again changes nothing; a gone lease ignores observations.
+    let mut given = ready();
+    given.push((observe(TerminalVerdict::Available, 1, true), none()));
+    check(&given, observe(TerminalVerdict::Available, 1, true), none(), NoChange);
+    check(&deprovisioned(), observe(TerminalVerdict::Exhausted, 3, true), none(), NoChange);
+}
+
+#[test]
+fn a_high_fail_count_never_closes_a_lease() {
+    let mut given = failed();
+    for _ in 0..5 {
+        given.push((request(), routed()));
+        given.push((report_failed(), none()));
+    }
+    let lease = check(&given, C::Expire, none(), Events(&["LeaseExpired"]));
+    assert_eq!(lease.fail_count, 6);
+    check(
+        &given,
+        observe(TerminalVerdict::Available, 6, true),
+        none(),
+        Events(&["LeaseTerminalBudgetObserved"]),
+    );
+}
+
+#[test]
+fn the_chain_state() {
+    let close = |cause| C::Close { cause };
+    let lease =
+        check(&ready(), close(CloseCause::CreditDepleted), none(), Events(&["LeaseClosed"]));
+    assert_eq!(lease.chain, ChainState::Closed);
+    check(&closed(), close(CloseCause::Operator), none(), NoChange);
+    check(
+        &provisioning(),
+        close(CloseCause::Tenant),
+        none(),
+        invalid("Close", LeaseStatus::Provisioning, ChainState::Pending),
+    );
+    check(
+        &rejected(),
+        close(CloseCause::Tenant),
+        none(),
+        invalid("Close", LeaseStatus::Failed, ChainState::Rejected),
+    );
+    let lease = check(&ready(), C::Expire, none(), Events(&["LeaseExpired"]));
+    assert_eq!(lease.chain, ChainState::Expired);
+    let mut expired = ready();
+    expired.push((C::Expire, none()));
+    check(&expired, C::Expire, none(), NoChange);
+    check(
+        &expired,
+        close(CloseCause::Tenant),
+        none(),
+        invalid("Close", LeaseStatus::Ready, ChainState::Expired),
+    );
+    check(&closed(), C::Expire, none(), invalid("Expire", LeaseStatus::Ready, ChainState::Closed));
+    check(
+        &provisioning(),
+        C::Expire,
+        none(),
+        invalid("Expire", LeaseStatus::Provisioning, ChainState::Pending),
+    );
+}
+
+#[test]
+fn refusals_say_what_they_mean_to_a_caller() {
+    assert_eq!(LeaseError::Fenced.kind(), RefusalKind::Fenced);
+    assert_eq!(LeaseError::NotFound.kind(), RefusalKind::NotFound);
+    assert_eq!(LeaseError::RetainedNotFound.kind(), RefusalKind::NotFound);
+    assert_eq!(LeaseError::ItemShapeMismatch.kind(), RefusalKind::Conflict);
+    let invalid = LeaseError::InvalidState {
+        command: "Restart",
+        status: LeaseStatus::Restarting,
+        chain: ChainState::Active,
+    };
+    assert_eq!(invalid.kind(), RefusalKind::InvalidState);
+}
+
+#[test]
+fn events_round_trip_through_their_stored_form() {
+    use leasehold_domain::DomainEvent;
+    let mut given = updating();
+    given.push((complete(2, recovered()), none()));
+    given.push((C::Deprovision, none()));
+    for event in history(&given) {
+        let payload = event.to_payload();
+        assert!(payload.get("type").is_none(), "the type is the envelope's, not the payload's");
+        let back = leasehold_domain::lease::LeaseEvent::from_stored(event.event_type(), &payload)
+            .expect("decodes");
+        assert_eq!(back, event);
+    }
+    let error =
+        leasehold_domain::lease::LeaseEvent::from_stored("LeaseVanished", &serde_json::json!({}))
+            .expect_err("unknown type");
+    assert_eq!(error.event_type, "LeaseVanished");
+}
