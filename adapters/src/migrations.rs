@@ -15,6 +15,7 @@ use crate::database::DatabaseUrl;
 const FILES: &[(&str, &str)] = &[
     ("0001_log.sql", include_str!("../../schema/postgres/0001_log.sql")),
     ("0002_append.sql", include_str!("../../schema/postgres/0002_append.sql")),
+    ("0003_idempotency.sql", include_str!("../../schema/postgres/0003_idempotency.sql")),
 ];
 
 /// The table recording applied migrations.
@@ -77,6 +78,11 @@ pub struct MigrationReport {
 }
 
 /// The file name `0001_log.sql` as refinery's `V1__log`.
+/// The embedded migration files' names, in order.
+pub fn embedded() -> Vec<&'static str> {
+    FILES.iter().map(|(file, _)| *file).collect()
+}
+
 fn refinery_name(file: &str) -> Result<String, MigrateError> {
     let bad = || MigrateError::BadFileName { file: file.to_string() };
     let stem = file.strip_suffix(".sql").ok_or_else(bad)?;

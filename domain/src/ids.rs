@@ -114,6 +114,12 @@ name_type!(
     "tenant id"
 );
 name_type!(
+    /// A caller's idempotency key: the same key with the same request is one command, however
+    /// often it is sent.
+    OperationKey,
+    "operation key"
+);
+name_type!(
     /// The name of an event, past tense and stable once shipped (`LeaseProvisioned`).
     EventType,
     "event type"

@@ -22,6 +22,12 @@ pub enum ValidationError {
         /// The repeated stream.
         stream: StreamId,
     },
+    /// A ledger entry named a stream its append does not write.
+    #[error("the ledger entry names stream {stream}, which the append does not write")]
+    LedgerStreamNotAppended {
+        /// The stream named.
+        stream: StreamId,
+    },
     /// The same event id appeared twice in one append.
     #[error("event id {event_id} appears more than once in one append")]
     DuplicateEventId {
@@ -100,6 +106,10 @@ pub enum StoreError {
         /// The stream.
         stream: StreamId,
     },
+    /// The append's operation key was recorded by another append first; nothing was written.
+    /// Read the ledger to tell a retry from a conflicting reuse of the key.
+    #[error("the operation key was recorded by another command first")]
+    OperationKeyTaken,
     /// Concurrent transactions kept colliding; the caller may retry the whole operation.
     #[error("the append collided with concurrent transactions; retry it")]
     TransactionConflict,

@@ -17,7 +17,8 @@ const APPEND_SQL: &str = "SELECT r_append, r_outcome, r_log_epoch, r_tx_id, r_po
      $3::int4[], $4::text[], $5::text[], $6::bigint[], $7::bool[], $8::bytea[], $9::bigint[], \
      $10::bytea[], $11::int4[], $12::uuid[], $13::bigint[], $14::text[], $15::int4[], \
      $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::int4[], $21::timestamptz, \
-     $22::bool)";
+     $22::bool, $23::int4[], $24::text[], $25::text[], $26::bytea[], $27::text[], $28::bigint[], \
+     $29::bigint[])";
 
 const HEADS_SQL: &str =
     "SELECT stream_id, version, last_hash FROM streams WHERE stream_id = ANY($1::text[])";
@@ -161,6 +162,13 @@ impl PgEventStore {
                     &e.append_events,
                     &e.recorded_at,
                     &check_event_ids,
+                    &e.ledger.append,
+                    &e.ledger.tenant,
+                    &e.ledger.key,
+                    &e.ledger.hash,
+                    &e.ledger.stream,
+                    &e.ledger.first,
+                    &e.ledger.last,
                 ],
             )
             .await
@@ -259,6 +267,7 @@ fn answer(row: &Row, prepared: &Prepared<'_>, new_heads: &[Head]) -> Result<Answ
             })
         }
         "event_id_conflict" => Err(StoreError::EventIdConflict),
+        "operation_key_taken" => Err(StoreError::OperationKeyTaken),
         "stream_ownership" => {
             Err(StoreError::StreamOwnership { stream: named()?.stream_id.clone() })
         }

@@ -3,15 +3,15 @@
 //! the function accepts or refuses it whole, whatever happens to the others.
 //!
 //! `committers` worker tasks take turns at the queue. A worker takes every waiting append up
-//! to a limit, leaving for the next group any append whose streams are already in this one
-//! (so each member chains from heads no other member moves), and commits the group. An append
+//! to a limit, leaving for the next group any append whose streams (or ledger key) are already
+//! in this one (so each member chains from heads no other member moves), and commits the group. An append
 //! the group cannot settle (a stale head, or a group that failed as a whole) is retried on
 //! its own, so one bad append never fails its neighbours.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use leasehold_domain::{AppendOutcome, StoreError, StreamAppend};
+use leasehold_domain::{AppendOutcome, LedgerEntry, StoreError, StreamAppend};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::PgEventStore;
@@ -24,6 +24,7 @@ use crate::limits::{GROUP_APPENDS_MAX, GROUP_QUEUE_MAX};
 pub(crate) struct Request {
     appends: Vec<StreamAppend>,
     rendered: Rendered,
+    ledger: Option<LedgerEntry>,
     reply: oneshot::Sender<Result<AppendOutcome, StoreError>>,
 }
 
@@ -40,10 +41,11 @@ impl PgEventStore {
         &self,
         appends: Vec<StreamAppend>,
         rendered: Rendered,
+        ledger: Option<LedgerEntry>,
     ) -> Result<AppendOutcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         let queue = self.group.get_or_init(|| self.start_committers());
-        queue.send(Request { appends, rendered, reply }).await.map_err(|_| stopped())?;
+        queue.send(Request { appends, rendered, ledger, reply }).await.map_err(|_| stopped())?;
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -69,14 +71,20 @@ impl PgEventStore {
     }
 
     async fn commit_group(&self, requests: Vec<Request>) {
-        let (mut replies, mut appends, mut rendered) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut replies, mut appends, mut rendered, mut ledgers) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for request in requests {
             replies.push(request.reply);
             appends.push(request.appends);
             rendered.push(request.rendered);
+            ledgers.push(request.ledger);
         }
-        let prepared: Vec<Prepared<'_>> =
-            appends.iter().zip(rendered).map(|(a, r)| Prepared::new(a, r)).collect();
+        let prepared: Vec<Prepared<'_>> = appends
+            .iter()
+            .zip(rendered)
+            .zip(&ledgers)
+            .map(|((a, r), l)| Prepared::new(a, r).with_ledger(l.as_ref()))
+            .collect();
         let mut results: Vec<Option<Result<AppendOutcome, StoreError>>> =
             prepared.iter().map(|_| None).collect();
         if prepared.len() > 1 {
@@ -149,16 +157,27 @@ async fn next_group(queue: &Queue, carried: &mut Vec<Request>) -> Option<Vec<Req
             }
         }
     }
-    let mut streams: HashSet<String> = HashSet::new();
+    let mut taken: HashSet<String> = HashSet::new();
     let mut group = Vec::with_capacity(waiting.len());
     for request in waiting {
-        let ids = || request.appends.iter().map(|a| a.stream_id.as_str());
-        if ids().any(|id| streams.contains(id)) {
+        let claims = claims(&request);
+        if claims.iter().any(|claim| taken.contains(claim)) {
             carried.push(request);
         } else {
-            streams.extend(ids().map(str::to_string));
+            taken.extend(claims);
             group.push(request);
         }
     }
     Some(group)
+}
+
+/// What no two members of a group may share: their streams, and their ledger keys (the
+/// function could not tell which of two appends with one key took it).
+fn claims(request: &Request) -> Vec<String> {
+    let mut claims: Vec<String> =
+        request.appends.iter().map(|a| format!("s{}", a.stream_id)).collect();
+    if let Some(entry) = &request.ledger {
+        claims.push(format!("k{}\u{0}{}", entry.tenant, entry.operation_key));
+    }
+    claims
 }

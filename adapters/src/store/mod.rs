@@ -22,8 +22,8 @@ use std::sync::{Arc, OnceLock};
 use deadpool_postgres::Pool;
 use leasehold_domain::limits::{PAYLOAD_DEFAULT_MAX_BYTES, READ_PAGE_EVENTS_MAX};
 use leasehold_domain::{
-    AppendOutcome, Cursor, EventStore, LogPage, RecordedEvent, StoreError, StreamAppend, StreamId,
-    ValidationError,
+    AppendOutcome, Cursor, EventStore, LedgerEntry, LogPage, RecordedEvent, StoreError,
+    StreamAppend, StreamId, ValidationError,
 };
 use tokio::sync::Notify;
 use tokio_postgres::Row;
@@ -162,14 +162,39 @@ pub(crate) fn decode_all(rows: &[Row]) -> Result<Vec<RecordedEvent>, StoreError>
     rows.iter().map(rows::decode).collect()
 }
 
-impl EventStore for PgEventStore {
-    async fn append(&self, appends: Vec<StreamAppend>) -> Result<AppendOutcome, StoreError> {
+impl PgEventStore {
+    /// Appends like [`EventStore::append`] and, in the same transaction, records `ledger` in the
+    /// idempotency ledger. [`StoreError::OperationKeyTaken`] when another append recorded the
+    /// key first (nothing is then written).
+    pub async fn append_recorded(
+        &self,
+        appends: Vec<StreamAppend>,
+        ledger: LedgerEntry,
+    ) -> Result<AppendOutcome, StoreError> {
+        if !appends.iter().any(|a| a.stream_id == ledger.stream) {
+            return Err(ValidationError::LedgerStreamNotAppended { stream: ledger.stream }.into());
+        }
+        self.append_with(appends, Some(ledger)).await
+    }
+
+    async fn append_with(
+        &self,
+        appends: Vec<StreamAppend>,
+        ledger: Option<LedgerEntry>,
+    ) -> Result<AppendOutcome, StoreError> {
         let rendered = render(&appends, self.config.payload_max_bytes)?;
         let events: usize = appends.iter().map(|a| a.events.len()).sum();
         if self.config.committers == 0 || events > GROUP_EVENTS_PER_APPEND_MAX {
-            return self.append_alone(&Prepared::new(&appends, rendered)).await;
+            let prepared = Prepared::new(&appends, rendered).with_ledger(ledger.as_ref());
+            return self.append_alone(&prepared).await;
         }
-        self.append_grouped(appends, rendered).await
+        self.append_grouped(appends, rendered, ledger).await
+    }
+}
+
+impl EventStore for PgEventStore {
+    async fn append(&self, appends: Vec<StreamAppend>) -> Result<AppendOutcome, StoreError> {
+        self.append_with(appends, None).await
     }
 
     async fn read_stream(

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::limits::{APPEND_EVENTS_MAX, APPEND_STREAMS_MAX};
-use leasehold_domain::{ExpectedVersion, StreamAppend, ValidationError};
+use leasehold_domain::{ExpectedVersion, LedgerEntry, StreamAppend, ValidationError};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -40,6 +40,8 @@ pub(crate) struct Prepared<'a> {
     pub caller_order: Vec<usize>,
     /// Per caller append, per event: (canonical payload, canonical metadata).
     pub canonical: Rendered,
+    /// The idempotency ledger row to write with the events, if the append carries one.
+    pub ledger: Option<&'a LedgerEntry>,
 }
 
 impl Prepared<'_> {
@@ -82,8 +84,22 @@ pub(crate) struct Encoded<'a> {
     pub event_hashes: Vec<Vec<u8>>,
     pub append_events: Vec<i32>,
     pub recorded_at: DateTime<Utc>,
+    pub ledger: LedgerRows<'a>,
     /// Per append, each stream's head after it (in its sorted order).
     pub new_heads: Vec<Vec<Head>>,
+}
+
+/// The ledger rows of a group, ordered by (tenant, operation key): the order in which
+/// concurrent transactions take the keys.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LedgerRows<'a> {
+    pub append: Vec<i32>,
+    pub tenant: Vec<&'a str>,
+    pub key: Vec<&'a str>,
+    pub hash: Vec<&'a [u8]>,
+    pub stream: Vec<&'a str>,
+    pub first: Vec<i64>,
+    pub last: Vec<i64>,
 }
 
 /// One append of a group and the heads (one per stream, in sorted order) it chains from.
@@ -117,6 +133,7 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         event_hashes: Vec::new(),
         append_events: Vec::with_capacity(group.len()),
         recorded_at,
+        ledger: LedgerRows::default(),
         new_heads: Vec::with_capacity(group.len()),
     };
     for (number, (prepared, heads)) in group.iter().enumerate() {
@@ -132,7 +149,35 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         }
         e.new_heads.push(new_heads);
     }
+    e.ledger = ledger_rows(group, &e.new_heads);
     e
+}
+
+/// Each ledger entry with its stream's version range in this append.
+fn ledger_rows<'a>(group: &[Member<'a>], new_heads: &[Vec<Head>]) -> LedgerRows<'a> {
+    let mut entries: Vec<(usize, &'a LedgerEntry, u64, u64)> = Vec::new();
+    for (number, (prepared, heads)) in group.iter().enumerate() {
+        let Some(entry) = prepared.ledger else { continue };
+        let s = (0..heads.len()).find(|&s| prepared.stream(s).stream_id == entry.stream);
+        // The store refuses a ledger entry naming a stream outside its append before encoding.
+        let s = s.expect("the ledger's stream is one of the append's");
+        entries.push((number + 1, entry, heads[s].version + 1, new_heads[number][s].version));
+    }
+    entries.sort_by(|a, b| {
+        (a.1.tenant.as_str(), a.1.operation_key.as_str())
+            .cmp(&(b.1.tenant.as_str(), b.1.operation_key.as_str()))
+    });
+    let mut rows = LedgerRows::default();
+    for (number, entry, first, last) in entries {
+        rows.append.push(to_i32(number));
+        rows.tenant.push(entry.tenant.as_str());
+        rows.key.push(entry.operation_key.as_str());
+        rows.hash.push(&entry.request_hash.0);
+        rows.stream.push(entry.stream.as_str());
+        rows.first.push(to_i64(first));
+        rows.last.push(to_i64(last));
+    }
+    rows
 }
 
 /// One entry per stream of the append, in its sorted order.
@@ -240,7 +285,12 @@ impl<'a> Prepared<'a> {
         for (position, &caller) in sorted.iter().enumerate() {
             caller_order[caller] = position;
         }
-        Prepared { appends, sorted, caller_order, canonical }
+        Prepared { appends, sorted, caller_order, canonical, ledger: None }
+    }
+
+    /// The same append, carrying a ledger row.
+    pub(crate) fn with_ledger(self, ledger: Option<&'a LedgerEntry>) -> Self {
+        Self { ledger, ..self }
     }
 }
 

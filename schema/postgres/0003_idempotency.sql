@@ -1,0 +1,291 @@
+-- The idempotency ledger of the command pipeline, written by leasehold_append in the same
+-- transaction as the events it records.
+--
+-- One row per (tenant, operation key): the hash of the request that used the key first, and
+-- where its events went (stream and version range; first_version > last_version when the
+-- command changed nothing). The cursor and event types of a recorded outcome are read back
+-- from `events` through (stream_id, version), so nothing is stored twice.
+CREATE TABLE idempotency (
+    tenant_id     text COLLATE "C" NOT NULL,
+    operation_key text COLLATE "C" NOT NULL,
+    request_hash  bytea NOT NULL,
+    stream_id     text COLLATE "C" NOT NULL,
+    first_version bigint NOT NULL,
+    last_version  bigint NOT NULL,
+    recorded_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, operation_key),
+    CONSTRAINT idempotency_shape CHECK (
+        length(request_hash) = 32 AND first_version >= 1 AND last_version >= first_version - 1)
+);
+
+-- leasehold_append, now also writing ledger rows.
+--
+-- New inputs
+--   p_ledger_*   one per append that carries an operation key, ordered by (tenant, key) so
+--                that concurrent transactions take the keys in one order; the caller never
+--                puts one key twice in a group. p_ledger_append numbers the append.
+-- New outcome
+--   operation_key_taken   another transaction recorded the key first: nothing of this
+--                         append is written; the caller reads the ledger row instead.
+-- The ledger rows are the transaction's first write, after every stream lock is held.
+DROP FUNCTION leasehold_append(text[], integer[], integer[], text[], text[], bigint[], boolean[],
+    bytea[], bigint[], bytea[], integer[], uuid[], bigint[], text[], integer[], text[], text[],
+    bytea[], bytea[], integer[], timestamptz, boolean);
+
+CREATE FUNCTION leasehold_append(
+    p_streams text[],
+    p_entry_append integer[], p_entry_stream integer[], p_entry_type text[],
+    p_entry_tenant text[], p_entry_expected bigint[], p_entry_any boolean[],
+    p_entry_head bytea[], p_entry_last_version bigint[], p_entry_last_hash bytea[],
+    p_event_entry integer[], p_event_ids uuid[], p_event_versions bigint[],
+    p_event_types text[], p_event_schema_versions integer[], p_event_payloads text[],
+    p_event_metadata text[], p_event_prev_hashes bytea[], p_event_hashes bytea[],
+    p_append_events integer[], p_recorded_at timestamptz, p_check_event_ids boolean,
+    p_ledger_append integer[], p_ledger_tenant text[], p_ledger_key text[],
+    p_ledger_hash bytea[], p_ledger_stream text[], p_ledger_first bigint[],
+    p_ledger_last bigint[])
+RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bigint,
+               r_position bigint, r_stream text, r_expected bigint, r_actual bigint,
+               r_versions bigint[])
+LANGUAGE plpgsql
+-- Array parameters make every custom plan look cheaper than the generic one, so without this
+-- each call would plan every statement again. A generic plan is made once per session,
+-- possibly while the tables are still small; every access here is by key, so forbid the
+-- sequential scans such a plan would keep using as the tables grow.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    n_entries constant integer := cardinality(p_entry_append);
+    n_streams constant integer := cardinality(p_streams);
+    n_appends constant integer := p_entry_append[n_entries];
+    -- Per stream: its state as locked, then as the accepted appends leave it.
+    d_version bigint[];
+    d_hash bytea[];
+    d_exists boolean[];
+    d_existed boolean[];
+    d_type text[];
+    d_tenant text[];
+    d_touched boolean[];
+    -- Per append: NULL while accepted, else why not.
+    a_outcome text[] := array_fill(NULL::text, ARRAY[n_appends]);
+    v_fail text;
+    v_stream text;
+    v_expected bigint;
+    v_actual bigint;
+    v_matched bigint;
+    v_found bigint;
+    v_count bigint;
+    r record;
+    v_positions bigint[];
+    v_taken integer[];
+    a integer;
+    i integer := 1;
+    v_first integer;
+    d integer;
+    -- Streams the accepted appends touch, each counted once: already stored (to update) and
+    -- new (to insert).
+    n_existing integer := 0;
+    n_created integer := 0;
+    n_updated integer;
+BEGIN
+    -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
+    --    transaction id is held while waiting: a writer that waited for us gets a later one.
+    --    Rows come back in the order of p_streams (both sorted by the "C" collation), so one
+    --    walk of p_streams places each.
+    d_version := array_fill(0::bigint, ARRAY[n_streams]);
+    d_hash := array_fill(zero_hash, ARRAY[n_streams]);
+    d_exists := array_fill(false, ARRAY[n_streams]);
+    d_touched := d_exists;
+    d_type := array_fill(NULL::text, ARRAY[n_streams]);
+    d_tenant := d_type;
+    d := 1;
+    FOR r IN SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
+               FROM streams st WHERE st.stream_id = ANY (p_streams)
+              ORDER BY st.stream_id FOR UPDATE LOOP
+        WHILE p_streams[d] <> r.stream_id LOOP
+            d := d + 1;
+        END LOOP;
+        d_version[d] := r.version;
+        d_hash[d] := r.last_hash;
+        d_exists[d] := true;
+        d_type[d] := r.stream_type;
+        d_tenant[d] := r.tenant_id;
+    END LOOP;
+    d_existed := d_exists;
+
+    -- 2. Each append in turn, against the streams as the appends before it left them.
+    FOR a IN 1..n_appends LOOP
+        v_first := i;
+        v_fail := NULL;
+        WHILE i <= n_entries AND p_entry_append[i] = a LOOP
+            d := p_entry_stream[i];
+            IF v_fail IS NULL THEN
+                IF d_exists[d] AND (d_type[d] <> p_entry_type[i]
+                                    OR d_tenant[d] <> p_entry_tenant[i]) THEN
+                    v_fail := 'stream_ownership';
+                    v_stream := p_streams[d];
+                ELSIF d_version[d] <> p_entry_expected[i] AND NOT p_entry_any[i] THEN
+                    v_fail := 'wrong_expected_version';
+                    v_stream := p_streams[d];
+                    v_expected := p_entry_expected[i];
+                    v_actual := d_version[d];
+                ELSIF d_version[d] <> p_entry_expected[i]
+                      OR p_entry_head[i] IS DISTINCT FROM d_hash[d] THEN
+                    v_fail := 'stale_heads';
+                END IF;
+            END IF;
+            i := i + 1;
+        END LOOP;
+
+        -- Anything unexpected may be a retry of an append that already committed: then its
+        -- event ids are stored, and the original cursor is the answer.
+        IF (v_fail IS NOT NULL AND v_fail <> 'stream_ownership') OR p_check_event_ids THEN
+            SELECT count(*) FILTER (WHERE e.stream_id = p_streams[p_entry_stream[u.en]]),
+                   count(e.event_id), count(*)
+              INTO v_matched, v_found, v_count
+              FROM unnest(p_event_ids, p_event_entry) AS u(id, en)
+              LEFT JOIN events e ON e.event_id = u.id
+             WHERE u.en >= v_first AND u.en < i;
+            IF v_matched = v_count THEN
+                v_fail := 'duplicate';
+                RETURN QUERY
+                SELECT a, 'duplicate'::text, e.log_epoch, e.tx_id::text::bigint, e.position,
+                       NULL::text, NULL::bigint, NULL::bigint,
+                       (SELECT array_agg(m.v ORDER BY x.n)
+                          FROM generate_series(v_first, i - 1) AS x(n)
+                          LEFT JOIN (SELECT y.stream_id, max(y.version) AS v FROM events y
+                                      WHERE y.event_id IN (
+                                            SELECT u.id FROM unnest(p_event_ids, p_event_entry)
+                                                AS u(id, en) WHERE u.en >= v_first AND u.en < i)
+                                      GROUP BY y.stream_id) m
+                            ON m.stream_id = p_streams[p_entry_stream[x.n]])
+                  FROM events e
+                 WHERE e.event_id IN (SELECT u.id FROM unnest(p_event_ids, p_event_entry) AS u(id, en)
+                                       WHERE u.en >= v_first AND u.en < i)
+                 ORDER BY e.log_epoch DESC, e.tx_id DESC, e.position DESC LIMIT 1;
+            ELSIF v_found > 0 THEN
+                v_fail := 'event_id_conflict';
+            END IF;
+        END IF;
+
+        IF v_fail IS NULL THEN
+            FOR j IN v_first..i - 1 LOOP
+                d := p_entry_stream[j];
+                d_version[d] := p_entry_last_version[j];
+                d_hash[d] := p_entry_last_hash[j];
+                d_type[d] := p_entry_type[j];
+                d_tenant[d] := p_entry_tenant[j];
+                d_exists[d] := true;
+                d_touched[d] := true;
+            END LOOP;
+        ELSE
+            a_outcome[a] := v_fail;
+            IF v_fail <> 'duplicate' THEN
+                RETURN QUERY SELECT a, v_fail, NULL::integer, NULL::bigint, NULL::bigint,
+                    v_stream, v_expected, v_actual, NULL::bigint[];
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- 2b. The ledger rows of the accepted appends. A key another transaction holds makes us
+    --     wait for it; if it commits, its append is refused here and its streams untouched
+    --     (no other append of the group touches them).
+    IF cardinality(p_ledger_append) > 0 THEN
+        WITH inserted AS (
+            INSERT INTO idempotency (tenant_id, operation_key, request_hash, stream_id,
+                                     first_version, last_version, recorded_at)
+            SELECT l.te, l.k, l.h, l.s, l.f, l.la, p_recorded_at
+              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key, p_ledger_hash,
+                          p_ledger_stream, p_ledger_first, p_ledger_last)
+                   WITH ORDINALITY AS l(a, te, k, h, s, f, la, n)
+             WHERE a_outcome[l.a] IS NULL
+             ORDER BY l.n
+            ON CONFLICT DO NOTHING
+            RETURNING tenant_id, operation_key)
+        SELECT array_agg(l.a) INTO v_taken
+          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key) AS l(a, te, k)
+         WHERE a_outcome[l.a] IS NULL
+           AND NOT EXISTS (SELECT 1 FROM inserted x
+                            WHERE x.tenant_id = l.te AND x.operation_key = l.k);
+        FOREACH a IN ARRAY coalesce(v_taken, '{}') LOOP
+            a_outcome[a] := 'operation_key_taken';
+            FOR j IN 1..n_entries LOOP
+                IF p_entry_append[j] = a THEN
+                    d_touched[p_entry_stream[j]] := false;
+                END IF;
+            END LOOP;
+            RETURN QUERY SELECT a, 'operation_key_taken'::text, NULL::integer, NULL::bigint,
+                NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint[];
+        END LOOP;
+    END IF;
+
+    FOR d IN 1..n_streams LOOP
+        IF NOT d_touched[d] THEN
+            NULL;
+        ELSIF d_existed[d] THEN
+            n_existing := n_existing + 1;
+        ELSE
+            n_created := n_created + 1;
+        END IF;
+    END LOOP;
+    IF n_existing + n_created = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3. Stream rows. The guard refuses to write a stream whose last append ran in a later
+    --    transaction than ours (possible only when we took our id while waiting for a second
+    --    stream's lock); the caller retries in a new transaction, which gets a later id.
+    IF n_existing > 0 THEN
+        UPDATE streams st
+           SET version = u.v, last_hash = u.h, last_tx_id = pg_current_xact_id()
+          FROM unnest(p_streams, d_version, d_hash, d_existed, d_touched) AS u(id, v, h, e, t)
+         WHERE u.e AND u.t AND st.stream_id = u.id AND st.last_tx_id <= pg_current_xact_id();
+        GET DIAGNOSTICS n_updated = ROW_COUNT;
+        IF n_updated <> n_existing THEN
+            RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
+                USING ERRCODE = '40001';
+        END IF;
+    END IF;
+    IF n_created > 0 THEN
+        INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id)
+        SELECT u.id, u.ty, u.te, u.v, u.h, pg_current_xact_id()
+          FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched)
+               AS u(id, ty, te, v, h, e, t)
+         WHERE u.t AND NOT u.e;
+    END IF;
+
+    -- 4. The accepted appends' events, in one multi-row statement, in the order given. Their
+    --    positions ascend in that order, so the k-th position is the k-th accepted event's,
+    --    and each append's cursor is that of its last event.
+    WITH inserted AS (
+        INSERT INTO events (event_id, stream_id, version, stream_type, tenant_id, event_type,
+                            schema_version, payload, metadata, recorded_at, prev_hash, hash)
+        SELECT u.id, p_streams[p_entry_stream[u.en]], u.v, p_entry_type[u.en],
+               p_entry_tenant[u.en], u.t, u.sv, u.p::jsonb, u.m::jsonb, p_recorded_at, u.ph, u.h
+          FROM unnest(p_event_ids, p_event_entry, p_event_versions, p_event_types,
+                      p_event_schema_versions, p_event_payloads, p_event_metadata,
+                      p_event_prev_hashes, p_event_hashes) AS u(id, en, v, t, sv, p, m, ph, h)
+         WHERE a_outcome[p_entry_append[u.en]] IS NULL
+        RETURNING events.log_epoch, events.position)
+    SELECT array_agg(ins.position ORDER BY ins.position), min(ins.log_epoch)
+      INTO v_positions, r_log_epoch
+      FROM inserted ins;
+    r_tx_id := pg_current_xact_id()::text::bigint;
+    r_outcome := 'appended';
+    r_stream := NULL;
+    r_expected := NULL;
+    r_actual := NULL;
+    r_versions := NULL;
+    i := 0;
+    FOR a IN 1..n_appends LOOP
+        IF a_outcome[a] IS NULL THEN
+            i := i + p_append_events[a];
+            r_append := a;
+            r_position := v_positions[i];
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END;
+$fn$;
