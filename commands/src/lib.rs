@@ -1,1 +1,21 @@
-//! placeholder
+//! The command pipeline: load an aggregate (snapshot plus tail, or the state this process
+//! remembers), decide, and append the events together with the idempotency ledger row, in the
+//! order of checks of DOMAIN.md §0. Storage is reached through [`CommandStore`], implemented
+//! in `leasehold-adapters`.
+//!
+//! Also here: turning outside input into typed commands ([`lease_input`]), so that every
+//! command is validated, with the offending field named, before `decide` runs.
+
+mod cache;
+pub mod lease_input;
+pub mod limits;
+mod load;
+mod outcome;
+mod pipeline;
+mod port;
+mod request;
+
+pub use outcome::{CommandError, CommandOutcome, ErrorClass};
+pub use pipeline::{CommandPipeline, PipelineConfig};
+pub use port::{CommandStore, Recorded};
+pub use request::CommandRequest;

@@ -31,7 +31,7 @@
 //! | restarting, updating | CompleteMaintenance(succeeded) | ready | MaintenanceSucceeded | `(maintenance_id, admitted_at)` equals the pending one, else `Fenced` |
 //! | restarting, updating | CompleteMaintenance(recovered) | ready | MaintenanceRecovered | as above |
 //! | restarting, updating | CompleteMaintenance(failed) | failed | MaintenanceFailed | as above |
-//! | live | CompleteMaintenance | unchanged | — when it repeats the last settled completion | otherwise `Fenced` |
+//! | live | CompleteMaintenance | unchanged | — when nothing is pending and it repeats the last settled completion | otherwise `Fenced` (a stale completion never settles a newer command) |
 //! | live | Deprovision | deprovisioning | DeprovisionRequested | — |
 //! | gone | Deprovision | unchanged | — (idempotent) | — |
 //! | deprovisioning | ConfirmDeprovisioned | deprovisioned or retained | Deprovisioned | — |
@@ -209,7 +209,7 @@ pub struct Maintenance {
 
 /// Where a retained record stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "status")]
+#[serde(rename_all = "snake_case")]
 pub enum RetentionStatus {
     /// Available for a restore.
     Active,
@@ -288,7 +288,8 @@ pub struct Lease {
 }
 
 /// The outcome a backend reports for a restart or update.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MaintenanceOutcome {
     /// It completed.
     Succeeded,
@@ -312,8 +313,9 @@ pub enum MaintenanceOutcome {
     },
 }
 
-/// What can be asked of a lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What can be asked of a lease. Serialized only to hash a request for the idempotency ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LeaseCommand {
     /// Provision the lease (a tenant; also a retry after a failure).
     RequestProvision {

@@ -43,7 +43,10 @@ pub(crate) fn from_driver(error: tokio_postgres::Error, endpoint: &str) -> Store
 }
 
 fn unavailable_or_database(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
-    if error.is_closed() || std::error::Error::source(&error).is_some() {
+    // Only a broken connection means the database is unreachable; an encoding error (which
+    // also has a source) is a bug to log.
+    let io = std::error::Error::source(&error).is_some_and(|source| source.is::<std::io::Error>());
+    if error.is_closed() || io {
         StoreError::Unavailable { endpoint: endpoint.to_string(), reason: error.to_string() }
     } else {
         StoreError::Database { reason: error.to_string() }

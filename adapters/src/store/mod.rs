@@ -11,6 +11,7 @@ mod catch_up;
 mod errors;
 mod group;
 mod heads;
+mod ledger;
 mod prepare;
 mod rows;
 mod single;

@@ -220,11 +220,15 @@ fn complete_maintenance(
     outcome: &MaintenanceOutcome,
     at: DateTime<Utc>,
 ) -> Decision {
-    if lease.status.is_gone() || lease.last_settled == Some(fence) {
+    if lease.status.is_gone() {
         return NO_CHANGE;
     }
-    let Some(pending) = lease.pending.filter(|p| (p.id, p.admitted_at) == fence) else {
-        return Err(LeaseError::Fenced);
+    let pending = match lease.pending {
+        Some(pending) if (pending.id, pending.admitted_at) == fence => pending,
+        // A repeated report of the completion that settled the last command, with nothing
+        // newer pending, changes nothing. With a newer command pending it is stale: fenced.
+        None if lease.last_settled == Some(fence) => return NO_CHANGE,
+        _ => return Err(LeaseError::Fenced),
     };
     let maintenance_id = pending.id;
     let release = match pending.kind {

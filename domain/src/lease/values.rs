@@ -323,10 +323,12 @@ pub struct LeaseItem {
     /// How many, at least 1.
     pub quantity: u32,
     /// The service it runs (stack leases only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Never skipped when absent: snapshots encode this type with postcard, whose layout is
+    // positional.
+    #[serde(default)]
     pub service_name: Option<ServiceName>,
     /// The host name the tenant routes to it, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub custom_domain: Option<HostName>,
 }
 

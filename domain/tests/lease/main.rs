@@ -271,6 +271,20 @@ fn completions_settle_only_the_matching_maintenance() {
     let mut settled = restarting();
     settled.push((complete(2, MaintenanceOutcome::Succeeded), none()));
     check(&settled, complete(2, MaintenanceOutcome::Succeeded), none(), NoChange);
+    // The same id reused by a newer restart: the old completion repeated is now stale.
+    settled.push((C::Restart { maintenance_id: MAINTENANCE }, none()));
+    check(
+        &settled,
+        complete(2, MaintenanceOutcome::Succeeded),
+        none(),
+        Refused(LeaseError::Fenced),
+    );
+    check(
+        &settled,
+        complete(4, MaintenanceOutcome::Succeeded),
+        none(),
+        Events(&["LeaseMaintenanceSucceeded"]),
+    );
     // Late completions after a deprovision are ignored.
     let mut late = restarting();
     late.push((C::Deprovision, none()));

@@ -1,5 +1,6 @@
 //! Leasehold's integration tests: one binary, each test on a database of its own.
 
+mod commands;
 mod log;
 mod migrations;
 mod support;

@@ -1,0 +1,329 @@
+//! The command pipeline: load the aggregate, decide, append with the ledger row.
+//!
+//! The checks run in the order of DOMAIN.md §0: the idempotency ledger, the stream version,
+//! then the aggregate's own fence and state guards inside `decide`. The ledger is not read
+//! before every command: the append itself records the key and refuses it if another command
+//! took it first, so a fresh command costs no extra read. Whenever the pipeline is about to
+//! answer anything but a new outcome (a refusal, a version conflict, a no-op), it reads the
+//! ledger first, so a retry always gets its recorded outcome, never a refusal.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::{
+    Aggregate, AppendOutcome, Context, DomainEvent, EventId, EventType, ExpectedVersion,
+    LedgerEntry, Metadata, NewEvent, StoreError, StreamAppend, StreamType,
+};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::cache::{Cached, StateCache};
+use crate::limits::{COMMAND_RETRIES_MAX, SNAPSHOT_EVERY_EVENTS_DEFAULT, STATE_CACHE_STREAMS_MAX};
+use crate::load::Loaded;
+use crate::outcome::{CommandError, CommandOutcome};
+use crate::port::{CommandStore, Recorded};
+use crate::request::CommandRequest;
+
+/// Fresh ids handed to every `decide`; more than any command creates.
+const NEW_IDS_PER_COMMAND: usize = 4;
+
+/// Settings of the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// Events between two snapshots of one aggregate (0: never snapshot).
+    pub snapshot_every_events: u64,
+    /// Most times a command without an expected version is decided again after losing a race.
+    pub retries_max: usize,
+    /// Most aggregate states kept in memory (0: always read the stream).
+    pub cache_streams_max: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            snapshot_every_events: SNAPSHOT_EVERY_EVENTS_DEFAULT,
+            retries_max: COMMAND_RETRIES_MAX,
+            cache_streams_max: STATE_CACHE_STREAMS_MAX,
+        }
+    }
+}
+
+/// Runs commands against aggregates stored in `S`.
+#[derive(Debug, Clone)]
+pub struct CommandPipeline<S> {
+    pub(crate) store: S,
+    config: PipelineConfig,
+    pub(crate) cache: Arc<StateCache>,
+}
+
+/// What one attempt came to.
+enum Attempt<A> {
+    Done(CommandOutcome),
+    /// Lost a race, or decided on a belief that may be stale: decide again on this state.
+    Again(Cached<A>),
+}
+
+type Result<T, A> = std::result::Result<T, CommandError<<A as Aggregate>::Error>>;
+
+impl<S: CommandStore> CommandPipeline<S> {
+    /// A pipeline over `store`.
+    pub fn new(store: S, config: PipelineConfig) -> Self {
+        let cache = Arc::new(StateCache::new(config.cache_streams_max));
+        Self { store, config, cache }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Decides and appends one command; see the module's documentation for the order of
+    /// checks. Retries after lost races when the request names no expected version.
+    ///
+    /// # Errors
+    /// [`CommandError`]; nothing was appended.
+    pub async fn execute<A>(&self, request: CommandRequest<A>) -> Result<CommandOutcome, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+        A::Command: Serialize + Sync,
+        A::Facts: Clone + Send + Sync,
+        A::Event: Send + Sync,
+    {
+        let ledger = LedgerEntry {
+            tenant: request.tenant.clone(),
+            operation_key: request.operation_key.clone(),
+            request_hash: request.request_hash(),
+            stream: request.stream.clone(),
+        };
+        let mut loaded = match self.cache.get::<A>(&request.stream) {
+            Some(cached) => Loaded { cached, fresh: false },
+            None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
+        };
+        for _ in 0..self.config.retries_max.max(1) {
+            match self.attempt(&request, &ledger, loaded).await? {
+                Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Again(cached) => {
+                    loaded = Loaded {
+                        cached: self.refresh(&request.stream, cached).await?,
+                        fresh: true,
+                    };
+                }
+            }
+        }
+        Err(CommandError::RetriesExhausted { attempts: self.config.retries_max })
+    }
+
+    async fn attempt<A>(
+        &self,
+        request: &CommandRequest<A>,
+        ledger: &LedgerEntry,
+        loaded: Loaded<A>,
+    ) -> Result<Attempt<A>, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+        A::Command: Serialize + Sync,
+        A::Facts: Clone + Send + Sync,
+        A::Event: Send + Sync,
+    {
+        let Loaded { cached, fresh } = loaded;
+        if cached.tenant.as_ref().is_some_and(|tenant| tenant != &request.tenant) {
+            return self.answer_recorded(ledger, CommandError::NotFound).await;
+        }
+        if let Some(expected) = request.expected_version
+            && expected != cached.version
+        {
+            if !fresh {
+                return Ok(Attempt::Again(cached));
+            }
+            let conflict = CommandError::ConcurrencyConflict { expected, actual: cached.version };
+            return self.answer_recorded(ledger, conflict).await;
+        }
+        let now = now_micros();
+        let ctx = Context {
+            now,
+            tenant: request.tenant.clone(),
+            actor: request.actor.clone(),
+            new_ids: (0..NEW_IDS_PER_COMMAND).map(|_| Uuid::now_v7()).collect(),
+            facts: request.facts.clone(),
+        };
+        let decided = cached.state.decide(&request.command, &ctx);
+        // A refusal or a no-op decided on a remembered state may be the belief's fault; only an
+        // append checks a belief by itself (through its expected version).
+        if !fresh && !matches!(&decided, Ok(events) if !events.is_empty()) {
+            return Ok(Attempt::Again(cached));
+        }
+        match decided {
+            Err(refusal) => self.answer_recorded(ledger, CommandError::Refused(refusal)).await,
+            Ok(events) if events.is_empty() => self.unchanged(ledger, cached).await,
+            Ok(events) => self.append(request, ledger, cached, events).await,
+        }
+    }
+
+    /// A command that changed nothing: recorded, so that its retries answer the same.
+    async fn unchanged<A>(&self, ledger: &LedgerEntry, cached: Cached<A>) -> Result<Attempt<A>, A>
+    where
+        A: Aggregate,
+    {
+        if !self.store.record_unchanged(ledger.clone(), cached.version).await? {
+            return self.recorded_outcome::<A>(ledger).await.map(Attempt::Done);
+        }
+        let cursor = match cached.version {
+            0 => None,
+            version => self.store.cursor_at(&ledger.stream, version).await?,
+        };
+        Ok(Attempt::Done(CommandOutcome {
+            stream_id: ledger.stream.clone(),
+            version: cached.version,
+            cursor,
+            duplicate: false,
+            event_types: Vec::new(),
+        }))
+    }
+
+    async fn append<A>(
+        &self,
+        request: &CommandRequest<A>,
+        ledger: &LedgerEntry,
+        cached: Cached<A>,
+        events: Vec<A::Event>,
+    ) -> Result<Attempt<A>, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+    {
+        let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
+        let metadata = Metadata {
+            actor: Some(request.actor.clone()),
+            correlation_id: request.correlation_id,
+            causation_id: request.causation_id,
+            operation_key: Some(request.operation_key.to_string()),
+            generation: state.generation(),
+            trace_id: request.trace_id.clone(),
+        };
+        let append = StreamAppend {
+            stream_id: request.stream.clone(),
+            stream_type: StreamType::parse(A::STREAM_TYPE)
+                .expect("aggregate stream types are names"),
+            tenant_id: request.tenant.clone(),
+            expected: match cached.version {
+                0 => ExpectedVersion::NoStream,
+                version => ExpectedVersion::Exact(version),
+            },
+            events: events.iter().map(|event| new_event(event, &metadata)).collect(),
+        };
+        match self.store.append_recorded(vec![append], ledger.clone()).await {
+            Ok(outcome) => {
+                let done = self.appended(request, &cached, state, &events, &outcome).await;
+                Ok(Attempt::Done(done))
+            }
+            Err(StoreError::WrongExpectedVersion { actual, .. }) => {
+                match request.expected_version {
+                    Some(expected) => {
+                        let conflict = CommandError::ConcurrencyConflict { expected, actual };
+                        self.answer_recorded(ledger, conflict).await
+                    }
+                    None => Ok(Attempt::Again(cached)),
+                }
+            }
+            Err(StoreError::TransactionConflict) => Ok(Attempt::Again(cached)),
+            Err(StoreError::OperationKeyTaken) => {
+                self.recorded_outcome::<A>(ledger).await.map(Attempt::Done)
+            }
+            Err(StoreError::StreamOwnership { .. }) => {
+                self.answer_recorded(ledger, CommandError::NotFound).await
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// After a successful append: remember the new state, snapshot if due, answer.
+    async fn appended<A>(
+        &self,
+        request: &CommandRequest<A>,
+        before: &Cached<A>,
+        state: A,
+        events: &[A::Event],
+        outcome: &AppendOutcome,
+    ) -> CommandOutcome
+    where
+        A: Aggregate + Send + Sync + 'static,
+    {
+        let version = before.version + events.len() as u64;
+        let every = self.config.snapshot_every_events;
+        if every > 0 && version / every > before.version / every {
+            let snapshot = (request.tenant.clone(), state.clone());
+            // A snapshot is a cache: failing to write one costs a longer load later, nothing more.
+            if let Err(error) =
+                self.store.save_snapshot(&request.stream, version, A::STATE_SCHEMA, &snapshot).await
+            {
+                tracing::warn!(stream = %request.stream, %error, "snapshot not saved");
+            }
+        }
+        let cached = Cached { tenant: Some(request.tenant.clone()), version, state };
+        self.cache.put(&request.stream, cached);
+        CommandOutcome {
+            stream_id: request.stream.clone(),
+            version,
+            cursor: Some(outcome.cursor),
+            duplicate: outcome.duplicate,
+            event_types: events.iter().map(|e| e.event_type().to_owned()).collect(),
+        }
+    }
+
+    /// The recorded outcome if the key was used before, else `error`.
+    async fn answer_recorded<A: Aggregate>(
+        &self,
+        ledger: &LedgerEntry,
+        error: CommandError<A::Error>,
+    ) -> Result<Attempt<A>, A> {
+        match self.store.recorded(&ledger.tenant, &ledger.operation_key).await? {
+            Some(recorded) => duplicate_of::<A>(ledger, recorded).map(Attempt::Done),
+            None => Err(error),
+        }
+    }
+
+    /// The outcome recorded under the key, which another command just took.
+    async fn recorded_outcome<A: Aggregate>(
+        &self,
+        ledger: &LedgerEntry,
+    ) -> Result<CommandOutcome, A> {
+        match self.store.recorded(&ledger.tenant, &ledger.operation_key).await? {
+            Some(recorded) => duplicate_of::<A>(ledger, recorded),
+            None => Err(CommandError::Store(StoreError::Database {
+                reason: "the ledger refused a key it does not hold".into(),
+            })),
+        }
+    }
+}
+
+/// A retry's answer: the recorded outcome, or a conflict if the key served another request.
+fn duplicate_of<A: Aggregate>(
+    ledger: &LedgerEntry,
+    recorded: Recorded,
+) -> Result<CommandOutcome, A> {
+    if recorded.request_hash != ledger.request_hash {
+        return Err(CommandError::IdempotencyConflict);
+    }
+    Ok(CommandOutcome {
+        stream_id: recorded.stream,
+        version: recorded.version,
+        cursor: recorded.cursor,
+        duplicate: true,
+        event_types: recorded.event_types,
+    })
+}
+
+fn new_event<E: DomainEvent>(event: &E, metadata: &Metadata) -> NewEvent {
+    NewEvent {
+        event_id: EventId::from_uuid(Uuid::now_v7()),
+        event_type: EventType::parse(event.event_type()).expect("event types are names"),
+        schema_version: 1,
+        payload: event.to_payload(),
+        metadata: metadata.clone(),
+    }
+}
+
+/// Times are stored to the microsecond; deciding at that precision keeps replays exact.
+fn now_micros() -> DateTime<Utc> {
+    let now = Utc::now();
+    DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
+}

@@ -1,0 +1,59 @@
+//! A command as the pipeline receives it: the aggregate's command plus who sent it, its
+//! operation key and the tracing context.
+
+use leasehold_domain::{Actor, Aggregate, OperationKey, RequestHash, StreamId, TenantId};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// One command for aggregate `A`.
+#[derive(Debug, Clone)]
+pub struct CommandRequest<A: Aggregate> {
+    /// The tenant, from the verified token and nowhere else.
+    pub tenant: TenantId,
+    /// Who sent it.
+    pub actor: Actor,
+    /// The aggregate's stream.
+    pub stream: StreamId,
+    /// The caller's idempotency key.
+    pub operation_key: OperationKey,
+    /// The version the caller read, if it wants the command refused when the stream moved on.
+    /// Without it, a command that loses a race is decided again on the new state.
+    pub expected_version: Option<u64>,
+    /// The command.
+    pub command: A::Command,
+    /// Facts looked up for `decide`.
+    pub facts: A::Facts,
+    /// Ties together everything one outside request caused.
+    pub correlation_id: Option<Uuid>,
+    /// The event or command that caused this one.
+    pub causation_id: Option<Uuid>,
+    /// The distributed trace.
+    pub trace_id: Option<String>,
+}
+
+impl<A: Aggregate> CommandRequest<A>
+where
+    A::Command: Serialize,
+{
+    /// The request's hash: the aggregate, the stream, the expected version and the command, as
+    /// JSON. The same request always hashes the same, whoever sends it when: fields serialize
+    /// in declaration order and the commands hold no maps.
+    pub fn request_hash(&self) -> RequestHash {
+        #[derive(Serialize)]
+        struct Hashed<'a, C> {
+            aggregate: &'static str,
+            command: &'a C,
+            expected_version: Option<u64>,
+            stream: &'a str,
+        }
+        let hashed = Hashed {
+            aggregate: A::STREAM_TYPE,
+            command: &self.command,
+            expected_version: self.expected_version,
+            stream: self.stream.as_str(),
+        };
+        let text = serde_json::to_vec(&hashed).expect("commands serialize");
+        RequestHash(Sha256::digest(text).into())
+    }
+}

@@ -1,0 +1,7 @@
+//! The command pipeline against a real PostgreSQL: idempotency, fencing, state guards,
+//! concurrent commands on one aggregate, tenants, snapshots.
+
+mod concurrency;
+mod idempotency;
+mod lease;
+pub(crate) mod support;
