@@ -8,6 +8,8 @@ pub mod chain;
 pub mod database;
 pub mod limits;
 pub mod migrations;
+pub mod projections;
+pub mod read_models;
 pub mod snapshots;
 pub mod store;
 pub mod verify;

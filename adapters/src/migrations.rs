@@ -16,6 +16,7 @@ const FILES: &[(&str, &str)] = &[
     ("0001_log.sql", include_str!("../../schema/postgres/0001_log.sql")),
     ("0002_append.sql", include_str!("../../schema/postgres/0002_append.sql")),
     ("0003_idempotency.sql", include_str!("../../schema/postgres/0003_idempotency.sql")),
+    ("0004_read_models.sql", include_str!("../../schema/postgres/0004_read_models.sql")),
 ];
 
 /// The table recording applied migrations.

@@ -31,11 +31,12 @@ use tokio_postgres::Row;
 
 use crate::database::{DatabaseUrl, DatabaseUrlError};
 use crate::limits::{COMMITTERS_DEFAULT, GROUP_EVENTS_PER_APPEND_MAX, POOL_DEFAULT_SIZE};
-use errors::{from_driver, from_pool};
+pub(crate) use errors::from_driver;
+use errors::from_pool;
 use heads::HeadCache;
 use prepare::{Head, Prepared, render};
-pub(crate) use rows::EVENT_COLUMNS;
-use xid8::Xid8;
+pub(crate) use rows::{EVENT_COLUMNS, cursor_of};
+pub(crate) use xid8::Xid8;
 
 // ORDER BY names the table's columns, so that no select-list expression of the same name can
 // ever replace them and stop the sort from walking the index.
@@ -44,7 +45,7 @@ use xid8::Xid8;
 /// transactions older than the oldest transaction still running. Written as one row
 /// comparison so that it bounds the index scan instead of filtering rows; both bounds are
 /// subqueries, computed once per statement.
-const HORIZON: &str = "(log_epoch, tx_id) < ((SELECT current_epoch FROM log_meta), \
+pub(crate) const HORIZON: &str = "(log_epoch, tx_id) < ((SELECT current_epoch FROM log_meta), \
      (SELECT pg_snapshot_xmin(pg_current_snapshot())))";
 
 /// Settings of the event store.
@@ -124,7 +125,7 @@ impl PgEventStore {
         self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))
     }
 
-    async fn query(
+    pub(crate) async fn query(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],

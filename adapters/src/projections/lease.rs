@@ -1,0 +1,383 @@
+//! Writing the lease read models: each kind of change becomes one multi-row statement per
+//! batch, so a batch costs a handful of round trips whatever its size.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::lease::LeaseId;
+use leasehold_domain::{Cursor, StoreError};
+use leasehold_projections::lease::{
+    LeaseChange, LeaseProjection, LeaseRows, LeaseView, ReleaseRow,
+};
+use leasehold_projections::{Projection, ProjectionSession, ProjectionStore};
+use tokio::sync::Notify;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::PgProjectionSession;
+use crate::store::{PgEventStore, to_i64};
+
+type Param<'a> = &'a (dyn ToSql + Sync);
+
+const VIEWS_SQL: &str =
+    "SELECT lease_id, tenant_id, state FROM lease_view_states WHERE lease_id = ANY($1)";
+
+const PUT_VIEWS_SQL: &str = "INSERT INTO lease_view_states (lease_id, tenant_id, state) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[]) \
+     ON CONFLICT (lease_id) DO UPDATE SET tenant_id = excluded.tenant_id, state = excluded.state";
+
+const PUT_LEASES_SQL: &str = "INSERT INTO leases (lease_id, tenant_id, provider_id, status, \
+     chain_state, reason, message, items, fail_count, created_at, updated_at, retained_until, \
+     restored_from) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::text[], \
+     $7::text[], $8::jsonb[], $9::int4[], $10::timestamptz[], $11::timestamptz[], \
+     $12::timestamptz[], $13::uuid[]) \
+     ON CONFLICT (lease_id) DO UPDATE SET status = excluded.status, \
+     chain_state = excluded.chain_state, reason = excluded.reason, message = excluded.message, \
+     items = excluded.items, fail_count = excluded.fail_count, updated_at = excluded.updated_at, \
+     retained_until = excluded.retained_until";
+
+const PUT_DIAGNOSTICS_SQL: &str = "INSERT INTO lease_diagnostics (lease_id, tenant_id, \
+     backend_name, last_error, fail_count, generation, budget_verdict, consecutive_failures, \
+     updated_at) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int4[], \
+     $6::int8[], $7::text[], $8::int4[], $9::timestamptz[]) \
+     ON CONFLICT (lease_id) DO UPDATE SET backend_name = excluded.backend_name, \
+     last_error = excluded.last_error, fail_count = excluded.fail_count, \
+     generation = excluded.generation, budget_verdict = excluded.budget_verdict, \
+     consecutive_failures = excluded.consecutive_failures, updated_at = excluded.updated_at";
+
+const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads (kind, workload_id, tenant_id, status, \
+     backend_name, items, created_at, updated_at) \
+     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
+     $6::jsonb[], $7::timestamptz[], $8::timestamptz[]) \
+     ON CONFLICT (kind, workload_id) DO UPDATE SET status = excluded.status, \
+     backend_name = excluded.backend_name, items = excluded.items, \
+     updated_at = excluded.updated_at";
+
+const PUT_RETAINED_SQL: &str = "INSERT INTO retained_leases (lease_id, tenant_id, provider_id, \
+     status, retained_until, updated_at) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::timestamptz[], \
+     $6::timestamptz[]) \
+     ON CONFLICT (lease_id) DO UPDATE SET status = excluded.status, \
+     retained_until = excluded.retained_until, updated_at = excluded.updated_at";
+
+const DELETE_RETAINED_SQL: &str = "DELETE FROM retained_leases WHERE lease_id = ANY($1)";
+
+const START_RELEASES_SQL: &str = "INSERT INTO releases (lease_id, version, tenant_id, \
+     payload_hash, status, created_at, updated_at) \
+     SELECT u.l, u.v, u.t, u.h, 'deploying', u.at, u.at \
+     FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::timestamptz[]) \
+     AS u(l, v, t, h, at) ON CONFLICT (lease_id, version) DO NOTHING";
+
+const SET_RELEASES_SQL: &str = "UPDATE releases r SET status = u.s, reason = u.r, \
+     message = u.m, updated_at = u.at \
+     FROM unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[], \
+     $6::timestamptz[]) AS u(l, v, s, r, m, at) \
+     WHERE r.lease_id = u.l AND r.version = u.v";
+
+const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage (tenant_id, kind, active_count) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
+     ON CONFLICT (tenant_id, kind) DO UPDATE \
+     SET active_count = quota_usage.active_count + excluded.active_count";
+
+const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus (tenant_id, kind, sku, quantity) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
+     ON CONFLICT (tenant_id, kind, sku) DO UPDATE \
+     SET quantity = quota_usage_skus.quantity + excluded.quantity";
+
+impl ProjectionStore<LeaseProjection> for PgEventStore {
+    type Session = PgProjectionSession;
+
+    async fn lock(&self) -> Result<Option<PgProjectionSession>, StoreError> {
+        self.lock_projection(LeaseProjection::NAME, LeaseProjection::VERSION).await
+    }
+
+    fn appended(&self) -> Arc<Notify> {
+        PgEventStore::appended(self)
+    }
+}
+
+impl ProjectionSession<LeaseProjection> for PgProjectionSession {
+    async fn checkpoint(&mut self) -> Result<Option<Cursor>, StoreError> {
+        self.read_checkpoint().await
+    }
+
+    async fn views(&mut self, keys: &[LeaseId]) -> Result<HashMap<LeaseId, LeaseView>, StoreError> {
+        let ids: Vec<Uuid> = keys.iter().map(|key| key.0).collect();
+        let rows = self.client.query(VIEWS_SQL, &[&ids]).await.map_err(self.fail())?;
+        let mut views = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let lease = LeaseId(row.get(0));
+            let state: &[u8] = row.get(2);
+            let view: LeaseView = postcard::from_bytes(state).map_err(|e| StoreError::Corrupt {
+                position: 0,
+                reason: format!("the lease view of {lease} cannot be decoded: {e}"),
+            })?;
+            views.insert(lease, view);
+        }
+        Ok(views)
+    }
+
+    async fn commit(
+        &mut self,
+        from: Option<Cursor>,
+        to: Cursor,
+        events: u64,
+        changes: Vec<LeaseChange>,
+    ) -> Result<(), StoreError> {
+        let identity = (self.name, self.version);
+        let endpoint = self.endpoint.clone();
+        let fail = |error| crate::store::from_driver(error, &endpoint);
+        let tx = self.client.transaction().await.map_err(fail)?;
+        if !Self::move_checkpoint(&tx, identity, from, to, events).await.map_err(fail)? {
+            return Err(StoreError::Database {
+                reason: format!("the checkpoint of {} moved under this runner", identity.0),
+            });
+        }
+        write_changes(&tx, changes).await.map_err(|e| match e {
+            WriteError::Driver(error) => fail(error),
+            WriteError::Store(error) => error,
+        })?;
+        tx.commit().await.map_err(fail)
+    }
+}
+
+enum WriteError {
+    Driver(tokio_postgres::Error),
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for WriteError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Driver(error)
+    }
+}
+
+/// Sorts a batch's changes by table and writes each table once.
+async fn write_changes(
+    tx: &deadpool_postgres::Transaction<'_>,
+    changes: Vec<LeaseChange>,
+) -> Result<(), WriteError> {
+    let mut puts = Vec::new();
+    let mut starts = Vec::new();
+    // Later settlements of the same release win: only the final status is written.
+    let mut settled: Settled = BTreeMap::new();
+    let mut usage: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
+    let mut sku_usage: BTreeMap<(String, &'static str, String), i64> = BTreeMap::new();
+    for change in changes {
+        match change {
+            LeaseChange::Put(rows) => puts.push(*rows),
+            LeaseChange::StartRelease(row) => starts.push(row),
+            LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
+                settled.insert((lease_id, version), (status, reason, message, at));
+            }
+            LeaseChange::Quota(delta) => {
+                *usage.entry((delta.tenant_id.clone(), delta.kind)).or_default() += delta.active;
+                for (sku, quantity) in delta.skus {
+                    *sku_usage.entry((delta.tenant_id.clone(), delta.kind, sku)).or_default() +=
+                        quantity;
+                }
+            }
+        }
+    }
+    write_puts(tx, &puts).await?;
+    write_releases(tx, &starts, &settled).await?;
+    write_usage(tx, &usage, &sku_usage).await?;
+    Ok(())
+}
+
+async fn execute(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<(), WriteError> {
+    let statement = tx.prepare_cached(sql).await?;
+    tx.execute(&statement, params).await?;
+    Ok(())
+}
+
+async fn write_puts(
+    tx: &deadpool_postgres::Transaction<'_>,
+    puts: &[LeaseRows],
+) -> Result<(), WriteError> {
+    if puts.is_empty() {
+        return Ok(());
+    }
+    let mut states = Vec::with_capacity(puts.len());
+    for rows in puts {
+        let bytes = postcard::to_stdvec(&rows.view).map_err(|e| {
+            WriteError::Store(StoreError::Database {
+                reason: format!("encoding a lease view: {e}"),
+            })
+        })?;
+        states.push(bytes);
+    }
+    let ids: Vec<Uuid> = puts.iter().map(|r| r.lease.lease_id).collect();
+    let tenants: Vec<&str> = puts.iter().map(|r| r.lease.tenant_id.as_str()).collect();
+    execute(tx, PUT_VIEWS_SQL, &[&ids, &tenants, &states]).await?;
+    write_leases(tx, puts).await?;
+    write_diagnostics(tx, puts).await?;
+    write_workloads(tx, puts).await?;
+    write_retained(tx, puts).await
+}
+
+async fn write_leases(
+    tx: &deadpool_postgres::Transaction<'_>,
+    puts: &[LeaseRows],
+) -> Result<(), WriteError> {
+    let rows: Vec<_> = puts.iter().map(|r| &r.lease).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.lease_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    let providers: Vec<Uuid> = rows.iter().map(|r| r.provider_id).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let chains: Vec<&str> = rows.iter().map(|r| r.chain_state).collect();
+    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.reason.as_deref()).collect();
+    let messages: Vec<Option<&str>> = rows.iter().map(|r| r.message.as_deref()).collect();
+    let items: Vec<&serde_json::Value> = rows.iter().map(|r| &r.items).collect();
+    let fail_counts: Vec<i32> = rows.iter().map(|r| to_i32(r.fail_count)).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let retained: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.retained_until).collect();
+    let restored: Vec<Option<Uuid>> = rows.iter().map(|r| r.restored_from).collect();
+    let params: [Param<'_>; 13] = [
+        &ids,
+        &tenants,
+        &providers,
+        &statuses,
+        &chains,
+        &reasons,
+        &messages,
+        &items,
+        &fail_counts,
+        &created,
+        &updated,
+        &retained,
+        &restored,
+    ];
+    execute(tx, PUT_LEASES_SQL, &params).await
+}
+
+async fn write_diagnostics(
+    tx: &deadpool_postgres::Transaction<'_>,
+    puts: &[LeaseRows],
+) -> Result<(), WriteError> {
+    let rows: Vec<_> = puts.iter().map(|r| &r.diagnostics).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.lease_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    let backends: Vec<Option<&str>> = rows.iter().map(|r| r.backend_name.as_deref()).collect();
+    let errors: Vec<Option<&str>> = rows.iter().map(|r| r.last_error.as_deref()).collect();
+    let fail_counts: Vec<i32> = rows.iter().map(|r| to_i32(r.fail_count)).collect();
+    let generations: Vec<i64> = rows.iter().map(|r| to_i64(r.generation)).collect();
+    let verdicts: Vec<Option<&str>> = rows.iter().map(|r| r.budget_verdict).collect();
+    let failures: Vec<Option<i32>> =
+        rows.iter().map(|r| r.consecutive_failures.map(to_i32)).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let params: [Param<'_>; 9] = [
+        &ids,
+        &tenants,
+        &backends,
+        &errors,
+        &fail_counts,
+        &generations,
+        &verdicts,
+        &failures,
+        &updated,
+    ];
+    execute(tx, PUT_DIAGNOSTICS_SQL, &params).await
+}
+
+async fn write_workloads(
+    tx: &deadpool_postgres::Transaction<'_>,
+    puts: &[LeaseRows],
+) -> Result<(), WriteError> {
+    let rows: Vec<_> = puts.iter().map(|r| &r.workload).collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.workload_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let backends: Vec<Option<&str>> = rows.iter().map(|r| r.backend_name.as_deref()).collect();
+    let items: Vec<&serde_json::Value> = rows.iter().map(|r| &r.items).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let params: [Param<'_>; 8] =
+        [&kinds, &ids, &tenants, &statuses, &backends, &items, &created, &updated];
+    execute(tx, PUT_WORKLOADS_SQL, &params).await
+}
+
+async fn write_retained(
+    tx: &deadpool_postgres::Transaction<'_>,
+    puts: &[LeaseRows],
+) -> Result<(), WriteError> {
+    let kept: Vec<_> = puts.iter().filter_map(|r| r.retained.as_ref()).collect();
+    let gone: Vec<Uuid> =
+        puts.iter().filter(|r| r.retained.is_none()).map(|r| r.lease.lease_id).collect();
+    if !gone.is_empty() {
+        execute(tx, DELETE_RETAINED_SQL, &[&gone]).await?;
+    }
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = kept.iter().map(|r| r.lease_id).collect();
+    let tenants: Vec<&str> = kept.iter().map(|r| r.tenant_id.as_str()).collect();
+    let providers: Vec<Uuid> = kept.iter().map(|r| r.provider_id).collect();
+    let statuses: Vec<&str> = kept.iter().map(|r| r.status).collect();
+    let until: Vec<Option<DateTime<Utc>>> = kept.iter().map(|r| r.retained_until).collect();
+    let updated: Vec<DateTime<Utc>> = kept.iter().map(|r| r.updated_at).collect();
+    execute(tx, PUT_RETAINED_SQL, &[&ids, &tenants, &providers, &statuses, &until, &updated]).await
+}
+
+type Settled = BTreeMap<(Uuid, u32), (&'static str, Option<String>, Option<String>, DateTime<Utc>)>;
+
+async fn write_releases(
+    tx: &deadpool_postgres::Transaction<'_>,
+    starts: &[ReleaseRow],
+    settled: &Settled,
+) -> Result<(), WriteError> {
+    if !starts.is_empty() {
+        let ids: Vec<Uuid> = starts.iter().map(|r| r.lease_id).collect();
+        let versions: Vec<i32> = starts.iter().map(|r| to_i32(r.version)).collect();
+        let tenants: Vec<&str> = starts.iter().map(|r| r.tenant_id.as_str()).collect();
+        let hashes: Vec<&str> = starts.iter().map(|r| r.payload_hash.as_str()).collect();
+        let created: Vec<DateTime<Utc>> = starts.iter().map(|r| r.created_at).collect();
+        execute(tx, START_RELEASES_SQL, &[&ids, &versions, &tenants, &hashes, &created]).await?;
+    }
+    if settled.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = settled.keys().map(|(id, _)| *id).collect();
+    let versions: Vec<i32> = settled.keys().map(|(_, v)| to_i32(*v)).collect();
+    let statuses: Vec<&str> = settled.values().map(|s| s.0).collect();
+    let reasons: Vec<Option<&str>> = settled.values().map(|s| s.1.as_deref()).collect();
+    let messages: Vec<Option<&str>> = settled.values().map(|s| s.2.as_deref()).collect();
+    let at: Vec<DateTime<Utc>> = settled.values().map(|s| s.3).collect();
+    execute(tx, SET_RELEASES_SQL, &[&ids, &versions, &statuses, &reasons, &messages, &at]).await
+}
+
+async fn write_usage(
+    tx: &deadpool_postgres::Transaction<'_>,
+    usage: &BTreeMap<(String, &'static str), i64>,
+    sku_usage: &BTreeMap<(String, &'static str, String), i64>,
+) -> Result<(), WriteError> {
+    let usage: Vec<_> = usage.iter().filter(|(_, delta)| **delta != 0).collect();
+    if !usage.is_empty() {
+        let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
+        let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
+        let deltas: Vec<i64> = usage.iter().map(|(_, d)| **d).collect();
+        execute(tx, ADD_USAGE_SQL, &[&tenants, &kinds, &deltas]).await?;
+    }
+    let sku_usage: Vec<_> = sku_usage.iter().filter(|(_, delta)| **delta != 0).collect();
+    if !sku_usage.is_empty() {
+        let tenants: Vec<&str> = sku_usage.iter().map(|((t, _, _), _)| t.as_str()).collect();
+        let kinds: Vec<&str> = sku_usage.iter().map(|((_, k, _), _)| *k).collect();
+        let skus: Vec<&str> = sku_usage.iter().map(|((_, _, s), _)| s.as_str()).collect();
+        let deltas: Vec<i64> = sku_usage.iter().map(|(_, d)| **d).collect();
+        execute(tx, ADD_SKU_USAGE_SQL, &[&tenants, &kinds, &skus, &deltas]).await?;
+    }
+    Ok(())
+}
+
+fn to_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}

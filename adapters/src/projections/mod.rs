@@ -1,0 +1,118 @@
+//! The projection runtime's storage: a runner's locked connection, its checkpoint, and the
+//! read-model writers of each projection (`lease.rs`).
+
+mod lease;
+mod status;
+
+use deadpool_postgres::ClientWrapper;
+use leasehold_domain::{Cursor, StoreError};
+
+pub use status::ProjectionStatus;
+
+use crate::store::{PgEventStore, Xid8, from_driver, to_i64};
+
+/// The first key of every projection lock ("LH" in ASCII); the second is the name's hash.
+const LOCK_CLASS: i32 = 0x4c48;
+
+/// A runner's own connection (never returned to the pool: the lock is the session's).
+#[derive(Debug)]
+pub struct PgProjectionSession {
+    client: ClientWrapper,
+    endpoint: String,
+    name: &'static str,
+    version: u32,
+}
+
+impl PgEventStore {
+    /// A connection of its own holding projection `name`'s lock, or `None` if another
+    /// session holds it.
+    pub(crate) async fn lock_projection(
+        &self,
+        name: &'static str,
+        version: u32,
+    ) -> Result<Option<PgProjectionSession>, StoreError> {
+        let client = deadpool_postgres::Object::take(self.client().await?);
+        let endpoint = self.endpoint().to_owned();
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1, hashtext($2))", &[&LOCK_CLASS, &name])
+            .await
+            .map_err(|e| from_driver(e, &endpoint))?;
+        let locked: bool = row.get(0);
+        Ok(locked.then_some(PgProjectionSession { client, endpoint, name, version }))
+    }
+}
+
+impl PgProjectionSession {
+    fn fail(&self) -> impl Fn(tokio_postgres::Error) -> StoreError + '_ {
+        |error| from_driver(error, &self.endpoint)
+    }
+
+    /// The checkpoint; a checkpoint written by another version of the projection is refused
+    /// (its tables hold that version's rows).
+    pub(crate) async fn read_checkpoint(&mut self) -> Result<Option<Cursor>, StoreError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT log_epoch, tx_id, position, version FROM projection_checkpoints \
+                 WHERE projection = $1",
+                &[&self.name],
+            )
+            .await
+            .map_err(self.fail())?;
+        let Some(row) = row else { return Ok(None) };
+        let version = u32::try_from(row.get::<_, i32>(3)).unwrap_or_default();
+        if version != self.version {
+            return Err(StoreError::Database {
+                reason: format!(
+                    "projection {} has a checkpoint of version {version}, not {}: rebuild it",
+                    self.name, self.version
+                ),
+            });
+        }
+        Ok(Some(crate::store::cursor_of(&row)))
+    }
+
+    /// Moves the checkpoint from `from` to `to` inside `tx`; `false` if it was not at `from`.
+    pub(crate) async fn move_checkpoint(
+        tx: &deadpool_postgres::Transaction<'_>,
+        (name, version): (&str, u32),
+        from: Option<Cursor>,
+        to: Cursor,
+        events: u64,
+    ) -> Result<bool, tokio_postgres::Error> {
+        let epoch = i32::try_from(to.log_epoch).unwrap_or(i32::MAX);
+        let version = i32::try_from(version).unwrap_or(i32::MAX);
+        let (tx_id, position, events) = (Xid8(to.tx_id), to_i64(to.position), to_i64(events));
+        let moved = match from {
+            None => {
+                tx.execute(
+                    "INSERT INTO projection_checkpoints \
+                     (projection, version, log_epoch, tx_id, position, events_applied) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                    &[&name, &version, &epoch, &tx_id, &position, &events],
+                )
+                .await?
+            }
+            Some(from) => {
+                let from_epoch = i32::try_from(from.log_epoch).unwrap_or(i32::MAX);
+                tx.execute(
+                    "UPDATE projection_checkpoints SET log_epoch = $2, tx_id = $3, position = $4, \
+                     events_applied = events_applied + $5, updated_at = now() \
+                     WHERE projection = $1 AND (log_epoch, tx_id, position) = ($6, $7, $8)",
+                    &[
+                        &name,
+                        &epoch,
+                        &tx_id,
+                        &position,
+                        &events,
+                        &from_epoch,
+                        &Xid8(from.tx_id),
+                        &to_i64(from.position),
+                    ],
+                )
+                .await?
+            }
+        };
+        Ok(moved == 1)
+    }
+}

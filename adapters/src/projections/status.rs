@@ -1,0 +1,94 @@
+//! How far each projection is behind the log, and how far the horizon is behind now.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::{Cursor, StoreError};
+
+use crate::store::{HORIZON, PgEventStore, Xid8, cursor_of, to_i64};
+
+/// Events counted at most when measuring how far behind a projection is.
+const BEHIND_COUNT_MAX: i64 = 1_000_000;
+
+/// A projection's progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectionStatus {
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: u32,
+    /// The cursor of the last event applied.
+    pub cursor: Cursor,
+    /// Events applied over its life.
+    pub events_applied: u64,
+    /// Readable events after its cursor (counted up to 1,000,000).
+    pub events_behind: u64,
+    /// How long ago the oldest event it has not applied was recorded (0 when caught up).
+    pub seconds_behind: f64,
+    /// When it last committed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl PgEventStore {
+    /// The progress of every projection with a checkpoint.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn projection_status(&self) -> Result<Vec<ProjectionStatus>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT log_epoch, tx_id, position, projection, version, events_applied, \
+                 updated_at FROM projection_checkpoints ORDER BY projection",
+                &[],
+            )
+            .await?;
+        let mut statuses = Vec::with_capacity(rows.len());
+        for row in rows {
+            let cursor = cursor_of(&row);
+            let (events_behind, seconds_behind) = self.behind(cursor).await?;
+            statuses.push(ProjectionStatus {
+                name: row.get(3),
+                version: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
+                cursor,
+                events_applied: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
+                events_behind,
+                seconds_behind,
+                updated_at: row.get(6),
+            });
+        }
+        Ok(statuses)
+    }
+
+    async fn behind(&self, cursor: Cursor) -> Result<(u64, f64), StoreError> {
+        let after = format!("(log_epoch, tx_id, position) > ($1, $2::xid8, $3) AND {HORIZON}");
+        let sql = format!(
+            "SELECT (SELECT count(*) FROM (SELECT 1 FROM events WHERE {after} LIMIT $4) x), \
+             (SELECT coalesce(extract(epoch FROM now() - recorded_at)::float8, 0) FROM events \
+               WHERE {after} ORDER BY events.log_epoch, events.tx_id, events.position LIMIT 1)"
+        );
+        let epoch = i32::try_from(cursor.log_epoch).unwrap_or(i32::MAX);
+        let rows = self
+            .query(
+                &sql,
+                &[&epoch, &Xid8(cursor.tx_id), &to_i64(cursor.position), &BEHIND_COUNT_MAX],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| StoreError::Database { reason: "no row".into() })?;
+        let count = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+        Ok((count, row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0)))
+    }
+
+    /// Seconds since the oldest transaction still holding a transaction id began: every
+    /// whole-log reader waits for it, in every database of the cluster.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn horizon_lag_seconds(&self) -> Result<f64, StoreError> {
+        let rows = self
+            .query(
+                "SELECT coalesce(extract(epoch FROM now() - min(xact_start))::float8, 0) \
+                 FROM pg_stat_activity WHERE backend_xid IS NOT NULL",
+                &[],
+            )
+            .await?;
+        Ok(rows.first().map_or(0.0, |row| row.get::<_, f64>(0).max(0.0)))
+    }
+}

@@ -1,0 +1,249 @@
+//! Queries over the read models. Every tenant query takes the tenant from the caller (the
+//! verified token) and filters by it in SQL: another tenant's row is simply not found. Tenant
+//! queries select only tenant-safe columns; operator-only data has its own queries.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::lease::{LeaseId, LeaseItem};
+use leasehold_domain::{Cursor, StoreError, TenantId};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::store::{PgEventStore, cursor_of};
+
+/// Most rows one page of a list returns.
+pub const PAGE_ROWS_MAX: usize = 100;
+
+/// A lease as its tenant sees it: no last error, no generation, no tenant id.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The tenant-safe columns of `leases`.
+pub struct LeaseSummary {
+    pub lease_id: LeaseId,
+    pub provider_id: Uuid,
+    pub status: String,
+    pub chain_state: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub items: Vec<LeaseItem>,
+    pub fail_count: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub retained_until: Option<DateTime<Utc>>,
+    pub restored_from: Option<Uuid>,
+}
+
+/// Operator-only diagnostics of a lease.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of `lease_diagnostics`.
+pub struct LeaseDiagnostics {
+    pub lease_id: LeaseId,
+    pub tenant_id: String,
+    pub backend_name: Option<String>,
+    pub last_error: Option<String>,
+    pub fail_count: u32,
+    pub generation: u64,
+    pub budget_verdict: Option<String>,
+    pub consecutive_failures: Option<u32>,
+}
+
+/// One release of a lease.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The tenant-safe columns of `releases`.
+pub struct Release {
+    pub version: u32,
+    pub payload_hash: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A tenant's usage of one kind of workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaUsage {
+    /// The workload kind (`lease`, ...).
+    pub kind: String,
+    /// Workloads holding resources.
+    pub active_count: u64,
+    /// Quantities held, by SKU.
+    pub skus: Vec<(String, u64)>,
+}
+
+/// A filter and a position for listing leases, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseListing {
+    /// Only leases with this status.
+    pub status: Option<String>,
+    /// Continue after this (created_at, lease_id), from the previous page's last row.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+    /// Rows wanted (capped at [`PAGE_ROWS_MAX`]).
+    pub first: usize,
+}
+
+const SUMMARY_COLUMNS: &str = "lease_id, provider_id, status, chain_state, reason, message, \
+     items, fail_count, created_at, updated_at, retained_until, restored_from";
+
+fn corrupt(reason: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt { position: 0, reason: reason.to_string() }
+}
+
+fn summary_of(row: &Row) -> Result<LeaseSummary, StoreError> {
+    let items: serde_json::Value = row.get(6);
+    Ok(LeaseSummary {
+        lease_id: LeaseId(row.get(0)),
+        provider_id: row.get(1),
+        status: row.get(2),
+        chain_state: row.get(3),
+        reason: row.get(4),
+        message: row.get(5),
+        items: serde_json::from_value(items).map_err(corrupt)?,
+        fail_count: u32::try_from(row.get::<_, i32>(7)).unwrap_or_default(),
+        created_at: row.get(8),
+        updated_at: row.get(9),
+        retained_until: row.get(10),
+        restored_from: row.get(11),
+    })
+}
+
+impl PgEventStore {
+    /// The tenant's lease, or `None` if it has no such lease (whoever else might).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn lease(
+        &self,
+        tenant: &TenantId,
+        lease: LeaseId,
+    ) -> Result<Option<LeaseSummary>, StoreError> {
+        let sql =
+            format!("SELECT {SUMMARY_COLUMNS} FROM leases WHERE tenant_id = $1 AND lease_id = $2");
+        let rows = self.query(&sql, &[&tenant.as_str(), &lease.0]).await?;
+        rows.first().map(summary_of).transpose()
+    }
+
+    /// One page of the tenant's leases, newest first.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn leases(
+        &self,
+        tenant: &TenantId,
+        listing: &LeaseListing,
+    ) -> Result<Vec<LeaseSummary>, StoreError> {
+        let limit = i64::try_from(listing.first.clamp(1, PAGE_ROWS_MAX)).unwrap_or(1);
+        let (after_at, after_id) =
+            listing.after.map_or((None, None), |(at, id)| (Some(at), Some(id)));
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM leases WHERE tenant_id = $1 \
+             AND ($2::text IS NULL OR status = $2) \
+             AND ($3::timestamptz IS NULL OR (created_at, lease_id) < ($3, $4::uuid)) \
+             ORDER BY created_at DESC, lease_id DESC LIMIT $5"
+        );
+        let rows = self
+            .query(&sql, &[&tenant.as_str(), &listing.status, &after_at, &after_id, &limit])
+            .await?;
+        rows.iter().map(summary_of).collect()
+    }
+
+    /// The tenant's releases of a lease, oldest first (none for another tenant's lease).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn releases(
+        &self,
+        tenant: &TenantId,
+        lease: LeaseId,
+    ) -> Result<Vec<Release>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT version, payload_hash, status, reason, message, created_at FROM releases \
+                 WHERE tenant_id = $1 AND lease_id = $2 ORDER BY version LIMIT 1000",
+                &[&tenant.as_str(), &lease.0],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| Release {
+                version: u32::try_from(row.get::<_, i32>(0)).unwrap_or_default(),
+                payload_hash: row.get(1),
+                status: row.get(2),
+                reason: row.get(3),
+                message: row.get(4),
+                created_at: row.get(5),
+            })
+            .collect())
+    }
+
+    /// The tenant's usage, by workload kind.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn quota_usage(&self, tenant: &TenantId) -> Result<Vec<QuotaUsage>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT u.kind, u.active_count, coalesce((SELECT array_agg(s.sku ORDER BY s.sku) \
+                   FROM quota_usage_skus s WHERE s.tenant_id = u.tenant_id AND s.kind = u.kind \
+                   AND s.quantity > 0), '{}'), \
+                 coalesce((SELECT array_agg(s.quantity ORDER BY s.sku) FROM quota_usage_skus s \
+                   WHERE s.tenant_id = u.tenant_id AND s.kind = u.kind AND s.quantity > 0), '{}') \
+                 FROM quota_usage u WHERE u.tenant_id = $1 ORDER BY u.kind",
+                &[&tenant.as_str()],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let skus: Vec<String> = row.get(2);
+                let quantities: Vec<i64> = row.get(3);
+                QuotaUsage {
+                    kind: row.get(0),
+                    active_count: u64::try_from(row.get::<_, i64>(1)).unwrap_or_default(),
+                    skus: skus
+                        .into_iter()
+                        .zip(quantities.into_iter().map(|q| u64::try_from(q).unwrap_or_default()))
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+
+    /// A lease's diagnostics, for operators only: never call this on a tenant's behalf.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn lease_diagnostics(
+        &self,
+        lease: LeaseId,
+    ) -> Result<Option<LeaseDiagnostics>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT lease_id, tenant_id, backend_name, last_error, fail_count, generation, \
+                 budget_verdict, consecutive_failures FROM lease_diagnostics WHERE lease_id = $1",
+                &[&lease.0],
+            )
+            .await?;
+        Ok(rows.first().map(|row| LeaseDiagnostics {
+            lease_id: LeaseId(row.get(0)),
+            tenant_id: row.get(1),
+            backend_name: row.get(2),
+            last_error: row.get(3),
+            fail_count: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
+            generation: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
+            budget_verdict: row.get(6),
+            consecutive_failures: row.get::<_, Option<i32>>(7).and_then(|n| u32::try_from(n).ok()),
+        }))
+    }
+
+    /// The cursor projection `name` has reached, if it has applied anything.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn checkpoint(&self, name: &str) -> Result<Option<Cursor>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT log_epoch, tx_id, position FROM projection_checkpoints WHERE projection = $1",
+                &[&name],
+            )
+            .await?;
+        Ok(rows.first().map(cursor_of))
+    }
+}

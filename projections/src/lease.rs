@@ -1,0 +1,392 @@
+//! The lease read models: `leases` (the tenant's view), `lease_diagnostics` (operators only),
+//! `releases`, `retained_leases`, `workloads` and the quota usage.
+//!
+//! The working view of a lease is the aggregate's own state, folded with the aggregate's own
+//! `evolve`, so the read models can never disagree with what commands decide on. Every row is
+//! derived from it by the pure functions below; history rows (releases) and counters (quota)
+//! come from the events themselves.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::lease::{
+    ChainState, Lease, LeaseEvent, LeaseId, LeaseStatus, RetentionStatus, TerminalVerdict,
+};
+use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::projection::{Projection, ProjectionError};
+
+/// The workload kind of leases in the unified listings.
+pub const LEASE_KIND: &str = "lease";
+
+/// Projects lease streams into the lease read models.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseProjection;
+
+/// One lease's working state: its owner and its aggregate state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseView {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The aggregate's state.
+    pub lease: Lease,
+}
+
+/// A change to the lease read models.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseChange {
+    /// Write every row derived from one lease's view.
+    Put(Box<LeaseRows>),
+    /// A release began deploying.
+    StartRelease(ReleaseRow),
+    /// A release settled (or was superseded).
+    SetRelease {
+        /// The lease.
+        lease_id: Uuid,
+        /// The release.
+        version: u32,
+        /// Its new status.
+        status: &'static str,
+        /// Tenant-safe reason, if it failed.
+        reason: Option<String>,
+        /// Tenant-safe message, if it failed.
+        message: Option<String>,
+        /// When.
+        at: DateTime<Utc>,
+    },
+    /// Resources a tenant holds began or stopped counting.
+    Quota(QuotaDelta),
+}
+
+/// Every row derived from one lease's view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRows {
+    /// The lease's working state, kept for the next batch.
+    pub view: LeaseView,
+    /// `leases`.
+    pub lease: LeaseRow,
+    /// `lease_diagnostics`.
+    pub diagnostics: DiagnosticsRow,
+    /// `workloads`.
+    pub workload: WorkloadRow,
+    /// `retained_leases`: present while retained, removed otherwise.
+    pub retained: Option<RetainedRow>,
+}
+
+/// A row of `leases`: what a tenant may see of its lease.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct LeaseRow {
+    pub lease_id: Uuid,
+    pub tenant_id: String,
+    pub provider_id: Uuid,
+    pub status: &'static str,
+    pub chain_state: &'static str,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub items: serde_json::Value,
+    pub fail_count: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub retained_until: Option<DateTime<Utc>>,
+    pub restored_from: Option<Uuid>,
+}
+
+/// A row of `lease_diagnostics`: operators only.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct DiagnosticsRow {
+    pub lease_id: Uuid,
+    pub tenant_id: String,
+    pub backend_name: Option<String>,
+    pub last_error: Option<String>,
+    pub fail_count: u32,
+    pub generation: u64,
+    pub budget_verdict: Option<&'static str>,
+    pub consecutive_failures: Option<u32>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A row of `workloads`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct WorkloadRow {
+    pub kind: &'static str,
+    pub workload_id: Uuid,
+    pub tenant_id: String,
+    pub status: &'static str,
+    pub backend_name: Option<String>,
+    pub items: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A row of `retained_leases`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct RetainedRow {
+    pub lease_id: Uuid,
+    pub tenant_id: String,
+    pub provider_id: Uuid,
+    pub status: &'static str,
+    pub retained_until: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A row of `releases` as it starts.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct ReleaseRow {
+    pub lease_id: Uuid,
+    pub version: u32,
+    pub tenant_id: String,
+    pub payload_hash: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a tenant's usage gains (positive) or loses (negative).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaDelta {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The workload kind.
+    pub kind: &'static str,
+    /// Workloads holding resources.
+    pub active: i64,
+    /// Quantities by SKU.
+    pub skus: Vec<(String, i64)>,
+}
+
+impl Projection for LeaseProjection {
+    const NAME: &'static str = "lease_views";
+    const VERSION: u32 = 1;
+    type Key = LeaseId;
+    type View = LeaseView;
+    type Change = LeaseChange;
+
+    fn key(&self, event: &RecordedEvent) -> Option<LeaseId> {
+        if event.stream_type.as_str() != Lease::STREAM_TYPE {
+            return None;
+        }
+        let id = event.stream_id.as_str().strip_prefix("lease-")?;
+        Uuid::parse_str(id).ok().map(LeaseId)
+    }
+
+    fn project(
+        &self,
+        view: Option<&LeaseView>,
+        event: &RecordedEvent,
+        changes: &mut Vec<LeaseChange>,
+    ) -> Result<LeaseView, ProjectionError> {
+        let decoded = LeaseEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(
+            |error| ProjectionError {
+                projection: Self::NAME,
+                position: event.cursor.position,
+                reason: error.to_string(),
+            },
+        )?;
+        let before = view.cloned().unwrap_or_else(|| LeaseView {
+            tenant: event.tenant_id.clone(),
+            lease: Lease::initial(),
+        });
+        let after = LeaseView {
+            tenant: before.tenant.clone(),
+            lease: before.lease.clone().evolve(&decoded),
+        };
+        release_changes(&before, &decoded, changes);
+        if let Some(delta) = quota_delta(&before, &after) {
+            changes.push(LeaseChange::Quota(delta));
+        }
+        Ok(after)
+    }
+
+    fn put(&self, _key: &LeaseId, view: &LeaseView) -> LeaseChange {
+        LeaseChange::Put(Box::new(rows_of(view)))
+    }
+}
+
+/// History rows: a release starts with a provision request or an update, and settles with the
+/// backend's report.
+fn release_changes(before: &LeaseView, event: &LeaseEvent, changes: &mut Vec<LeaseChange>) {
+    let lease_id = before.lease.terms.as_ref().map(|terms| terms.id.0);
+    let settle = |version, status, reason: Option<String>, message: Option<String>, at| {
+        lease_id.map(|lease_id| LeaseChange::SetRelease {
+            lease_id,
+            version,
+            status,
+            reason,
+            message,
+            at,
+        })
+    };
+    let supersede =
+        |at| before.lease.active_release.and_then(|v| settle(v, "superseded", None, None, at));
+    let started = |lease: LeaseId, version, hash: &str, at| {
+        LeaseChange::StartRelease(ReleaseRow {
+            lease_id: lease.0,
+            version,
+            tenant_id: before.tenant.to_string(),
+            payload_hash: hash.to_owned(),
+            created_at: at,
+        })
+    };
+    let mut push = |change: Option<LeaseChange>| changes.extend(change);
+    match event {
+        LeaseEvent::LeaseProvisionRequested { lease, release, payload_hash, at, .. } => {
+            push(Some(started(*lease, *release, payload_hash.as_str(), *at)));
+        }
+        LeaseEvent::LeaseUpdateStarted { release, payload_hash, admitted_at, .. } => {
+            push(
+                lease_id
+                    .map(|id| started(LeaseId(id), *release, payload_hash.as_str(), *admitted_at)),
+            );
+        }
+        LeaseEvent::LeaseProvisioned { release: Some(version), at }
+        | LeaseEvent::LeaseMaintenanceSucceeded { release: Some(version), at, .. } => {
+            push(supersede(*at));
+            push(settle(*version, "active", None, None, *at));
+        }
+        LeaseEvent::LeaseProvisionFailed {
+            release: Some(version), reason, message, at, ..
+        }
+        | LeaseEvent::LeaseMaintenanceRecovered {
+            release: Some(version),
+            reason,
+            message,
+            at,
+            ..
+        }
+        | LeaseEvent::LeaseMaintenanceFailed {
+            release: Some(version), reason, message, at, ..
+        } => {
+            let (reason, message) = (Some(reason.to_string()), Some(message.to_string()));
+            push(settle(*version, "failed", reason, message, *at));
+        }
+        _ => {}
+    }
+}
+
+/// A lease holds resources while the backend holds compute for it.
+fn held(view: &LeaseView) -> Vec<(String, i64)> {
+    match (&view.lease.terms, view.lease.status.is_live()) {
+        (Some(terms), true) => terms
+            .items
+            .as_slice()
+            .iter()
+            .map(|item| (item.sku.to_string(), i64::from(item.quantity)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn quota_delta(before: &LeaseView, after: &LeaseView) -> Option<QuotaDelta> {
+    let (was, is) = (held(before), held(after));
+    if was == is {
+        return None;
+    }
+    let active = i64::from(!is.is_empty()) - i64::from(!was.is_empty());
+    let mut skus: Vec<(String, i64)> = is;
+    skus.extend(was.into_iter().map(|(sku, quantity)| (sku, -quantity)));
+    Some(QuotaDelta { tenant_id: after.tenant.to_string(), kind: LEASE_KIND, active, skus })
+}
+
+/// Every row of one lease, from its view.
+///
+/// # Panics
+/// When the view has no terms: a lease stream always starts with an event that sets them.
+pub fn rows_of(view: &LeaseView) -> LeaseRows {
+    let lease = &view.lease;
+    let terms = lease.terms.as_ref().expect("a lease stream starts by setting its terms");
+    let updated_at = lease.updated_at.unwrap_or(terms.created_at);
+    let items = serde_json::to_value(terms.items.as_slice()).expect("items serialize");
+    let status = status_name(lease.status);
+    // A failed lease with no authored reason reads `Unknown` (DOMAIN.md §3 rule 3).
+    let reason = match (&lease.reason, lease.status) {
+        (Some(reason), _) => Some(reason.to_string()),
+        (None, LeaseStatus::Failed) => Some("Unknown".to_owned()),
+        (None, _) => None,
+    };
+    let tenant_id = view.tenant.to_string();
+    let retained_until = lease.retention.and_then(|retention| retention.retained_until);
+    LeaseRows {
+        view: view.clone(),
+        lease: LeaseRow {
+            lease_id: terms.id.0,
+            tenant_id: tenant_id.clone(),
+            provider_id: terms.provider.0,
+            status,
+            chain_state: chain_name(lease.chain),
+            reason,
+            message: lease.message.as_ref().map(ToString::to_string),
+            items: items.clone(),
+            fail_count: lease.fail_count,
+            created_at: terms.created_at,
+            updated_at,
+            retained_until,
+            restored_from: terms.restored_from.map(|id| id.0),
+        },
+        diagnostics: DiagnosticsRow {
+            lease_id: terms.id.0,
+            tenant_id: tenant_id.clone(),
+            backend_name: Some(terms.backend.to_string()),
+            last_error: lease.last_error.as_ref().map(|detail| detail.as_str().to_owned()),
+            fail_count: lease.fail_count,
+            generation: lease.generation,
+            budget_verdict: lease.terminal_budget.map(|budget| match budget.verdict {
+                TerminalVerdict::Available => "available",
+                TerminalVerdict::Exhausted => "exhausted",
+            }),
+            consecutive_failures: lease.terminal_budget.map(|budget| budget.consecutive_failures),
+            updated_at,
+        },
+        workload: WorkloadRow {
+            kind: LEASE_KIND,
+            workload_id: terms.id.0,
+            tenant_id: tenant_id.clone(),
+            status,
+            backend_name: Some(terms.backend.to_string()),
+            items,
+            created_at: terms.created_at,
+            updated_at,
+        },
+        retained: lease.retention.map(|retention| RetainedRow {
+            lease_id: terms.id.0,
+            tenant_id,
+            provider_id: terms.provider.0,
+            status: match retention.status {
+                RetentionStatus::Active => "active",
+                RetentionStatus::Restoring { .. } => "restoring",
+                RetentionStatus::Reaping => "reaping",
+            },
+            retained_until,
+            updated_at,
+        }),
+    }
+}
+
+/// The status as the read models spell it.
+pub fn status_name(status: LeaseStatus) -> &'static str {
+    match status {
+        LeaseStatus::None => "unknown",
+        LeaseStatus::Provisioning => "provisioning",
+        LeaseStatus::Ready => "ready",
+        LeaseStatus::Failing => "failing",
+        LeaseStatus::Failed => "failed",
+        LeaseStatus::Restarting => "restarting",
+        LeaseStatus::Updating => "updating",
+        LeaseStatus::Deprovisioning => "deprovisioning",
+        LeaseStatus::Deprovisioned => "deprovisioned",
+        LeaseStatus::Retained => "retained",
+    }
+}
+
+/// The chain state as the read models spell it.
+pub fn chain_name(chain: ChainState) -> &'static str {
+    match chain {
+        ChainState::Pending => "pending",
+        ChainState::Active => "active",
+        ChainState::Closed => "closed",
+        ChainState::Rejected => "rejected",
+        ChainState::Expired => "expired",
+    }
+}

@@ -1,0 +1,45 @@
+//! What the runtime needs from storage. Implemented over PostgreSQL in `leasehold-adapters`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use leasehold_domain::{Cursor, EventStore, StoreError};
+use tokio::sync::Notify;
+
+use crate::projection::Projection;
+
+/// Storage for one projection's runner: the log, its lock, its views and its checkpoint.
+pub trait ProjectionStore<P: Projection>: EventStore + Clone + 'static {
+    /// A connection holding the projection's lock.
+    type Session: ProjectionSession<P>;
+
+    /// Takes the projection's lock (a session advisory lock) on a connection of its own;
+    /// `None` while another runner holds it.
+    fn lock(&self) -> impl Future<Output = Result<Option<Self::Session>, StoreError>> + Send;
+
+    /// Notified after this process appends to the log.
+    fn appended(&self) -> Arc<Notify>;
+}
+
+/// A locked connection of one runner.
+pub trait ProjectionSession<P: Projection>: Send {
+    /// The cursor of the last event applied, if any was.
+    fn checkpoint(&mut self) -> impl Future<Output = Result<Option<Cursor>, StoreError>> + Send;
+
+    /// The stored views of `keys` (absent keys have none yet).
+    fn views(
+        &mut self,
+        keys: &[P::Key],
+    ) -> impl Future<Output = Result<HashMap<P::Key, P::View>, StoreError>> + Send;
+
+    /// Applies `changes` and moves the checkpoint from `from` to `to` in one transaction,
+    /// refusing (and applying nothing) if the checkpoint is no longer `from`.
+    fn commit(
+        &mut self,
+        from: Option<Cursor>,
+        to: Cursor,
+        events: u64,
+        changes: Vec<P::Change>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}

@@ -1,0 +1,135 @@
+//! The runner: one per projection (the lock makes sure of it), reading the gap-safe log from
+//! its checkpoint in bounded batches, each committed with its read-model changes in one
+//! transaction. It wakes when this process appends, polls for other processes' appends, and
+//! after losing its connection starts again from the committed checkpoint.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold_domain::{Cursor, StoreError};
+use tokio::sync::watch;
+
+use crate::limits::{
+    BATCH_EVENTS_DEFAULT, POLL_INTERVAL_MILLISECONDS, RETRY_INTERVAL_MILLISECONDS,
+};
+use crate::port::{ProjectionSession, ProjectionStore};
+use crate::projection::{Projection, ProjectionError, apply_batch, keys_of};
+
+/// Settings of a runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// Most events per batch.
+    pub batch_events: usize,
+    /// How often to look for other processes' appends.
+    pub poll_interval: Duration,
+    /// How long to wait after a failure or while another runner holds the lock.
+    pub retry_interval: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            batch_events: BATCH_EVENTS_DEFAULT,
+            poll_interval: Duration::from_millis(POLL_INTERVAL_MILLISECONDS),
+            retry_interval: Duration::from_millis(RETRY_INTERVAL_MILLISECONDS),
+        }
+    }
+}
+
+/// What went wrong in one session; the runner logs it and starts again.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+}
+
+/// Counters a runner keeps for status and metrics.
+#[derive(Debug, Default)]
+pub struct RunnerStats {
+    /// Events applied (or skipped as not the projection's) since start.
+    pub events: AtomicU64,
+    /// Batches committed since start.
+    pub batches: AtomicU64,
+    /// Sessions that ended in an error.
+    pub failures: AtomicU64,
+}
+
+/// Runs projection `P` over store `S` until shutdown.
+#[derive(Debug)]
+pub struct Runner<P, S> {
+    projection: P,
+    store: S,
+    config: RunnerConfig,
+    stats: Arc<RunnerStats>,
+}
+
+impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
+    /// A runner of `projection` over `store`.
+    pub fn new(projection: P, store: S, config: RunnerConfig) -> Self {
+        Self { projection, store, config, stats: Arc::default() }
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> Arc<RunnerStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Runs until `shutdown` becomes true. A batch in progress either commits whole or not
+    /// at all, so stopping never loses or repeats an event's effect.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        while !*shutdown.borrow() {
+            let outcome = match self.store.lock().await {
+                Ok(Some(session)) => self.drive(session, &mut shutdown).await,
+                Ok(None) => Ok(()),
+                Err(error) => Err(error.into()),
+            };
+            if let Err(error) = outcome {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(projection = P::NAME, %error, "projection runner restarts");
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+            // Another runner holds the lock, or this session failed: try again later.
+            let _ = tokio::time::timeout(self.config.retry_interval, shutdown.changed()).await;
+        }
+    }
+
+    /// Applies batches on one locked session until shutdown or an error.
+    async fn drive(
+        &self,
+        mut session: S::Session,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), SessionError> {
+        let mut checkpoint = session.checkpoint().await?;
+        let appended = self.store.appended();
+        while !*shutdown.borrow() {
+            // Register for the wake-up before reading, so an append committed between the read
+            // and the wait is not missed.
+            let notified = appended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let after = checkpoint.unwrap_or(Cursor::START);
+            let page = self.store.read_log(after, self.config.batch_events).await?;
+            if page.events.is_empty() {
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
+            let views = session.views(&keys_of(&self.projection, &page.events)).await?;
+            let changes = apply_batch(&self.projection, views, &page.events)?;
+            let count = page.events.len() as u64;
+            session.commit(checkpoint, page.next, count, changes).await?;
+            checkpoint = Some(page.next);
+            self.stats.events.fetch_add(count, Ordering::Relaxed);
+            self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
