@@ -95,11 +95,13 @@ CREATE TABLE workloads (
 );
 CREATE INDEX workloads_by_tenant ON workloads (tenant_id, created_at DESC, workload_id DESC);
 
--- Per tenant and kind: how many workloads hold resources now.
+-- Per tenant and kind: how many workloads hold resources now. Counters are moved by deltas
+-- (INSERT ... ON CONFLICT adds), so they carry no CHECK: PostgreSQL checks the proposed row,
+-- a negative delta, before it finds the conflict. The tests assert they never fall below 0.
 CREATE TABLE quota_usage (
     tenant_id    text COLLATE "C" NOT NULL,
     kind         text COLLATE "C" NOT NULL,
-    active_count bigint NOT NULL CHECK (active_count >= 0),
+    active_count bigint NOT NULL,
     PRIMARY KEY (tenant_id, kind)
 );
 
@@ -108,6 +110,6 @@ CREATE TABLE quota_usage_skus (
     tenant_id text COLLATE "C" NOT NULL,
     kind      text COLLATE "C" NOT NULL,
     sku       text COLLATE "C" NOT NULL,
-    quantity  bigint NOT NULL CHECK (quantity >= 0),
+    quantity  bigint NOT NULL,
     PRIMARY KEY (tenant_id, kind, sku)
 );

@@ -3,4 +3,5 @@
 mod commands;
 mod log;
 mod migrations;
+mod projections;
 mod support;

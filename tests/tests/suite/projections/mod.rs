@@ -1,0 +1,5 @@
+//! The projection runtime and the lease read models against a real PostgreSQL.
+
+mod lease;
+mod runtime;
+mod support;
