@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use leasehold_adapters::DatabaseUrl;
 
-use crate::{bench, database, events};
+use crate::{bench, database, events, serve};
 
 /// The local database `leasehold` uses when none is configured.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/leasehold";
@@ -31,6 +31,8 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Migrate, then run the projectors (and, soon, the GraphQL gateway) until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
     /// Apply the schema migrations (creating the database if it is missing).
     Migrate(DatabaseArgs),
     /// Audit the log.
@@ -82,6 +84,7 @@ pub fn init_logging(format: &LogFormat) {
 /// Runs the chosen subcommand.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve(args) => serve::run(&args).await,
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,

@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod database;
 mod events;
+mod serve;
 
 use clap::Parser;
 

@@ -113,3 +113,106 @@ async fn verify_names_a_tampered_event_and_fails() {
     assert!(stdout.contains("BROKEN stream lease-7 version 2"), "{stdout}");
     assert!(stdout.contains("3 events in 1 streams checked, 1 breaks"), "{stdout}");
 }
+
+/// Reads the child's standard output until a line contains `needle` (bounded wait).
+async fn read_until(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    needle: &str,
+) -> String {
+    let found = async {
+        while let Some(line) = lines.next_line().await.expect("stdout is readable") {
+            if line.contains(needle) {
+                return line;
+            }
+        }
+        panic!("stdout ended before {needle:?}");
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), found).await.expect("in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
+    use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
+    use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId};
+    use tokio::io::AsyncBufReadExt as _;
+
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--database-url", &url])
+        .env("LEASEHOLD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    read_until(&mut lines, "running").await;
+
+    let store = db.store();
+    let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
+    let lease = LeaseId(uuid::Uuid::now_v7());
+    let request = |key: &str, command: LeaseCommand, facts: LeaseFacts| CommandRequest::<Lease> {
+        tenant: leasehold_domain::TenantId::parse("acme").expect("valid"),
+        actor: leasehold_domain::Actor { subject: "alice".into(), role: "tenant".into() },
+        stream: lease.stream_id(),
+        operation_key: leasehold_domain::OperationKey::parse(key).expect("valid"),
+        expected_version: None,
+        command,
+        facts,
+        correlation_id: None,
+        causation_id: None,
+        trace_id: None,
+    };
+    let items = vec![leasehold_commands::lease_input::ItemInput {
+        sku: "gpu.h100.1x".into(),
+        quantity: 1,
+        service_name: None,
+    }];
+    let input = leasehold_commands::lease_input::RequestLeaseInput {
+        provider_id: uuid::Uuid::nil().to_string(),
+        items,
+        payload_hash: "ab".repeat(32),
+    };
+    let limits = leasehold_commands::lease_input::LeaseInputLimits::default();
+    let provision =
+        leasehold_commands::lease_input::request_provision(lease, &input, limits).expect("valid");
+    let backend =
+        leasehold_domain::lease::ServiceName::parse("backend", "docker-1").expect("valid");
+    let routed = LeaseFacts { backend: Some(backend), ..LeaseFacts::default() };
+    pipeline.execute(request("req", provision, routed)).await.expect("requested");
+    let ready = pipeline
+        .execute(request("up", LeaseCommand::ReportProvisioned, LeaseFacts::default()))
+        .await
+        .expect("provisioned");
+    let cursor = ready.cursor.expect("a cursor");
+
+    // The serving process (not this one) projects the events: wait for its checkpoint.
+    let caught_up = async {
+        loop {
+            if store.checkpoint("lease_views").await.expect("readable").is_some_and(|c| c >= cursor)
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), caught_up)
+        .await
+        .expect("projected in time");
+
+    let pid = child.id().expect("running").to_string();
+    let killed =
+        std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+    assert!(killed.success());
+    let stopped = read_until(&mut lines, "stopped;").await;
+    assert!(stopped.contains(&cursor.to_string()), "{stopped}");
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("exits in time")
+        .expect("exit status");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(store.checkpoint("lease_views").await.expect("readable"), Some(cursor));
+    let tenant = leasehold_domain::TenantId::parse("acme").expect("valid");
+    let summary = store.lease(&tenant, lease).await.expect("readable").expect("projected");
+    assert_eq!(summary.status, "ready");
+}
