@@ -97,6 +97,12 @@ impl<S: CommandStore> CommandPipeline<S> {
         };
         let mut loaded = match self.cache.get::<A>(&request.stream) {
             Some(cached) => Loaded { cached, fresh: false },
+            // A creation is decided on the belief that the stream is empty; a stream that
+            // is not fails the append's expected version and is then read.
+            None if A::is_creation(&request.command) => {
+                let empty = Cached { tenant: None, version: 0, state: A::initial() };
+                Loaded { cached: empty, fresh: false }
+            }
             None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
         };
         for _ in 0..self.config.retries_max.max(1) {

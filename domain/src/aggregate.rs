@@ -122,6 +122,13 @@ pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
     /// Whether nothing can change it any more.
     fn is_terminal(&self) -> bool;
 
+    /// Whether `command` creates the aggregate (so its stream is, all but surely, still empty:
+    /// the pipeline may decide it without reading the stream first, and the append's expected
+    /// version checks that belief).
+    fn is_creation(_command: &Self::Command) -> bool {
+        false
+    }
+
     /// The fencing generation its events are issued under, if it has one (stamped into each
     /// event's metadata).
     fn generation(&self) -> Option<u64> {

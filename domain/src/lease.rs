@@ -586,6 +586,10 @@ impl Aggregate for Lease {
         self.status == LeaseStatus::Deprovisioned && self.chain != ChainState::Active
     }
 
+    fn is_creation(command: &LeaseCommand) -> bool {
+        matches!(command, LeaseCommand::RequestProvision { .. } | LeaseCommand::Restore { .. })
+    }
+
     fn generation(&self) -> Option<u64> {
         Some(self.generation)
     }

@@ -53,6 +53,9 @@ enum EventsCommand {
 enum BenchCommand {
     /// Appends/s and catch-up reads/s of the event log, each beside a raw baseline.
     Log(bench::log::LogBenchArgs),
+    /// Commands/s through the command pipeline and the lease projection's catch-up, each
+    /// beside a raw baseline.
+    Pipeline(bench::pipeline::PipelineBenchArgs),
 }
 
 /// Where the database is.
@@ -88,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
+        Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
     }
 }
 

@@ -216,3 +216,25 @@ async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
     let summary = store.lease(&tenant, lease).await.expect("readable").expect("projected");
     assert_eq!(summary.status, "ready");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_pipeline_prints_one_json_object_per_measure() {
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let args = ["bench", "pipeline", "--database-url", &url, "--json", "--seconds", "1"];
+    let output = leasehold(&[&args[..], &["--projection-events", "1000"]].concat()).await;
+    assert!(output.status.success(), "{output:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["commands_1_clients", "commands_4_clients", "commands_16_clients", "projection_catch_up"]
+    );
+    for line in &lines {
+        assert!(line["value"].as_f64().unwrap() > 0.0, "{line}");
+        assert!(line["baseline"].as_f64().unwrap() > 0.0, "{line}");
+    }
+}

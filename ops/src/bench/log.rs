@@ -138,7 +138,11 @@ async fn store_single(
     .await
 }
 
-async fn raw_single(url: &DatabaseUrl, writers: usize, duration: Duration) -> anyhow::Result<f64> {
+pub(super) async fn raw_single(
+    url: &DatabaseUrl,
+    writers: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
     let run = format!("raw{writers}");
     run_for(writers, duration, |writer, deadline| {
         let (url, run) = (url.clone(), run.clone());
@@ -234,6 +238,12 @@ async fn fill(store: &PgEventStore, url: &DatabaseUrl, events: u64) -> anyhow::R
         store.append(appends).await?;
         batch += 1;
     }
+    copy_log_to_raw(url).await
+}
+
+/// Copies the log into the raw table, so that a raw read scans the same rows.
+pub(super) async fn copy_log_to_raw(url: &DatabaseUrl) -> anyhow::Result<()> {
+    let client = url.connect().await?;
     // VACUUM cannot run inside the implicit transaction of a multi-statement string.
     for sql in [
         "TRUNCATE bench_raw_events",
@@ -276,7 +286,7 @@ async fn store_read_paged(store: &PgEventStore) -> anyhow::Result<f64> {
 }
 
 /// The same columns, decoded into the same Rust types, by plain `ORDER BY position` pages.
-async fn raw_read(url: &DatabaseUrl) -> anyhow::Result<f64> {
+pub(super) async fn raw_read(url: &DatabaseUrl) -> anyhow::Result<f64> {
     let client = url.connect().await?;
     let select = client
         .prepare(

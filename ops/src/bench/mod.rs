@@ -2,6 +2,7 @@
 //! same run on the same database, reported as ratios.
 
 pub mod log;
+pub mod pipeline;
 mod workload;
 
 use std::time::{Duration, Instant};
