@@ -68,6 +68,8 @@ DECLARE
     d_type text[];
     d_tenant text[];
     d_touched boolean[];
+    -- The append that writes each stream (no two appends of a group share one).
+    d_owner integer[];
     -- Per append: NULL while accepted, else why not.
     a_outcome text[] := array_fill(NULL::text, ARRAY[n_appends]);
     v_fail text;
@@ -87,7 +89,6 @@ DECLARE
     -- Streams the accepted appends touch, each counted once: already stored (to update) and
     -- new (to insert).
     n_existing integer := 0;
-    n_created integer := 0;
     n_updated integer;
 BEGIN
     -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
@@ -98,6 +99,7 @@ BEGIN
     d_hash := array_fill(zero_hash, ARRAY[n_streams]);
     d_exists := array_fill(false, ARRAY[n_streams]);
     d_touched := d_exists;
+    d_owner := array_fill(0, ARRAY[n_streams]);
     d_type := array_fill(NULL::text, ARRAY[n_streams]);
     d_tenant := d_type;
     d := 1;
@@ -179,6 +181,7 @@ BEGIN
                 d_tenant[d] := p_entry_tenant[j];
                 d_exists[d] := true;
                 d_touched[d] := true;
+                d_owner[d] := a;
             END LOOP;
         ELSE
             a_outcome[a] := v_fail;
@@ -189,77 +192,52 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- 2b. The ledger rows of the accepted appends. A key another transaction holds makes us
-    --     wait for it; if it commits, its append is refused here and its streams untouched
-    --     (no other append of the group touches them).
-    IF cardinality(p_ledger_append) > 0 THEN
-        WITH inserted AS (
-            INSERT INTO idempotency (tenant_id, operation_key, request_hash, stream_id,
-                                     first_version, last_version, recorded_at)
-            SELECT l.te, l.k, l.h, l.s, l.f, l.la, p_recorded_at
-              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key, p_ledger_hash,
-                          p_ledger_stream, p_ledger_first, p_ledger_last)
-                   WITH ORDINALITY AS l(a, te, k, h, s, f, la, n)
-             WHERE a_outcome[l.a] IS NULL
-             ORDER BY l.n
-            ON CONFLICT DO NOTHING
-            RETURNING tenant_id, operation_key)
-        SELECT array_agg(l.a) INTO v_taken
-          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key) AS l(a, te, k)
-         WHERE a_outcome[l.a] IS NULL
-           AND NOT EXISTS (SELECT 1 FROM inserted x
-                            WHERE x.tenant_id = l.te AND x.operation_key = l.k);
-        FOREACH a IN ARRAY coalesce(v_taken, '{}') LOOP
-            a_outcome[a] := 'operation_key_taken';
-            FOR j IN 1..n_entries LOOP
-                IF p_entry_append[j] = a THEN
-                    d_touched[p_entry_stream[j]] := false;
-                END IF;
-            END LOOP;
-            RETURN QUERY SELECT a, 'operation_key_taken'::text, NULL::integer, NULL::bigint,
-                NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint[];
-        END LOOP;
-    END IF;
-
-    FOR d IN 1..n_streams LOOP
-        IF NOT d_touched[d] THEN
-            NULL;
-        ELSIF d_existed[d] THEN
-            n_existing := n_existing + 1;
-        ELSE
-            n_created := n_created + 1;
-        END IF;
-    END LOOP;
-    IF n_existing + n_created = 0 THEN
+    -- 3. Every write, in one statement (one executor start-up for the whole group): the
+    --    ledger rows first, in key order, as the transaction's first write; an append whose key
+    --    another transaction holds waits for it and, if that commits, is left out whole (no
+    --    other append of the group shares its streams). Then the stream rows: an existing
+    --    stream is updated only if its last append ran in an earlier transaction than ours
+    --    (else, having taken our id while waiting for a second stream's lock, we must retry
+    --    in a new transaction); a new stream is inserted, and a concurrent creation of it
+    --    fails the statement (the caller retries and meets it as an existing stream). Then
+    --    the events, in the order given: their positions ascend in that order, so the k-th
+    --    position is the k-th written event's.
+    IF NOT EXISTS (SELECT 1 FROM unnest(a_outcome) AS o(v) WHERE o.v IS NULL) THEN
         RETURN;
     END IF;
-
-    -- 3. Stream rows. The guard refuses to write a stream whose last append ran in a later
-    --    transaction than ours (possible only when we took our id while waiting for a second
-    --    stream's lock); the caller retries in a new transaction, which gets a later id.
-    IF n_existing > 0 THEN
+    WITH ledger AS (
+        INSERT INTO idempotency (tenant_id, operation_key, request_hash, stream_id,
+                                 first_version, last_version, recorded_at)
+        SELECT l.te, l.k, l.h, l.s, l.f, l.la, p_recorded_at
+          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key, p_ledger_hash,
+                      p_ledger_stream, p_ledger_first, p_ledger_last)
+               WITH ORDINALITY AS l(a, te, k, h, s, f, la, n)
+         WHERE a_outcome[l.a] IS NULL
+         ORDER BY l.n
+        ON CONFLICT DO NOTHING
+        RETURNING tenant_id, operation_key),
+    taken AS (
+        SELECT l.a AS append_number
+          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key) AS l(a, te, k)
+         WHERE a_outcome[l.a] IS NULL
+           AND NOT EXISTS (SELECT 1 FROM ledger x
+                            WHERE x.tenant_id = l.te AND x.operation_key = l.k)),
+    updated AS (
         UPDATE streams st
            SET version = u.v, last_hash = u.h, last_tx_id = pg_current_xact_id()
-          FROM unnest(p_streams, d_version, d_hash, d_existed, d_touched) AS u(id, v, h, e, t)
-         WHERE u.e AND u.t AND st.stream_id = u.id AND st.last_tx_id <= pg_current_xact_id();
-        GET DIAGNOSTICS n_updated = ROW_COUNT;
-        IF n_updated <> n_existing THEN
-            RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
-                USING ERRCODE = '40001';
-        END IF;
-    END IF;
-    IF n_created > 0 THEN
+          FROM unnest(p_streams, d_version, d_hash, d_existed, d_touched, d_owner)
+               AS u(id, v, h, e, t, o)
+         WHERE u.e AND u.t AND u.o NOT IN (SELECT t.append_number FROM taken t)
+           AND st.stream_id = u.id AND st.last_tx_id <= pg_current_xact_id()
+        RETURNING 1),
+    created AS (
         INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id)
         SELECT u.id, u.ty, u.te, u.v, u.h, pg_current_xact_id()
-          FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched)
-               AS u(id, ty, te, v, h, e, t)
-         WHERE u.t AND NOT u.e;
-    END IF;
-
-    -- 4. The accepted appends' events, in one multi-row statement, in the order given. Their
-    --    positions ascend in that order, so the k-th position is the k-th accepted event's,
-    --    and each append's cursor is that of its last event.
-    WITH inserted AS (
+          FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched,
+                      d_owner) AS u(id, ty, te, v, h, e, t, o)
+         WHERE u.t AND NOT u.e AND u.o NOT IN (SELECT t.append_number FROM taken t)
+        RETURNING 1),
+    inserted AS (
         INSERT INTO events (event_id, stream_id, version, stream_type, tenant_id, event_type,
                             schema_version, payload, metadata, recorded_at, prev_hash, hash)
         SELECT u.id, p_streams[p_entry_stream[u.en]], u.v, p_entry_type[u.en],
@@ -268,10 +246,28 @@ BEGIN
                       p_event_schema_versions, p_event_payloads, p_event_metadata,
                       p_event_prev_hashes, p_event_hashes) AS u(id, en, v, t, sv, p, m, ph, h)
          WHERE a_outcome[p_entry_append[u.en]] IS NULL
+           AND p_entry_append[u.en] NOT IN (SELECT t.append_number FROM taken t)
         RETURNING events.log_epoch, events.position)
-    SELECT array_agg(ins.position ORDER BY ins.position), min(ins.log_epoch)
-      INTO v_positions, r_log_epoch
-      FROM inserted ins;
+    SELECT (SELECT coalesce(array_agg(t.append_number), '{}') FROM taken t), (SELECT count(*) FROM updated),
+           (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
+           (SELECT min(ins.log_epoch) FROM inserted ins)
+      INTO v_taken, n_updated, v_positions, r_log_epoch;
+
+    FOREACH a IN ARRAY v_taken LOOP
+        a_outcome[a] := 'operation_key_taken';
+        RETURN QUERY SELECT a, 'operation_key_taken'::text, NULL::integer, NULL::bigint,
+            NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint[];
+    END LOOP;
+    FOR d IN 1..n_streams LOOP
+        IF d_touched[d] AND d_existed[d] AND a_outcome[d_owner[d]] IS NULL THEN
+            n_existing := n_existing + 1;
+        END IF;
+    END LOOP;
+    IF n_updated <> n_existing THEN
+        RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
+            USING ERRCODE = '40001';
+    END IF;
+
     r_tx_id := pg_current_xact_id()::text::bigint;
     r_outcome := 'appended';
     r_stream := NULL;

@@ -25,8 +25,9 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
     }
     if code == &SqlState::UNIQUE_VIOLATION {
         return match db.constraint() {
-            // A stream created by a concurrent append: retry and meet it as an existing stream.
-            Some("streams_pkey") => AttemptError::Retry,
+            // A stream created by a concurrent append (the stream row or its first versions,
+            // whichever the statement wrote first): retry and meet it as an existing stream.
+            Some("streams_pkey" | "events_stream_id_version_key") => AttemptError::Retry,
             Some("events_event_id_key") => AttemptError::RetryCheckingEventIds,
             _ => AttemptError::Fail(StoreError::Database { reason: db.to_string() }),
         };
