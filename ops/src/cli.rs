@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use leasehold_adapters::DatabaseUrl;
 
-use crate::{bench, database, events, serve};
+use crate::{bench, database, events, projections, serve};
 
 /// The local database `leasehold` uses when none is configured.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/leasehold";
@@ -38,6 +38,9 @@ enum Command {
     /// Audit the log.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// Watch the projections.
+    #[command(subcommand)]
+    Projections(ProjectionsCommand),
     /// Measure throughput against a raw PostgreSQL baseline.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -47,6 +50,18 @@ enum Command {
 enum EventsCommand {
     /// Recompute every stream's hash chain and report where it breaks.
     Verify(DatabaseArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectionsCommand {
+    /// Each projection's checkpoint and lag (events and seconds behind), and the horizon's lag.
+    Status {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +105,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(&args).await,
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
+        Command::Projections(ProjectionsCommand::Status { database, json }) => {
+            projections::status(&database, json).await
+        }
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
         Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
     }

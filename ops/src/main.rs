@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod database;
 mod events;
+mod projections;
 mod serve;
 
 use clap::Parser;

@@ -238,3 +238,33 @@ async fn bench_pipeline_prints_one_json_object_per_measure() {
         assert!(line["baseline"].as_f64().unwrap() > 0.0, "{line}");
     }
 }
+
+#[tokio::test]
+async fn projections_status_reports_each_projection_and_the_horizon() {
+    let db = TestDb::migrated().await;
+    let url = url_of(&db);
+    let empty = leasehold(&["projections", "status", "--database-url", &url]).await;
+    assert!(empty.status.success(), "{empty:?}");
+    let text = String::from_utf8_lossy(&empty.stdout);
+    assert!(text.contains("no projection has applied anything yet"), "{text}");
+    assert!(text.contains("horizon lag"), "{text}");
+    // A checkpoint, as a projector would have written it.
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO projection_checkpoints (projection, version, log_epoch, tx_id, position, \
+             events_applied) VALUES ('lease_views', 1, 1, '5', 7, 7)",
+        )
+        .await
+        .expect("written");
+    let json = leasehold(&["projections", "status", "--database-url", &url, "--json"]).await;
+    assert!(json.status.success(), "{json:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    assert_eq!(lines[0]["name"], "lease_views");
+    assert_eq!(lines[0]["events_applied"], 7);
+    assert_eq!(lines[0]["events_behind"], 0);
+    assert!(lines[1]["horizon_lag_seconds"].as_f64().is_some());
+}

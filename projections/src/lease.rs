@@ -390,3 +390,117 @@ pub fn chain_name(chain: ChainState) -> &'static str {
         ChainState::Expired => "expired",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use chrono::TimeZone;
+    use leasehold_domain::lease::{
+        LeaseItem, LeaseItems, OperatorDetail, PayloadHash, ProviderId, Reason, ServiceName, Sku,
+        TenantMessage,
+    };
+    use leasehold_domain::{
+        Cursor, EventId, EventType, Metadata, RecordedEvent, StreamId, StreamType,
+    };
+
+    use super::*;
+    use crate::projection::apply_batch;
+
+    fn at() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid")
+    }
+
+    fn recorded(lease: LeaseId, version: u64, event: &LeaseEvent) -> RecordedEvent {
+        RecordedEvent {
+            cursor: Cursor { log_epoch: 1, tx_id: version, position: version },
+            event_id: EventId::from_uuid(Uuid::from_u128(u128::from(version))),
+            stream_id: lease.stream_id(),
+            stream_type: StreamType::parse("lease").expect("valid"),
+            tenant_id: TenantId::parse("acme").expect("valid"),
+            version,
+            event_type: EventType::parse(event.event_type()).expect("valid"),
+            schema_version: 1,
+            payload: event.to_payload(),
+            metadata: Metadata::default(),
+            recorded_at: at(),
+            prev_hash: [0; 32],
+            hash: [0; 32],
+        }
+    }
+
+    fn requested(lease: LeaseId) -> LeaseEvent {
+        let item = LeaseItem {
+            sku: Sku::parse("sku", "gpu.h100.1x").expect("valid"),
+            quantity: 3,
+            service_name: Some(ServiceName::parse("s", "web").expect("valid")),
+            custom_domain: None,
+        };
+        LeaseEvent::LeaseProvisionRequested {
+            lease,
+            provider: ProviderId(Uuid::nil()),
+            items: LeaseItems::new(vec![item]).expect("valid"),
+            payload_hash: PayloadHash::parse("h", "ab".repeat(32)).expect("valid"),
+            backend: ServiceName::parse("b", "docker-1").expect("valid"),
+            generation: 1,
+            release: 1,
+            at: at(),
+        }
+    }
+
+    #[test]
+    fn a_batch_becomes_typed_changes_without_any_io() {
+        let lease = LeaseId(Uuid::from_u128(7));
+        let failed = LeaseEvent::LeaseProvisionFailed {
+            reason: Reason::parse("r", "ImagePullFailed").expect("valid"),
+            message: TenantMessage::parse("m", "no image").expect("valid"),
+            detail: OperatorDetail::new("/var/lib/secret"),
+            release: Some(1),
+            at: at(),
+        };
+        let events = [
+            recorded(lease, 1, &requested(lease)),
+            recorded(lease, 2, &failed),
+            recorded(lease, 3, &LeaseEvent::LeaseRejected { at: at() }),
+            recorded(lease, 4, &LeaseEvent::LeaseDeprovisionRequested { generation: 2, at: at() }),
+        ];
+        let changes = apply_batch(&LeaseProjection, HashMap::new(), &events).expect("applies");
+        let quota: Vec<i64> = changes
+            .iter()
+            .filter_map(|c| match c {
+                LeaseChange::Quota(delta) => Some(delta.active),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(quota, [1, -1], "counted while live, released by the deprovision");
+        assert!(matches!(&changes[0], LeaseChange::StartRelease(row) if row.version == 1));
+        assert!(
+            changes
+                .iter()
+                .any(|c| matches!(c, LeaseChange::SetRelease { status: "failed", version: 1, .. }))
+        );
+        let Some(LeaseChange::Put(rows)) = changes.last() else { panic!("one write per lease") };
+        assert_eq!((rows.lease.status, rows.lease.chain_state), ("deprovisioning", "rejected"));
+        assert_eq!(rows.lease.reason.as_deref(), Some("ImagePullFailed"));
+        assert_eq!(rows.diagnostics.last_error.as_deref(), Some("/var/lib/secret"));
+        assert!(!format!("{:?}", rows.lease).contains("secret"), "no detail in the tenant row");
+    }
+
+    #[test]
+    fn an_event_it_cannot_read_stops_the_batch() {
+        let lease = LeaseId(Uuid::from_u128(8));
+        let mut event = recorded(lease, 1, &requested(lease));
+        event.payload = serde_json::json!({"unexpected": true});
+        let error = apply_batch(&LeaseProjection, HashMap::new(), &[event]).expect_err("refused");
+        assert_eq!((error.projection, error.position), ("lease_views", 1));
+    }
+
+    #[test]
+    fn events_of_other_aggregates_are_not_its_own() {
+        let lease = LeaseId(Uuid::from_u128(9));
+        let mut event = recorded(lease, 1, &requested(lease));
+        event.stream_type = StreamType::parse("vm").expect("valid");
+        event.stream_id = StreamId::parse("vm-1").expect("valid");
+        assert!(apply_batch(&LeaseProjection, HashMap::new(), &[event]).expect("ok").is_empty());
+    }
+}
