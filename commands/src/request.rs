@@ -32,6 +32,31 @@ pub struct CommandRequest<A: Aggregate> {
     pub trace_id: Option<String>,
 }
 
+impl<A: Aggregate> CommandRequest<A> {
+    /// A request with no expected version and no tracing context; set those fields after.
+    pub fn new(
+        tenant: TenantId,
+        actor: Actor,
+        stream: StreamId,
+        operation_key: OperationKey,
+        command: A::Command,
+        facts: A::Facts,
+    ) -> Self {
+        Self {
+            tenant,
+            actor,
+            stream,
+            operation_key,
+            expected_version: None,
+            command,
+            facts,
+            correlation_id: None,
+            causation_id: None,
+            trace_id: None,
+        }
+    }
+}
+
 impl<A: Aggregate> CommandRequest<A>
 where
     A::Command: Serialize,

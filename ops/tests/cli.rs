@@ -13,6 +13,14 @@ async fn leasehold(args: &[&str]) -> Output {
         .expect("the leasehold binary runs")
 }
 
+/// Each line of standard output, parsed as JSON.
+fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
+        .collect()
+}
+
 fn url_of(db: &TestDb) -> String {
     let config = db.url.config();
     format!("postgres://postgres@{}/{}", db.url.endpoint(), config.get_dbname().unwrap())
@@ -49,10 +57,7 @@ async fn bench_log_prints_one_json_object_per_measure() {
     let args = ["bench", "log", "--database-url", &url, "--json", "--seconds", "1"];
     let output = leasehold(&[&args[..], &["--read-events", "2000"]].concat()).await;
     assert!(output.status.success(), "{output:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
-        .collect();
+    let lines = json_lines(&output);
     let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
@@ -151,17 +156,15 @@ async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
     let store = db.store();
     let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
     let lease = LeaseId(uuid::Uuid::now_v7());
-    let request = |key: &str, command: LeaseCommand, facts: LeaseFacts| CommandRequest::<Lease> {
-        tenant: leasehold_domain::TenantId::parse("acme").expect("valid"),
-        actor: leasehold_domain::Actor { subject: "alice".into(), role: "tenant".into() },
-        stream: lease.stream_id(),
-        operation_key: leasehold_domain::OperationKey::parse(key).expect("valid"),
-        expected_version: None,
-        command,
-        facts,
-        correlation_id: None,
-        causation_id: None,
-        trace_id: None,
+    let request = |key: &str, command: LeaseCommand, facts: LeaseFacts| {
+        CommandRequest::<Lease>::new(
+            leasehold_domain::TenantId::parse("acme").expect("valid"),
+            leasehold_domain::Actor { subject: "alice".into(), role: "tenant".into() },
+            lease.stream_id(),
+            leasehold_domain::OperationKey::parse(key).expect("valid"),
+            command,
+            facts,
+        )
     };
     let items = vec![leasehold_commands::lease_input::ItemInput {
         sku: "gpu.h100.1x".into(),
@@ -224,10 +227,7 @@ async fn bench_pipeline_prints_one_json_object_per_measure() {
     let args = ["bench", "pipeline", "--database-url", &url, "--json", "--seconds", "1"];
     let output = leasehold(&[&args[..], &["--projection-events", "1000"]].concat()).await;
     assert!(output.status.success(), "{output:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("each line is JSON"))
-        .collect();
+    let lines = json_lines(&output);
     let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
@@ -259,10 +259,7 @@ async fn projections_status_reports_each_projection_and_the_horizon() {
         .expect("written");
     let json = leasehold(&["projections", "status", "--database-url", &url, "--json"]).await;
     assert!(json.status.success(), "{json:?}");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&json.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("JSON"))
-        .collect();
+    let lines = json_lines(&json);
     assert_eq!(lines[0]["name"], "lease_views");
     assert_eq!(lines[0]["events_applied"], 7);
     assert_eq!(lines[0]["events_behind"], 0);

@@ -14,36 +14,19 @@ use super::workload::{
     EVENTS_PER_STREAM, RAW_INSERT_BATCH_SQL, RAW_INSERT_SQL, RAW_TABLE_SQL, new_event, payload,
     stream_append, stream_of,
 };
-use super::{Measure, rate, report, run_for};
-use crate::cli::DatabaseArgs;
-use crate::database::ScratchDatabase;
+use super::{BenchArgs, Measure, rate, report, run_for};
 
 /// Options of `leasehold bench log`.
 #[derive(Debug, Clone, Args)]
 pub struct LogBenchArgs {
     #[command(flatten)]
-    database: DatabaseArgs,
-    /// Print one JSON object per line per measure: {"name","value","unit","baseline","ratio"}.
-    #[arg(long)]
-    json: bool,
-    /// Seconds each append measure (and each baseline) runs.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
-    seconds: u64,
+    common: BenchArgs,
     /// Events in the log for the catch-up read measure.
     #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
     read_events: u64,
     /// Group-commit workers of the event store (0: every append commits alone).
     #[arg(long, default_value_t = leasehold_adapters::limits::COMMITTERS_DEFAULT)]
     committers: usize,
-    /// Run only the measures whose names start with this (for example `append_batch`).
-    #[arg(long, value_name = "PREFIX")]
-    only: Option<String>,
-}
-
-impl LogBenchArgs {
-    fn wants(&self, name: &str) -> bool {
-        self.only.as_deref().is_none_or(|prefix| name.starts_with(prefix))
-    }
 }
 
 const WRITER_COUNTS: [usize; 3] = [1, 4, 16];
@@ -54,14 +37,7 @@ const ZERO_HASH: [u8; 32] = [0; 32];
 
 /// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
 pub async fn run(args: &LogBenchArgs) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(&args.database.parse()?, "bench").await?;
-    // Ctrl-C ends the measures, never the clean-up: the scratch database is dropped either way.
-    let result = tokio::select! {
-        result = measure_all(&scratch.url, args) => result,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    };
-    scratch.drop_now().await?;
-    result
+    args.common.in_scratch(|url| async move { measure_all(&url, args).await }).await
 }
 
 async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<()> {
@@ -71,31 +47,31 @@ async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<(
         url,
         StoreConfig { pool_size: 20, committers: args.committers, ..Default::default() },
     )?;
-    let duration = Duration::from_secs(args.seconds);
+    let (common, duration) = (&args.common, args.common.duration());
     for writers in WRITER_COUNTS {
         let name = format!("append_single_{writers}_writers");
-        if !args.wants(&name) {
+        if !common.wants(&name) {
             continue;
         }
-        progress(args, &format!("one event per append, {writers} writers"));
+        common.progress(&format!("one event per append, {writers} writers"));
         let baseline = raw_single(url, writers, duration).await?;
         let value = store_single(&store, writers, duration).await?;
-        report(&Measure { name, value, unit: "appends/s", baseline }, args.json);
+        report(&Measure { name, value, unit: "appends/s", baseline }, common.json);
     }
-    if args.wants("append_batch_100") {
-        progress(args, "100 events per append, 1 writer");
+    if common.wants("append_batch_100") {
+        common.progress("100 events per append, 1 writer");
         let baseline = raw_batch(url, duration).await?;
         let value = store_batch(&store, duration).await?;
         let name = "append_batch_100".into();
-        report(&Measure { name, value, unit: "events/s", baseline }, args.json);
+        report(&Measure { name, value, unit: "events/s", baseline }, common.json);
     }
-    if !args.wants("catch_up_read") {
+    if !common.wants("catch_up_read") {
         return Ok(());
     }
 
-    progress(args, &format!("filling the log to {} events", args.read_events));
+    common.progress(&format!("filling the log to {} events", args.read_events));
     fill(&store, url, args.read_events).await?;
-    progress(args, "whole-log catch-up read");
+    common.progress("whole-log catch-up read");
     // Interleaved passes, best of each: one pass is short enough for a neighbour's burst of
     // work to skew it. The first pass also warms the cache for both tables alike.
     let (mut baseline, mut value, mut paged) = (0.0f64, 0.0f64, 0.0f64);
@@ -104,16 +80,13 @@ async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<(
         paged = paged.max(store_read_paged(&store).await?);
         baseline = baseline.max(raw_read(url).await?);
     }
-    report(&Measure { name: "catch_up_read".into(), value, unit: "events/s", baseline }, args.json);
+    report(
+        &Measure { name: "catch_up_read".into(), value, unit: "events/s", baseline },
+        common.json,
+    );
     let name = "catch_up_read_unpipelined".to_string();
-    report(&Measure { name, value: paged, unit: "events/s", baseline }, args.json);
+    report(&Measure { name, value: paged, unit: "events/s", baseline }, common.json);
     Ok(())
-}
-
-fn progress(args: &LogBenchArgs, what: &str) {
-    if !args.json {
-        eprintln!("measuring: {what}");
-    }
 }
 
 async fn store_single(

@@ -5,9 +5,66 @@ pub mod log;
 pub mod pipeline;
 mod workload;
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
+use clap::Args;
+use leasehold_adapters::DatabaseUrl;
 use serde_json::json;
+
+use crate::cli::DatabaseArgs;
+use crate::database::ScratchDatabase;
+
+/// Options every benchmark takes.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Print one JSON object per line per measure: {"name","value","unit","baseline","ratio"}.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds each timed measure (and each baseline) runs.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub seconds: u64,
+    /// Run only the measures whose names start with this (for example `append_batch`).
+    #[arg(long, value_name = "PREFIX")]
+    pub only: Option<String>,
+}
+
+impl BenchArgs {
+    /// Whether the measure `name` is to run.
+    pub fn wants(&self, name: &str) -> bool {
+        self.only.as_deref().is_none_or(|prefix| name.starts_with(prefix))
+    }
+
+    /// Says what is being measured (on standard error, unless the output is JSON).
+    pub fn progress(&self, what: &str) {
+        if !self.json {
+            eprintln!("measuring: {what}");
+        }
+    }
+
+    /// How long each timed measure runs.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+
+    /// Runs `measure` in a scratch database beside `--database-url`, dropped afterwards.
+    /// Ctrl-C ends the measures, never the clean-up.
+    pub async fn in_scratch<F, Fut>(&self, measure: F) -> anyhow::Result<()>
+    where
+        F: FnOnce(DatabaseUrl) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let scratch = ScratchDatabase::create(&self.database.parse()?, "bench").await?;
+        let result = tokio::select! {
+            result = measure(scratch.url.clone()) => result,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        };
+        scratch.drop_now().await?;
+        result
+    }
+}
 
 /// One measured figure and its baseline.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,33 +23,16 @@ use uuid::Uuid;
 
 use super::log::{copy_log_to_raw, raw_read, raw_single};
 use super::workload::RAW_TABLE_SQL;
-use super::{Measure, rate, report, run_for};
-use crate::cli::DatabaseArgs;
-use crate::database::ScratchDatabase;
+use super::{BenchArgs, Measure, rate, report, run_for};
 
 /// Options of `leasehold bench pipeline`.
 #[derive(Debug, Clone, Args)]
 pub struct PipelineBenchArgs {
     #[command(flatten)]
-    database: DatabaseArgs,
-    /// Print one JSON object per line per measure: {"name","value","unit","baseline","ratio"}.
-    #[arg(long)]
-    json: bool,
-    /// Seconds each command measure (and each baseline) runs.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
-    seconds: u64,
+    common: BenchArgs,
     /// Lease events in the log the projection catches up on.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
     projection_events: u64,
-    /// Run only the measures whose names start with this (for example `commands`).
-    #[arg(long, value_name = "PREFIX")]
-    only: Option<String>,
-}
-
-impl PipelineBenchArgs {
-    fn wants(&self, name: &str) -> bool {
-        self.only.as_deref().is_none_or(|prefix| name.starts_with(prefix))
-    }
 }
 
 const CLIENT_COUNTS: [usize; 3] = [1, 4, 16];
@@ -62,47 +45,35 @@ const FILL_WRITERS: u64 = 4;
 
 /// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
 pub async fn run(args: &PipelineBenchArgs) -> anyhow::Result<()> {
-    let scratch = ScratchDatabase::create(&args.database.parse()?, "bench").await?;
-    let result = tokio::select! {
-        result = measure_all(&scratch.url, args) => result,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    };
-    scratch.drop_now().await?;
-    result
+    args.common.in_scratch(|url| async move { measure_all(&url, args).await }).await
 }
 
 async fn measure_all(url: &DatabaseUrl, args: &PipelineBenchArgs) -> anyhow::Result<()> {
     leasehold_adapters::migrate(url).await?;
     url.connect().await?.batch_execute(RAW_TABLE_SQL).await?;
     let store = PgEventStore::new(url, StoreConfig { pool_size: 20, ..StoreConfig::default() })?;
-    let duration = Duration::from_secs(args.seconds);
+    let (common, duration) = (&args.common, args.common.duration());
     for clients in CLIENT_COUNTS {
         let name = format!("commands_{clients}_clients");
-        if !args.wants(&name) {
+        if !common.wants(&name) {
             continue;
         }
-        progress(args, &format!("lease commands, {clients} clients"));
+        common.progress(&format!("lease commands, {clients} clients"));
         let baseline = raw_single(url, clients, duration).await?;
         let value = commands(&store, clients, duration).await?;
-        report(&Measure { name, value, unit: "commands/s", baseline }, args.json);
+        report(&Measure { name, value, unit: "commands/s", baseline }, common.json);
     }
-    if args.wants("projection_catch_up") {
-        progress(args, &format!("filling the log with {} lease events", args.projection_events));
+    if common.wants("projection_catch_up") {
+        common.progress(&format!("filling the log with {} lease events", args.projection_events));
         fill_leases(&store, args.projection_events).await?;
         copy_log_to_raw(url).await?;
-        progress(args, "lease projection catch-up");
+        common.progress("lease projection catch-up");
         let baseline = raw_read(url).await?;
         let value = catch_up(&store).await?;
         let name = "projection_catch_up".into();
-        report(&Measure { name, value, unit: "events/s", baseline }, args.json);
+        report(&Measure { name, value, unit: "events/s", baseline }, common.json);
     }
     Ok(())
-}
-
-fn progress(args: &PipelineBenchArgs, what: &str) {
-    if !args.json {
-        eprintln!("measuring: {what}");
-    }
 }
 
 fn request(
@@ -111,18 +82,14 @@ fn request(
     command: LeaseCommand,
     facts: LeaseFacts,
 ) -> CommandRequest<Lease> {
-    CommandRequest {
-        tenant: TenantId::parse("bench").expect("a valid name"),
-        actor: Actor { subject: "bench".into(), role: "tenant".into() },
-        stream: lease.stream_id(),
-        operation_key: OperationKey::parse(key).expect("a valid name"),
-        expected_version: None,
+    CommandRequest::new(
+        TenantId::parse("bench").expect("a valid name"),
+        Actor { subject: "bench".into(), role: "tenant".into() },
+        lease.stream_id(),
+        OperationKey::parse(key).expect("a valid name"),
         command,
         facts,
-        correlation_id: None,
-        causation_id: None,
-        trace_id: None,
-    }
+    )
 }
 
 fn backend() -> BackendName {

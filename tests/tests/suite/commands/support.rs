@@ -37,18 +37,9 @@ pub fn request(
     command: LeaseCommand,
     facts: LeaseFacts,
 ) -> CommandRequest<Lease> {
-    CommandRequest {
-        tenant: self::tenant(tenant),
-        actor: Actor { subject: format!("{tenant}-user"), role: "tenant".into() },
-        stream: lease.stream_id(),
-        operation_key: OperationKey::parse(key).expect("valid"),
-        expected_version: None,
-        command,
-        facts,
-        correlation_id: None,
-        causation_id: None,
-        trace_id: None,
-    }
+    let actor = Actor { subject: format!("{tenant}-user"), role: "tenant".into() };
+    let key = OperationKey::parse(key).expect("valid");
+    CommandRequest::new(self::tenant(tenant), actor, lease.stream_id(), key, command, facts)
 }
 
 pub fn provision(lease: LeaseId, payload: u8) -> LeaseCommand {
