@@ -24,9 +24,6 @@ use crate::outcome::{CommandError, CommandOutcome};
 use crate::port::{CommandStore, Recorded};
 use crate::request::CommandRequest;
 
-/// Fresh ids handed to every `decide`; more than any command creates.
-const NEW_IDS_PER_COMMAND: usize = 4;
-
 /// Settings of the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PipelineConfig {
@@ -149,7 +146,7 @@ impl<S: CommandStore> CommandPipeline<S> {
             now,
             tenant: request.tenant.clone(),
             actor: request.actor.clone(),
-            new_ids: (0..NEW_IDS_PER_COMMAND).map(|_| Uuid::now_v7()).collect(),
+            new_ids: (0..A::NEW_IDS_PER_COMMAND).map(|_| Uuid::now_v7()).collect(),
             facts: request.facts.clone(),
         };
         let decided = cached.state.decide(&request.command, &ctx);

@@ -52,7 +52,7 @@ pub struct Context<F> {
 }
 
 impl<F> Context<F> {
-    /// The `n`-th fresh id. The pipeline hands in [`Context::new_ids`] enough of them.
+    /// The `n`-th fresh id. The pipeline hands in [`Aggregate::NEW_IDS_PER_COMMAND`] of them.
     ///
     /// # Panics
     /// When fewer ids were handed in: that is a bug in the caller, not an operating error.
@@ -101,6 +101,9 @@ pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
     type Error: Refusal;
     /// Looked-up facts `decide` needs besides the state.
     type Facts;
+    /// How many fresh ids `decide` may take from [`Context::new_ids`] (minting one costs a
+    /// system call, so none are minted for an aggregate that needs none).
+    const NEW_IDS_PER_COMMAND: usize = 0;
 
     /// The state of a stream with no events.
     fn initial() -> Self;
