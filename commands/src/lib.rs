@@ -9,6 +9,7 @@
 mod cache;
 pub mod lease_input;
 pub mod limits;
+mod linked;
 mod load;
 mod outcome;
 mod pipeline;

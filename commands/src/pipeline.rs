@@ -12,7 +12,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use leasehold_domain::{
     Aggregate, AppendOutcome, Context, DomainEvent, EventId, EventType, ExpectedVersion,
-    LedgerEntry, Metadata, NewEvent, StoreError, StreamAppend, StreamType,
+    LedgerEntry, Metadata, NewEvent, StoreError, StreamAppend, StreamId, StreamType,
 };
 use serde::Serialize;
 use uuid::Uuid;
@@ -74,6 +74,25 @@ impl<S: CommandStore> CommandPipeline<S> {
         &self.store
     }
 
+    /// The aggregate's state as stored now (for looking up facts another command needs):
+    /// its owner, version and state, or `None` for an empty stream.
+    ///
+    /// # Errors
+    /// A store failure, or a stored event this code cannot read.
+    pub async fn state<A>(
+        &self,
+        stream: &leasehold_domain::StreamId,
+    ) -> Result<Option<(leasehold_domain::TenantId, u64, A)>, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+    {
+        let cached = match self.cache.get::<A>(stream) {
+            Some(cached) => self.refresh(stream, cached).await?,
+            None => self.load::<A>(stream).await?,
+        };
+        Ok(cached.tenant.map(|tenant| (tenant, cached.version, cached.state)))
+    }
+
     /// Decides and appends one command; see the module's documentation for the order of
     /// checks. Retries after lost races when the request names no expected version.
     ///
@@ -83,7 +102,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     where
         A: Aggregate + Send + Sync + 'static,
         A::Command: Serialize + Sync,
-        A::Facts: Clone + Send + Sync,
+        A::Facts: Clone + Default + Send + Sync,
         A::Event: Send + Sync,
     {
         let ledger = LedgerEntry {
@@ -125,7 +144,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     where
         A: Aggregate + Send + Sync + 'static,
         A::Command: Serialize + Sync,
-        A::Facts: Clone + Send + Sync,
+        A::Facts: Clone + Default + Send + Sync,
         A::Event: Send + Sync,
     {
         let Loaded { cached, fresh } = loaded;
@@ -158,7 +177,7 @@ impl<S: CommandStore> CommandPipeline<S> {
         match decided {
             Err(refusal) => self.answer_recorded(ledger, CommandError::Refused(refusal)).await,
             Ok(events) if events.is_empty() => self.unchanged(ledger, cached).await,
-            Ok(events) => self.append(request, ledger, cached, events).await,
+            Ok(events) => self.append(request, ledger, cached, events, now).await,
         }
     }
 
@@ -189,42 +208,47 @@ impl<S: CommandStore> CommandPipeline<S> {
         ledger: &LedgerEntry,
         cached: Cached<A>,
         events: Vec<A::Event>,
+        now: DateTime<Utc>,
     ) -> Result<Attempt<A>, A>
     where
         A: Aggregate + Send + Sync + 'static,
+        A::Facts: Default,
     {
+        let linked = match self.decide_linked(request, &cached.state, &events, now).await {
+            Ok(linked) => linked,
+            Err(CommandError::Store(error)) => return Err(error.into()),
+            Err(refusal) => return self.answer_recorded(ledger, refusal).await,
+        };
         let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
-        let metadata = Metadata {
-            actor: Some(request.actor.clone()),
-            correlation_id: request.correlation_id,
-            causation_id: request.causation_id,
-            operation_key: Some(request.operation_key.to_string()),
-            generation: state.generation(),
-            trace_id: request.trace_id.clone(),
-        };
-        let append = StreamAppend {
-            stream_id: request.stream.clone(),
-            stream_type: StreamType::parse(A::STREAM_TYPE)
-                .expect("aggregate stream types are names"),
-            tenant_id: request.tenant.clone(),
-            expected: match cached.version {
-                0 => ExpectedVersion::NoStream,
-                version => ExpectedVersion::Exact(version),
-            },
-            events: events.iter().map(|event| new_event(event, &metadata)).collect(),
-        };
-        match self.store.append_recorded(vec![append], ledger.clone()).await {
+        let mut appends =
+            vec![stream_append(request, &request.stream, cached.version, &state, &events)];
+        for link in &linked {
+            appends.push(stream_append(
+                request,
+                &link.stream,
+                link.before.version,
+                &link.after,
+                &link.events,
+            ));
+        }
+        match self.store.append_recorded(appends, ledger.clone()).await {
             Ok(outcome) => {
+                for link in linked {
+                    let version = link.before.version + link.events.len() as u64;
+                    let tenant = Some(request.tenant.clone());
+                    self.cache.put(&link.stream, Cached { tenant, version, state: link.after });
+                }
                 let done = self.appended(request, &cached, state, &events, &outcome).await;
                 Ok(Attempt::Done(done))
             }
-            Err(StoreError::WrongExpectedVersion { actual, .. }) => {
+            Err(StoreError::WrongExpectedVersion { stream, actual, .. }) => {
                 match request.expected_version {
-                    Some(expected) => {
+                    Some(expected) if stream == request.stream => {
                         let conflict = CommandError::ConcurrencyConflict { expected, actual };
                         self.answer_recorded(ledger, conflict).await
                     }
-                    None => Ok(Attempt::Again(cached)),
+                    // Lost a race on this stream or a linked one: decide everything again.
+                    _ => Ok(Attempt::Again(cached)),
                 }
             }
             Err(StoreError::TransactionConflict) => Ok(Attempt::Again(cached)),
@@ -313,6 +337,34 @@ fn duplicate_of<A: Aggregate>(
         duplicate: true,
         event_types: recorded.event_types,
     })
+}
+
+/// One stream's part of a command's append, at the version its events were decided on.
+fn stream_append<A: Aggregate>(
+    request: &CommandRequest<A>,
+    stream: &StreamId,
+    version: u64,
+    after: &A,
+    events: &[A::Event],
+) -> StreamAppend {
+    let metadata = Metadata {
+        actor: Some(request.actor.clone()),
+        correlation_id: request.correlation_id,
+        causation_id: request.causation_id,
+        operation_key: Some(request.operation_key.to_string()),
+        generation: after.generation(),
+        trace_id: request.trace_id.clone(),
+    };
+    StreamAppend {
+        stream_id: stream.clone(),
+        stream_type: StreamType::parse(A::STREAM_TYPE).expect("aggregate stream types are names"),
+        tenant_id: request.tenant.clone(),
+        expected: match version {
+            0 => ExpectedVersion::NoStream,
+            version => ExpectedVersion::Exact(version),
+        },
+        events: events.iter().map(|event| new_event(event, &metadata)).collect(),
+    }
 }
 
 fn new_event<E: DomainEvent>(event: &E, metadata: &Metadata) -> NewEvent {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use crate::{Actor, TenantId};
+use crate::{Actor, StreamId, TenantId};
 
 /// What a refusal means to a caller, whatever the aggregate: the gateway turns each kind into
 /// one `extensions.code`, and the command pipeline decides from it whether a retry can help.
@@ -124,6 +124,18 @@ pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
 
     /// Whether nothing can change it any more.
     fn is_terminal(&self) -> bool;
+
+    /// Commands on other aggregates of the same kind that must commit together with the
+    /// events `command` just produced (`events`, decided on `self`): each is decided on its
+    /// own stream's state, and all the streams are appended atomically, or nothing is. A
+    /// refusal of any refuses the whole command.
+    fn linked(
+        &self,
+        _command: &Self::Command,
+        _events: &[Self::Event],
+    ) -> Vec<(StreamId, Self::Command)> {
+        Vec::new()
+    }
 
     /// Whether `command` creates the aggregate (so its stream is, all but surely, still empty:
     /// the pipeline may decide it without reading the stream first, and the append's expected

@@ -18,9 +18,9 @@
 //! | provisioning | RequestProvision | provisioning | — (already in flight) | — |
 //! | failing, failed | RequestProvision | provisioning | ProvisionRequested (retry) | chain pending or active, else `InvalidState`; same provider, items and manifest, else `ProvisionMismatch` |
 //! | provisioning | ReportProvisioned | ready | Provisioned (+ Activated when pending) | — |
-//! | restarting (restore) | ReportProvisioned | ready | Provisioned (+ Activated when pending) | — |
+//! | restarting (restore) | ReportProvisioned | ready | Provisioned (+ Activated when pending); linked: FinishRestore(committed) on the source | the source's refusal refuses it |
 //! | ready | ReportProvisioned | ready | — (duplicate report) | — |
-//! | provisioning, restarting (restore) | ReportFailed | failed | ProvisionFailed (+ Rejected when pending) | — |
+//! | provisioning, restarting (restore) | ReportFailed | failed | ProvisionFailed (+ Rejected when pending); when restoring, linked: FinishRestore(rolled back) on the source | — |
 //! | ready, failing | ReportFailed | failed | Failed | — |
 //! | failed | ReportFailed | failed | — (duplicate report) | — |
 //! | ready | ReportContainerDied | failing | Failing | — |
@@ -37,7 +37,7 @@
 //! | deprovisioning | ConfirmDeprovisioned | deprovisioned or retained | Deprovisioned | — |
 //! | deprovisioned, retained | ConfirmDeprovisioned | unchanged | — (duplicate report) | — |
 //! | gone | ReportProvisioned, ReportFailed, ReportContainerDied, CompleteMaintenance | unchanged | — (late reports are ignored) | — |
-//! | none | Restore | restarting (chain pending) | RestoreStarted | source retained and `active`, same tenant (else `RetainedNotFound`), not restoring or reaping (else `RetainedNotRestorable`), provider matches if given (else `ProviderMismatch`), same services and quantities (else `ItemShapeMismatch`), same SKUs (a demote cannot be verified: `DemoteUnverifiable`); stays on the source's backend |
+//! | none | Restore | restarting (chain pending) | RestoreStarted; linked: BeginRestore on the source, in the same transaction (so the source is still retained when it commits) | source retained and `active`, same tenant (else `RetainedNotFound`), not restoring or reaping (else `RetainedNotRestorable`), provider matches if given (else `ProviderMismatch`), same services and quantities (else `ItemShapeMismatch`), same SKUs (a demote cannot be verified: `DemoteUnverifiable`); stays on the source's backend |
 //! | retained (active) | BeginRestore | retained (restoring) | RetentionRestoring | else `RetainedNotRestorable` |
 //! | retained (restoring) | FinishRestore(committed) | deprovisioned | RetentionConsumed | the restore named is the one in progress, else `Fenced` |
 //! | retained (restoring) | FinishRestore(rolled back) | retained (active) | RetentionRestoreRolledBack | as above |
@@ -53,6 +53,9 @@
 //! | chain active | Expire | chain expired | Expired | — |
 //! | chain expired | Expire | unchanged | — (idempotent) | — |
 //!
+//! "linked" commands (see `Aggregate::linked`) are decided on the other lease's stream and
+//! appended atomically with this lease's events; a refusal of either refuses both.
+//!
 //! The **generation** rises with every command that starts backend work (provision, restore,
 //! restart, update, deprovision) and is stamped on the events; it never falls. `fail_count`
 //! counts failures for diagnosis and never decides anything.
@@ -65,6 +68,7 @@ mod values;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 
 pub use events::LeaseEvent;
@@ -584,6 +588,37 @@ impl Aggregate for Lease {
     /// no command changes it any more.
     fn is_terminal(&self) -> bool {
         self.status == LeaseStatus::Deprovisioned && self.chain != ChainState::Active
+    }
+
+    /// A restore moves the source's retained record with it: starting it marks the record
+    /// `restoring`, and the new lease's first report (provisioned or failed) consumes the
+    /// record or makes it available again, in the same transaction.
+    fn linked(
+        &self,
+        command: &LeaseCommand,
+        events: &[LeaseEvent],
+    ) -> Vec<(StreamId, LeaseCommand)> {
+        let restoring = self.status == LeaseStatus::Restarting && self.pending.is_none();
+        let source =
+            self.terms.as_ref().and_then(|terms| terms.restored_from.map(|from| (terms.id, from)));
+        match (command, events.first(), source) {
+            (
+                LeaseCommand::Restore { lease, from, .. },
+                Some(LeaseEvent::LeaseRestoreStarted { .. }),
+                _,
+            ) => {
+                vec![(from.stream_id(), LeaseCommand::BeginRestore { into: *lease })]
+            }
+            (
+                LeaseCommand::ReportProvisioned | LeaseCommand::ReportFailed { .. },
+                Some(first),
+                Some((into, from)),
+            ) if restoring => {
+                let committed = matches!(first, LeaseEvent::LeaseProvisioned { .. });
+                vec![(from.stream_id(), LeaseCommand::FinishRestore { into, committed })]
+            }
+            _ => Vec::new(),
+        }
     }
 
     fn is_creation(command: &LeaseCommand) -> bool {

@@ -692,3 +692,31 @@ fn events_round_trip_through_their_stored_form() {
             .expect_err("unknown type");
     assert_eq!(error.event_type, "LeaseVanished");
 }
+
+#[test]
+fn a_restore_is_linked_to_its_source() {
+    use leasehold_domain::Aggregate;
+    let given = vec![(restore_command(None, items()), retained_source(true, retained()))];
+    let restoring: leasehold_domain::lease::Lease = Aggregate::replay(&history(&given));
+    let before = leasehold_domain::lease::Lease::initial();
+    let started = history(&given);
+    let linked = before.linked(&restore_command(None, items()), &started);
+    assert_eq!(linked, vec![(SOURCE.stream_id(), C::BeginRestore { into: LEASE })]);
+    let ctx = ctx_at(40, none());
+    let provisioned = restoring.decide(&C::ReportProvisioned, &ctx).expect("accepted");
+    let linked = restoring.linked(&C::ReportProvisioned, &provisioned);
+    assert_eq!(
+        linked,
+        vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: true })]
+    );
+    let failed = restoring.decide(&report_failed(), &ctx).expect("accepted");
+    let linked = restoring.linked(&report_failed(), &failed);
+    assert_eq!(
+        linked,
+        vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: false })]
+    );
+    // A lease that was provisioned the ordinary way links nothing.
+    let lease: leasehold_domain::lease::Lease = Aggregate::replay(&history(&provisioning()));
+    let provisioned = lease.decide(&C::ReportProvisioned, &ctx).expect("accepted");
+    assert!(lease.linked(&C::ReportProvisioned, &provisioned).is_empty());
+}

@@ -4,4 +4,5 @@
 mod concurrency;
 mod idempotency;
 mod lease;
+mod restore;
 pub(crate) mod support;
