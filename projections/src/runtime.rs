@@ -64,12 +64,20 @@ pub struct Runner<P, S> {
     store: S,
     config: RunnerConfig,
     stats: Arc<RunnerStats>,
+    checkpoint: watch::Sender<Option<Cursor>>,
 }
 
 impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
     /// A runner of `projection` over `store`.
     pub fn new(projection: P, store: S, config: RunnerConfig) -> Self {
-        Self { projection, store, config, stats: Arc::default() }
+        let (checkpoint, _) = watch::channel(None);
+        Self { projection, store, config, stats: Arc::default(), checkpoint }
+    }
+
+    /// The checkpoint as this runner last read or committed it: wait on it to know the read
+    /// models have reached a cursor (read-your-writes).
+    pub fn checkpoints(&self) -> watch::Receiver<Option<Cursor>> {
+        self.checkpoint.subscribe()
     }
 
     /// Its counters.
@@ -105,6 +113,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), SessionError> {
         let mut checkpoint = session.checkpoint().await?;
+        self.checkpoint.send_replace(checkpoint);
         let appended = self.store.appended();
         while !*shutdown.borrow() {
             // Register for the wake-up before reading, so an append committed between the read
@@ -127,6 +136,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             let count = page.events.len() as u64;
             session.commit(checkpoint, page.next, count, changes).await?;
             checkpoint = Some(page.next);
+            self.checkpoint.send_replace(checkpoint);
             self.stats.events.fetch_add(count, Ordering::Relaxed);
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
         }

@@ -236,24 +236,35 @@ async fn fill_leases(store: &PgEventStore, events: u64) -> anyhow::Result<()> {
 /// Runs the lease projection from an empty checkpoint until it has applied the whole log.
 async fn catch_up(store: &PgEventStore) -> anyhow::Result<f64> {
     let client = store.pool().get().await?;
-    let row = client.query_one("SELECT count(*), max(position) FROM events", &[]).await?;
-    let total = u64::try_from(row.get::<_, i64>(0))?;
+    let row = client
+        .query_one(
+            "SELECT log_epoch, tx_id::text::bigint, position, count(*) OVER () FROM events \
+             ORDER BY log_epoch DESC, tx_id DESC, position DESC LIMIT 1",
+            &[],
+        )
+        .await?;
+    let last = leasehold_domain::Cursor {
+        log_epoch: u32::try_from(row.get::<_, i32>(0))?,
+        tx_id: u64::try_from(row.get::<_, i64>(1))?,
+        position: u64::try_from(row.get::<_, i64>(2))?,
+    };
+    let total = u64::try_from(row.get::<_, i64>(3))?;
     drop(client);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let runner = Runner::new(LeaseProjection, store.clone(), RunnerConfig::default());
-    let stats = runner.stats();
+    let mut checkpoints = runner.checkpoints();
     let started = Instant::now();
     let task = tokio::spawn(runner.run(stopped));
-    while stats.events.load(std::sync::atomic::Ordering::Relaxed) < total {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        if task.is_finished() {
-            anyhow::bail!("the projector stopped before catching up");
-        }
-    }
+    checkpoints
+        .wait_for(|checkpoint| checkpoint.is_some_and(|checkpoint| checkpoint >= last))
+        .await
+        .context("the projector stopped before catching up")?;
     let elapsed = started.elapsed();
     stop.send_replace(true);
     task.await?;
-    let checkpoint = store.checkpoint(LeaseProjection::NAME).await?;
-    anyhow::ensure!(checkpoint.is_some(), "the projector wrote no checkpoint");
+    anyhow::ensure!(
+        store.checkpoint(LeaseProjection::NAME).await? == Some(last),
+        "the projector's stored checkpoint is not the last event"
+    );
     Ok(rate(total, elapsed))
 }

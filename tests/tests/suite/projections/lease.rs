@@ -71,8 +71,8 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         .await
         .expect("retained");
 
-    let running = start(&store, quick());
-    wait_for(&store, last_event(&db).await).await;
+    let mut running = start(&store, quick());
+    running.reached(last_event(&db).await).await;
     running.stop().await;
 
     let acme = tenant("acme");
@@ -162,8 +162,8 @@ async fn a_fenced_completion_changes_no_read_model() {
         ))
         .await
         .expect("restarting");
-    let running = start(&store, quick());
-    wait_for(&store, last_event(&db).await).await;
+    let mut running = start(&store, quick());
+    running.reached(last_event(&db).await).await;
     let before = dump(&db).await;
     let stale = LeaseCommand::CompleteMaintenance {
         maintenance_id: maintenance,
@@ -174,7 +174,7 @@ async fn a_fenced_completion_changes_no_read_model() {
     assert_eq!(refused.expect_err("fenced").class(), leasehold_commands::ErrorClass::Fenced);
     // Something else happens in the log, so the projection has moved past the refusal.
     let other = commands::ready_lease(&pipeline, "acme").await;
-    wait_for(&store, last_event(&db).await).await;
+    running.reached(last_event(&db).await).await;
     running.stop().await;
     let after = dump(&db).await;
     let of_lease = |tables: &[(String, Vec<String>)]| -> Vec<String> {

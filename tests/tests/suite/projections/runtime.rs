@@ -115,14 +115,14 @@ async fn a_runner_killed_mid_batch_ends_equal_to_a_rebuild() {
     .expect("the killed session was noticed");
     running.task.abort();
     let _ = running.task.await;
-    let restarted = start(&store, small);
-    wait_for(&store, head).await;
+    let mut restarted = start(&store, small);
+    restarted.reached(head).await;
     restarted.stop().await;
     let survived = dump(&db).await;
 
     reset(&db).await;
-    let rebuild = start(&store, RunnerConfig::default());
-    wait_for(&store, head).await;
+    let mut rebuild = start(&store, RunnerConfig::default());
+    rebuild.reached(head).await;
     rebuild.stop().await;
     let rebuilt = dump(&db).await;
     assert_usage_never_negative(&db).await;
@@ -137,8 +137,12 @@ async fn two_runners_apply_each_event_once() {
     fill(&db, 40).await;
     let head = last_event(&db).await;
     let config = RunnerConfig { batch_events: 10, ..quick() };
-    let (one, two) = (start(&store, config), start(&db.store(), config));
-    wait_for(&store, head).await;
+    let (mut one, mut two) = (start(&store, config), start(&db.store(), config));
+    // Only the runner holding the lock moves; either may.
+    tokio::select! {
+        () = one.reached(head) => {}
+        () = two.reached(head) => {}
+    }
     let total = store
         .read_log(leasehold_domain::Cursor::START, 10_000)
         .await
@@ -161,9 +165,9 @@ async fn a_stopped_runner_keeps_its_checkpoint_and_resumes_from_it() {
     let store = db.store();
     let pipeline = pipeline(&db);
     commands::ready_lease(&pipeline, "acme").await;
-    let running = start(&store, quick());
+    let mut running = start(&store, quick());
     let first = last_event(&db).await;
-    wait_for(&store, first).await;
+    running.reached(first).await;
     running.stop().await;
     assert_eq!(store.checkpoint("lease_views").await.expect("readable"), Some(first));
     // While it is stopped the log grows, and the lag says so.
@@ -184,8 +188,8 @@ async fn a_stopped_runner_keeps_its_checkpoint_and_resumes_from_it() {
     .expect("the lag shows the new events");
     assert_eq!(lagging[0].events_applied, 3);
     assert!(lagging[0].seconds_behind >= 0.0);
-    let running = start(&store, quick());
-    wait_for(&store, second).await;
+    let mut running = start(&store, quick());
+    running.reached(second).await;
     running.stop().await;
     let status = store.projection_status().await.expect("readable");
     assert_eq!((status[0].events_applied, status[0].events_behind), (6, 0));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold_adapters::PgEventStore;
 use leasehold_domain::Cursor;
 use leasehold_projections::lease::LeaseProjection;
-use leasehold_projections::{Projection, Runner, RunnerConfig, RunnerStats};
+use leasehold_projections::{Runner, RunnerConfig, RunnerStats};
 use leasehold_tests::TestDb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -19,6 +19,7 @@ pub struct Running {
     pub task: JoinHandle<()>,
     pub shutdown: watch::Sender<bool>,
     pub stats: Arc<RunnerStats>,
+    pub checkpoints: watch::Receiver<Option<Cursor>>,
 }
 
 pub fn quick() -> RunnerConfig {
@@ -32,12 +33,21 @@ pub fn quick() -> RunnerConfig {
 pub fn start(store: &PgEventStore, config: RunnerConfig) -> Running {
     let (shutdown, stop) = watch::channel(false);
     let runner = Runner::new(LeaseProjection, store.clone(), config);
-    let stats = runner.stats();
+    let (stats, checkpoints) = (runner.stats(), runner.checkpoints());
     let task = tokio::spawn(runner.run(stop));
-    Running { task, shutdown, stats }
+    Running { task, shutdown, stats, checkpoints }
 }
 
 impl Running {
+    /// Waits until this runner has committed (or read) a checkpoint at or past `cursor`.
+    pub async fn reached(&mut self, cursor: Cursor) {
+        let reached = self.checkpoints.wait_for(|c| c.is_some_and(|c| c >= cursor));
+        tokio::time::timeout(WAIT_MAX, reached)
+            .await
+            .expect("the projection reaches the cursor in time")
+            .expect("the runner is running");
+    }
+
     /// Asks the runner to stop and waits until it has.
     pub async fn stop(self) {
         self.shutdown.send_replace(true);
@@ -82,22 +92,6 @@ pub async fn assert_usage_never_negative(db: &TestDb) {
         .expect("readable")
         .get(0);
     assert_eq!(negative, 0, "no usage counter is negative");
-}
-
-/// Waits until the projection's checkpoint has reached `cursor`.
-pub async fn wait_for(store: &PgEventStore, cursor: Cursor) {
-    let reached = async {
-        loop {
-            let checkpoint = store.checkpoint(LeaseProjection::NAME).await.expect("readable");
-            if checkpoint.is_some_and(|checkpoint| checkpoint >= cursor) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT_MAX, reached)
-        .await
-        .expect("the projection reaches the cursor in time");
 }
 
 /// Every read-model table's rows, as text, in a stable order.
