@@ -32,7 +32,7 @@ DROP FUNCTION leasehold_append(text[], integer[], integer[], text[], text[], big
     bytea[], bigint[], bytea[], integer[], uuid[], bigint[], text[], integer[], text[], text[],
     bytea[], bytea[], integer[], timestamptz, boolean);
 
-CREATE FUNCTION leasehold_append(
+CREATE FUNCTION leasehold_append_checked(
     p_streams text[],
     p_entry_append integer[], p_entry_stream integer[], p_entry_type text[],
     p_entry_tenant text[], p_entry_expected bigint[], p_entry_any boolean[],
@@ -282,6 +282,149 @@ BEGIN
             r_position := v_positions[i];
             RETURN NEXT;
         END IF;
+    END LOOP;
+END;
+$fn$;
+
+-- leasehold_append: the path nearly every call takes, in one statement. Group commit never
+-- puts one stream in two appends of a group, so when every entry's belief holds (the stream's
+-- owner, version and head are those the writer chained from) no append depends on another:
+-- the statement locks the streams, checks every belief at once and, only if all hold, writes
+-- the ledger rows (in key order), the stream rows and the events. Anything else (a belief
+-- that does not hold, a retry that must look for its event ids, a stream shared by two
+-- appends) is left to leasehold_append_checked, before anything is written.
+CREATE FUNCTION leasehold_append(
+    p_streams text[],
+    p_entry_append integer[], p_entry_stream integer[], p_entry_type text[],
+    p_entry_tenant text[], p_entry_expected bigint[], p_entry_any boolean[],
+    p_entry_head bytea[], p_entry_last_version bigint[], p_entry_last_hash bytea[],
+    p_event_entry integer[], p_event_ids uuid[], p_event_versions bigint[],
+    p_event_types text[], p_event_schema_versions integer[], p_event_payloads text[],
+    p_event_metadata text[], p_event_prev_hashes bytea[], p_event_hashes bytea[],
+    p_append_events integer[], p_recorded_at timestamptz, p_check_event_ids boolean,
+    p_ledger_append integer[], p_ledger_tenant text[], p_ledger_key text[],
+    p_ledger_hash bytea[], p_ledger_stream text[], p_ledger_first bigint[],
+    p_ledger_last bigint[])
+RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bigint,
+               r_position bigint, r_stream text, r_expected bigint, r_actual bigint,
+               r_versions bigint[])
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    v_clean boolean;
+    v_taken integer[];
+    v_updates bigint;
+    v_existing bigint;
+    v_positions bigint[];
+    v_count integer := 0;
+    v_number integer;
+BEGIN
+    IF NOT p_check_event_ids THEN
+        WITH locked AS MATERIALIZED (
+            SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
+              FROM streams st WHERE st.stream_id = ANY (p_streams)
+             ORDER BY st.stream_id FOR UPDATE),
+        verdict AS MATERIALIZED (
+            SELECT coalesce(bool_and((l.stream_id IS NULL
+                                      OR (l.stream_type = e.ty AND l.tenant_id = e.te))
+                                     AND coalesce(l.version, 0) = e.ex
+                                     AND e.hd = coalesce(l.last_hash, zero_hash)), false)
+                   AND count(DISTINCT e.s) = count(*) AS clean
+              FROM unnest(p_entry_stream, p_entry_type, p_entry_tenant, p_entry_expected,
+                          p_entry_head) AS e(s, ty, te, ex, hd)
+              LEFT JOIN locked l ON l.stream_id = p_streams[e.s]),
+        ledger AS (
+            INSERT INTO idempotency (tenant_id, operation_key, request_hash, stream_id,
+                                     first_version, last_version, recorded_at)
+            SELECT l.te, l.k, l.h, l.s, l.f, l.la, p_recorded_at
+              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key, p_ledger_hash,
+                          p_ledger_stream, p_ledger_first, p_ledger_last)
+                   WITH ORDINALITY AS l(ap, te, k, h, s, f, la, n)
+             WHERE (SELECT v.clean FROM verdict v)
+             ORDER BY l.n
+            ON CONFLICT DO NOTHING
+            RETURNING tenant_id, operation_key),
+        taken AS (
+            SELECT l.ap AS append_number
+              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key) AS l(ap, te, k)
+             WHERE (SELECT v.clean FROM verdict v)
+               AND NOT EXISTS (SELECT 1 FROM ledger x
+                                WHERE x.tenant_id = l.te AND x.operation_key = l.k)),
+        updated AS (
+            UPDATE streams st
+               SET version = e.lv, last_hash = e.lh, last_tx_id = pg_current_xact_id()
+              FROM unnest(p_entry_append, p_entry_stream, p_entry_expected,
+                          p_entry_last_version, p_entry_last_hash) AS e(ap, s, ex, lv, lh)
+             WHERE (SELECT v.clean FROM verdict v) AND e.ex > 0
+               AND e.ap NOT IN (SELECT t.append_number FROM taken t)
+               AND st.stream_id = p_streams[e.s] AND st.last_tx_id <= pg_current_xact_id()
+            RETURNING 1),
+        created AS (
+            INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash,
+                                 last_tx_id)
+            SELECT p_streams[e.s], e.ty, e.te, e.lv, e.lh, pg_current_xact_id()
+              FROM unnest(p_entry_append, p_entry_stream, p_entry_type, p_entry_tenant,
+                          p_entry_expected, p_entry_last_version, p_entry_last_hash)
+                   AS e(ap, s, ty, te, ex, lv, lh)
+             WHERE (SELECT v.clean FROM verdict v) AND e.ex = 0
+               AND e.ap NOT IN (SELECT t.append_number FROM taken t)
+            RETURNING 1),
+        inserted AS (
+            INSERT INTO events (event_id, stream_id, version, stream_type, tenant_id,
+                                event_type, schema_version, payload, metadata, recorded_at,
+                                prev_hash, hash)
+            SELECT u.id, p_streams[p_entry_stream[u.en]], u.v, p_entry_type[u.en],
+                   p_entry_tenant[u.en], u.t, u.sv, u.p::jsonb, u.m::jsonb, p_recorded_at,
+                   u.ph, u.h
+              FROM unnest(p_event_ids, p_event_entry, p_event_versions, p_event_types,
+                          p_event_schema_versions, p_event_payloads, p_event_metadata,
+                          p_event_prev_hashes, p_event_hashes)
+                   AS u(id, en, v, t, sv, p, m, ph, h)
+             WHERE (SELECT v.clean FROM verdict v)
+               AND p_entry_append[u.en] NOT IN (SELECT t.append_number FROM taken t)
+            RETURNING events.log_epoch, events.position)
+        SELECT (SELECT v.clean FROM verdict v),
+               (SELECT coalesce(array_agg(t.append_number), '{}') FROM taken t),
+               (SELECT count(*) FROM updated),
+               (SELECT count(*) FROM unnest(p_entry_append, p_entry_expected) AS e(ap, ex)
+                 WHERE e.ex > 0 AND e.ap NOT IN (SELECT t.append_number FROM taken t)),
+               (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
+               (SELECT min(ins.log_epoch) FROM inserted ins)
+          INTO v_clean, v_taken, v_updates, v_existing, v_positions, r_log_epoch;
+    END IF;
+    IF p_check_event_ids OR NOT v_clean THEN
+        RETURN QUERY SELECT * FROM leasehold_append_checked(
+            p_streams, p_entry_append, p_entry_stream, p_entry_type, p_entry_tenant,
+            p_entry_expected, p_entry_any, p_entry_head, p_entry_last_version, p_entry_last_hash,
+            p_event_entry, p_event_ids, p_event_versions, p_event_types, p_event_schema_versions,
+            p_event_payloads, p_event_metadata, p_event_prev_hashes, p_event_hashes,
+            p_append_events, p_recorded_at, p_check_event_ids, p_ledger_append, p_ledger_tenant,
+            p_ledger_key, p_ledger_hash, p_ledger_stream, p_ledger_first, p_ledger_last);
+        RETURN;
+    END IF;
+    IF v_updates <> v_existing THEN
+        RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
+            USING ERRCODE = '40001';
+    END IF;
+
+    -- The k-th position is the k-th written event's: each append's cursor is its last event's.
+    -- (A FOR loop declares its own variable, so each row's number is copied into r_append.)
+    r_outcome := 'operation_key_taken';
+    FOREACH v_number IN ARRAY v_taken LOOP
+        r_append := v_number;
+        RETURN NEXT;
+    END LOOP;
+    r_outcome := 'appended';
+    r_tx_id := pg_current_xact_id()::text::bigint;
+    FOR v_number IN 1..cardinality(p_append_events) LOOP
+        CONTINUE WHEN v_number = ANY (v_taken);
+        v_count := v_count + p_append_events[v_number];
+        r_append := v_number;
+        r_position := v_positions[v_count];
+        RETURN NEXT;
     END LOOP;
 END;
 $fn$;
