@@ -315,7 +315,6 @@ AS $fn$
 DECLARE
     zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
     v_clean boolean;
-    v_taken integer[];
     v_updates bigint;
     v_existing bigint;
     v_positions bigint[];
@@ -336,30 +335,23 @@ BEGIN
               FROM unnest(p_entry_stream, p_entry_type, p_entry_tenant, p_entry_expected,
                           p_entry_head) AS e(s, ty, te, ex, hd)
               LEFT JOIN locked l ON l.stream_id = p_streams[e.s]),
+        -- A plain insert: a key another transaction holds makes us wait for it and, if it
+        -- commits, fails the statement (unique violation); the store then calls again asking
+        -- for the checked path, which tells a retry from a conflict append by append.
         ledger AS (
             INSERT INTO idempotency (tenant_id, operation_key, request_hash, stream_id,
                                      first_version, last_version, recorded_at)
             SELECT l.te, l.k, l.h, l.s, l.f, l.la, p_recorded_at
-              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key, p_ledger_hash,
-                          p_ledger_stream, p_ledger_first, p_ledger_last)
-                   WITH ORDINALITY AS l(ap, te, k, h, s, f, la, n)
+              FROM unnest(p_ledger_tenant, p_ledger_key, p_ledger_hash, p_ledger_stream,
+                          p_ledger_first, p_ledger_last) WITH ORDINALITY AS l(te, k, h, s, f, la, n)
              WHERE (SELECT v.clean FROM verdict v)
-             ORDER BY l.n
-            ON CONFLICT DO NOTHING
-            RETURNING tenant_id, operation_key),
-        taken AS (
-            SELECT l.ap AS append_number
-              FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_key) AS l(ap, te, k)
-             WHERE (SELECT v.clean FROM verdict v)
-               AND NOT EXISTS (SELECT 1 FROM ledger x
-                                WHERE x.tenant_id = l.te AND x.operation_key = l.k)),
+             ORDER BY l.n),
         updated AS (
             UPDATE streams st
                SET version = e.lv, last_hash = e.lh, last_tx_id = pg_current_xact_id()
               FROM unnest(p_entry_append, p_entry_stream, p_entry_expected,
                           p_entry_last_version, p_entry_last_hash) AS e(ap, s, ex, lv, lh)
              WHERE (SELECT v.clean FROM verdict v) AND e.ex > 0
-               AND e.ap NOT IN (SELECT t.append_number FROM taken t)
                AND st.stream_id = p_streams[e.s] AND st.last_tx_id <= pg_current_xact_id()
             RETURNING 1),
         created AS (
@@ -370,7 +362,6 @@ BEGIN
                           p_entry_expected, p_entry_last_version, p_entry_last_hash)
                    AS e(ap, s, ty, te, ex, lv, lh)
              WHERE (SELECT v.clean FROM verdict v) AND e.ex = 0
-               AND e.ap NOT IN (SELECT t.append_number FROM taken t)
             RETURNING 1),
         inserted AS (
             INSERT INTO events (event_id, stream_id, version, stream_type, tenant_id,
@@ -384,16 +375,13 @@ BEGIN
                           p_event_prev_hashes, p_event_hashes)
                    AS u(id, en, v, t, sv, p, m, ph, h)
              WHERE (SELECT v.clean FROM verdict v)
-               AND p_entry_append[u.en] NOT IN (SELECT t.append_number FROM taken t)
             RETURNING events.log_epoch, events.position)
         SELECT (SELECT v.clean FROM verdict v),
-               (SELECT coalesce(array_agg(t.append_number), '{}') FROM taken t),
                (SELECT count(*) FROM updated),
-               (SELECT count(*) FROM unnest(p_entry_append, p_entry_expected) AS e(ap, ex)
-                 WHERE e.ex > 0 AND e.ap NOT IN (SELECT t.append_number FROM taken t)),
+               (SELECT count(*) FROM unnest(p_entry_expected) AS e(ex) WHERE e.ex > 0),
                (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
                (SELECT min(ins.log_epoch) FROM inserted ins)
-          INTO v_clean, v_taken, v_updates, v_existing, v_positions, r_log_epoch;
+          INTO v_clean, v_updates, v_existing, v_positions, r_log_epoch;
     END IF;
     IF p_check_event_ids OR NOT v_clean THEN
         RETURN QUERY SELECT * FROM leasehold_append_checked(
@@ -411,16 +399,11 @@ BEGIN
     END IF;
 
     -- The k-th position is the k-th written event's: each append's cursor is its last event's.
-    -- (A FOR loop declares its own variable, so each row's number is copied into r_append.)
-    r_outcome := 'operation_key_taken';
-    FOREACH v_number IN ARRAY v_taken LOOP
-        r_append := v_number;
-        RETURN NEXT;
-    END LOOP;
+    -- The k-th position is the k-th written event's: each append's cursor is its last event's.
+    -- (A FOR loop declares its own variable, so each append's number is copied to r_append.)
     r_outcome := 'appended';
     r_tx_id := pg_current_xact_id()::text::bigint;
     FOR v_number IN 1..cardinality(p_append_events) LOOP
-        CONTINUE WHEN v_number = ANY (v_taken);
         v_count := v_count + p_append_events[v_number];
         r_append := v_number;
         r_position := v_positions[v_count];

@@ -28,7 +28,9 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
             // A stream created by a concurrent append (the stream row or its first versions,
             // whichever the statement wrote first): retry and meet it as an existing stream.
             Some("streams_pkey" | "events_stream_id_version_key") => AttemptError::Retry,
-            Some("events_event_id_key") => AttemptError::RetryCheckingEventIds,
+            // An event id already stored, or an operation key another append recorded first:
+            // run again on the checked path, which tells a retry from a conflict.
+            Some("events_event_id_key" | "idempotency_pkey") => AttemptError::RetryCheckingEventIds,
             _ => AttemptError::Fail(StoreError::Database { reason: db.to_string() }),
         };
     }
