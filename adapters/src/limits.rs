@@ -40,3 +40,7 @@ pub const GROUP_EVENTS_PER_APPEND_MAX: usize = 16;
 
 /// Most appends waiting for a group commit; callers beyond it wait to queue.
 pub const GROUP_QUEUE_MAX: usize = 1_024;
+
+/// Times a group committer yields to the scheduler after the first append of a group arrives,
+/// so that appends arriving right behind it join the same group.
+pub const GROUP_LINGER_YIELDS: usize = 3;

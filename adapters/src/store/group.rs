@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use super::PgEventStore;
 use super::append::Answer;
 use super::prepare::{Member, Prepared, Rendered};
-use crate::limits::{GROUP_APPENDS_MAX, GROUP_QUEUE_MAX};
+use crate::limits::{GROUP_APPENDS_MAX, GROUP_LINGER_YIELDS as LINGER_YIELDS, GROUP_QUEUE_MAX};
 
 /// An append waiting for a group, and where its answer goes.
 #[derive(Debug)]
@@ -145,6 +145,11 @@ async fn next_group(queue: &Queue, carried: &mut Vec<Request>) -> Option<Vec<Req
     let receiver = if waiting.is_empty() {
         let mut receiver = queue.lock().await;
         waiting.push(receiver.recv().await?);
+        // Writers answered by the previous group come back within microseconds: let them
+        // reach the queue, so that they share this group instead of each starting a small one.
+        for _ in 0..LINGER_YIELDS {
+            tokio::task::yield_now().await;
+        }
         Some(receiver)
     } else {
         queue.try_lock().ok()
