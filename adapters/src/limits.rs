@@ -43,4 +43,4 @@ pub const GROUP_QUEUE_MAX: usize = 1_024;
 
 /// Times a group committer yields to the scheduler after the first append of a group arrives,
 /// so that appends arriving right behind it join the same group.
-pub const GROUP_LINGER_YIELDS: usize = 3;
+pub const GROUP_LINGER_YIELDS: usize = 8;
