@@ -55,6 +55,24 @@ pub struct RunnerStats {
     pub batches: AtomicU64,
     /// Sessions that ended in an error.
     pub failures: AtomicU64,
+    /// Notified whenever a session ends in an error.
+    pub failed: tokio::sync::Notify,
+}
+
+impl RunnerStats {
+    /// Waits until at least `count` sessions have ended in an error.
+    pub async fn wait_for_failures(&self, count: u64) {
+        loop {
+            // Register before checking, so a failure between the check and the wait is seen.
+            let failed = self.failed.notified();
+            tokio::pin!(failed);
+            failed.as_mut().enable();
+            if self.failures.load(Ordering::Relaxed) >= count {
+                return;
+            }
+            failed.await;
+        }
+    }
 }
 
 /// Runs projection `P` over store `S` until shutdown.
@@ -96,6 +114,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             };
             if let Err(error) = outcome {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                self.stats.failed.notify_waiters();
                 tracing::warn!(projection = P::NAME, %error, "projection runner restarts");
             }
             if *shutdown.borrow() {

@@ -106,13 +106,9 @@ async fn a_runner_killed_mid_batch_ends_equal_to_a_rebuild() {
     .await;
     assert!(killed.is_ok(), "caught the runner inside a batch");
     // Kill 2: the runner's task is aborted wherever it is, and a new runner takes over.
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while running.stats.failures.load(Ordering::Relaxed) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the killed session was noticed");
+    tokio::time::timeout(Duration::from_secs(60), running.stats.wait_for_failures(1))
+        .await
+        .expect("the killed session was noticed");
     running.task.abort();
     let _ = running.task.await;
     let mut restarted = start(&store, small);
