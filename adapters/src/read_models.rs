@@ -75,7 +75,8 @@ pub struct LeaseListing {
     pub status: Option<String>,
     /// Continue after this (created_at, lease_id), from the previous page's last row.
     pub after: Option<(DateTime<Utc>, Uuid)>,
-    /// Rows wanted (capped at [`PAGE_ROWS_MAX`]).
+    /// Rows wanted, capped at [`PAGE_ROWS_MAX`] + 1 (one more than a page tells a caller
+    /// whether another page follows).
     pub first: usize,
 }
 
@@ -129,7 +130,7 @@ impl PgEventStore {
         tenant: &TenantId,
         listing: &LeaseListing,
     ) -> Result<Vec<LeaseSummary>, StoreError> {
-        let limit = i64::try_from(listing.first.clamp(1, PAGE_ROWS_MAX)).unwrap_or(1);
+        let limit = i64::try_from(listing.first.clamp(1, PAGE_ROWS_MAX + 1)).unwrap_or(1);
         let (after_at, after_id) =
             listing.after.map_or((None, None), |(at, id)| (Some(at), Some(id)));
         let sql = format!(

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use leasehold_adapters::DatabaseUrl;
 
-use crate::{bench, database, events, projections, serve};
+use crate::{bench, database, events, projections, serve, token};
 
 /// The local database `leasehold` uses when none is configured.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/leasehold";
@@ -31,8 +31,10 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Migrate, then run the projectors (and, soon, the GraphQL gateway) until SIGINT/SIGTERM.
+    /// Migrate, then run the projectors and the GraphQL gateway until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// Print a token signed with the secret `serve` uses.
+    Token(token::TokenArgs),
     /// Apply the schema migrations (creating the database if it is missing).
     Migrate(DatabaseArgs),
     /// Audit the log.
@@ -103,6 +105,7 @@ pub fn init_logging(format: &LogFormat) {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(&args).await,
+        Command::Token(args) => token::run(&args),
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
         Command::Projections(ProjectionsCommand::Status { database, json }) => {

@@ -5,7 +5,9 @@ mod cli;
 mod database;
 mod events;
 mod projections;
+mod secrets;
 mod serve;
+mod token;
 
 use clap::Parser;
 

@@ -1,34 +1,54 @@
-//! `leasehold serve`: migrate, then run the projectors until SIGINT or SIGTERM. (The GraphQL
-//! gateway joins here next.) A stop lets the batch in progress commit or roll back whole, so
-//! no checkpoint is lost and no event is applied twice.
+//! `leasehold serve`: migrate, then run the projectors and the GraphQL gateway until SIGINT or
+//! SIGTERM. A stop lets requests in flight finish and the projector's batch commit or roll
+//! back whole, so no checkpoint is lost and no event is applied twice.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use chrono::TimeDelta;
 use clap::Args;
 use leasehold_adapters::{PgEventStore, StoreConfig};
+use leasehold_domain::TenantId;
+use leasehold_domain::lease::BackendName;
+use leasehold_gateway::{AppState, GatewayConfig, JwtSecret, ProjectionProgress, Role};
 use leasehold_projections::lease::LeaseProjection;
 use leasehold_projections::{Projection, Runner, RunnerConfig};
 use tokio::sync::watch;
 
 use crate::cli::DatabaseArgs;
 use crate::database;
+use crate::secrets::SecretArgs;
 
-/// How long a stop waits for the projectors to finish their batch.
+/// How long a stop waits for the projectors and the gateway to finish.
 const STOP_WAIT_SECONDS: u64 = 30;
 
 /// How often the projectors' lag is logged.
 const LAG_LOG_INTERVAL_SECONDS: u64 = 60;
+
+/// The demo tenant the no-set-up start prints a token for.
+const DEMO_TENANT: &str = "demo";
 
 /// Options of `leasehold serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     database: DatabaseArgs,
+    /// Address the gateway listens on (port 0: any free port, printed at start).
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    secret: SecretArgs,
+    /// The backend lease requests are placed on.
+    #[arg(long, env = "LEASEHOLD_BACKEND", default_value = "local")]
+    backend: String,
     /// Most events a projector applies in one transaction.
     #[arg(long, env = "LEASEHOLD_PROJECTION_BATCH", default_value_t = 1_000,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     projection_batch: u64,
+    /// Longest a read-your-writes query waits for the projections, in milliseconds.
+    #[arg(long, env = "LEASEHOLD_CONSISTENCY_WAIT_MS", default_value_t = 5_000)]
+    consistency_wait_ms: u64,
 }
 
 /// Runs until a stop signal.
@@ -47,25 +67,74 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         store.clone(),
         RunnerConfig { batch_events, ..RunnerConfig::default() },
     );
+    let progress = ProjectionProgress::published(LeaseProjection::NAME, runner.checkpoints());
+    let secret = args.secret.secret()?;
+    let state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
+        .context("the JWT secret")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {} (--listen)", args.listen))?;
+    let address = listener.local_addr()?;
+
     let projector = tokio::spawn(runner.run(stopped.clone()));
-    let lag = tokio::spawn(log_lag(store.clone(), stopped));
+    let lag = tokio::spawn(log_lag(store.clone(), stopped.clone()));
+    let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
-        "leasehold serve: {} at {}; projector {} running. Stop with Ctrl-C or SIGTERM.",
+        "leasehold serve: {} at {}; projector {} running; listening on http://{address}/graphql. \
+         Stop with Ctrl-C or SIGTERM.",
         url.database(),
         url.endpoint(),
         LeaseProjection::NAME
     );
+    if args.secret.jwt_secret_file.is_none() && args.secret.jwt_secret.is_none() {
+        print_demo_tokens(&JwtSecret::new(&secret)?);
+    }
     let signal = stop_signal().await?;
     tracing::info!(signal, "stopping");
     stop.send_replace(true);
-    let finished = tokio::time::timeout(Duration::from_secs(STOP_WAIT_SECONDS), projector).await;
+    let wait = Duration::from_secs(STOP_WAIT_SECONDS);
+    let served = tokio::time::timeout(wait, gateway).await;
+    let finished = tokio::time::timeout(wait, projector).await;
     lag.abort();
+    served.context("the gateway did not stop in time")?.context("the gateway failed")??;
     finished.context("the projector did not stop in time")?.context("the projector failed")?;
     match store.checkpoint(LeaseProjection::NAME).await? {
         Some(cursor) => println!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
         None => println!("stopped; {} has applied nothing yet", LeaseProjection::NAME),
     }
     Ok(())
+}
+
+fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
+    let backend = BackendName::parse("--backend", args.backend.as_str())
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok(GatewayConfig {
+        backend: Some(backend),
+        consistency_wait: Duration::from_millis(args.consistency_wait_ms),
+        ..GatewayConfig::default()
+    })
+}
+
+/// Completes once `stopped` turns true.
+async fn stopped_future(mut stopped: watch::Receiver<bool>) {
+    // An error means the sender is gone: stop then too.
+    let _ = stopped.wait_for(|stopped| *stopped).await;
+}
+
+/// Tokens for trying it out, signed with the data directory's secret (valid for a day).
+fn print_demo_tokens(secret: &JwtSecret) {
+    let day = TimeDelta::days(1);
+    let demo = TenantId::parse(DEMO_TENANT).expect("a valid tenant name");
+    println!("Demo tokens (valid 24 h; make more with `leasehold token`):");
+    let tokens = [
+        ("tenant demo", secret.mint_for("demo-user", Role::Tenant, Some(&demo), None, day)),
+        ("operator", secret.mint_for("operator", Role::Operator, None, None, day)),
+        ("auditor", secret.mint_for("auditor", Role::Auditor, None, None, day)),
+        ("agent", secret.mint_for("agent", Role::Agent, None, None, day)),
+    ];
+    for (who, token) in tokens {
+        println!("  {who:<12} {token}");
+    }
 }
 
 /// Waits for SIGINT or SIGTERM and names it.

@@ -121,6 +121,16 @@ impl PgEventStore {
         self.appended.notify_waiters();
     }
 
+    /// Whether the database answers and every embedded migration is applied unchanged: what
+    /// `/readyz` reports. A schema it cannot read counts as not current.
+    ///
+    /// # Errors
+    /// When the database cannot be reached.
+    pub async fn migrations_current(&self) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        Ok(crate::migrations::is_current(&mut client).await.unwrap_or(false))
+    }
+
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))
     }

@@ -1,0 +1,275 @@
+//! Who is calling: HS256 JWTs with the claims `sub`, `role`, `tenant`, `provider` and `exp`.
+//!
+//! The tenant a request acts for comes from here and nowhere else. A token is verified with
+//! HS256 only (the `alg` header cannot choose another algorithm), with its expiry required and
+//! checked with a small leeway for clock skew.
+
+use std::fmt;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use leasehold_domain::TenantId;
+use leasehold_domain::lease::ProviderId;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The shortest secret accepted, in bytes (HS256 keys shorter than the hash are weak).
+pub const SECRET_BYTES_MIN: usize = 32;
+
+/// Seconds of clock skew a token's expiry tolerates.
+const LEEWAY_SECONDS: u64 = 5;
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Its own tenant's data only.
+    Tenant,
+    /// Everything operational.
+    Operator,
+    /// Reads the whole log; changes nothing.
+    Auditor,
+    /// A machine actor (backend, provider, node agent): reports, fenced.
+    Agent,
+}
+
+impl Role {
+    /// The role as tokens and events spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tenant => "tenant",
+            Self::Operator => "operator",
+            Self::Auditor => "auditor",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = AuthError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "tenant" => Ok(Self::Tenant),
+            "operator" => Ok(Self::Operator),
+            "auditor" => Ok(Self::Auditor),
+            "agent" => Ok(Self::Agent),
+            _ => Err(AuthError::UnknownRole),
+        }
+    }
+}
+
+/// A token's claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// Who.
+    pub sub: String,
+    /// In which role.
+    pub role: Role,
+    /// For `tenant` tokens: the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// For `agent` tokens: the only provider whose leases it may report on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<Uuid>,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: i64,
+    /// Issued at, seconds since the Unix epoch.
+    #[serde(default)]
+    pub iat: i64,
+}
+
+/// A verified caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The token's subject.
+    pub subject: String,
+    /// Its role.
+    pub role: Role,
+    /// The tenant, for tenant tokens.
+    pub tenant: Option<TenantId>,
+    /// The provider an agent is bound to, if any.
+    pub provider: Option<ProviderId>,
+    /// When the token stops being valid.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Principal {
+    /// The scope cursors handed to this caller are bound to: a tenant's cursors are useless to
+    /// anyone else.
+    pub fn cursor_scope(&self) -> String {
+        match (&self.tenant, self.role) {
+            (Some(tenant), Role::Tenant) => format!("tenant:{}", tenant.as_str()),
+            (_, Role::Agent) => format!("agent:{}", self.subject),
+            (_, role) => role.as_str().to_string(),
+        }
+    }
+}
+
+/// Why a token was not accepted. Never says more than a client needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header (or no `authorization` in `connection_init`).
+    #[error("a bearer token is required")]
+    Missing,
+    /// Not a well-formed bearer token, a bad signature, or claims that do not validate.
+    #[error("the token is not valid")]
+    Invalid,
+    /// Well-formed and signed, but past its expiry.
+    #[error("the token has expired")]
+    Expired,
+    /// A role outside tenant, operator, auditor and agent.
+    #[error("unknown role (expected tenant, operator, auditor or agent)")]
+    UnknownRole,
+    /// A tenant token without a valid `tenant` claim.
+    #[error("a tenant token needs a valid tenant claim")]
+    TenantMissing,
+    /// The signing secret is shorter than [`SECRET_BYTES_MIN`].
+    #[error("the JWT secret must be at least {SECRET_BYTES_MIN} bytes")]
+    WeakSecret,
+}
+
+/// The HS256 secret tokens are signed and verified with. Its `Debug` never shows it.
+#[derive(Clone)]
+pub struct JwtSecret {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl fmt::Debug for JwtSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JwtSecret(..)")
+    }
+}
+
+impl JwtSecret {
+    /// A secret from its bytes (surrounding whitespace, as a secret file ends with, is cut).
+    ///
+    /// # Errors
+    /// [`AuthError::WeakSecret`] when shorter than [`SECRET_BYTES_MIN`] bytes.
+    pub fn new(bytes: &[u8]) -> Result<Self, AuthError> {
+        let bytes = bytes.trim_ascii();
+        if bytes.len() < SECRET_BYTES_MIN {
+            return Err(AuthError::WeakSecret);
+        }
+        let encoding = EncodingKey::from_secret(bytes).map_err(|_| AuthError::WeakSecret)?;
+        let decoding = DecodingKey::from_secret(bytes).map_err(|_| AuthError::WeakSecret)?;
+        Ok(Self { encoding, decoding })
+    }
+
+    /// A token for `claims`.
+    pub fn mint(&self, claims: &Claims) -> String {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+            .expect("HS256 signing of serializable claims cannot fail")
+    }
+
+    /// A token for `sub` in `role`, valid for `ttl` from now.
+    pub fn mint_for(
+        &self,
+        sub: &str,
+        role: Role,
+        tenant: Option<&TenantId>,
+        provider: Option<Uuid>,
+        ttl: TimeDelta,
+    ) -> String {
+        let now = Utc::now();
+        self.mint(&Claims {
+            sub: sub.to_string(),
+            role,
+            tenant: tenant.map(|tenant| tenant.as_str().to_string()),
+            provider,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        })
+    }
+
+    /// The caller a token names, if its signature and claims hold now.
+    ///
+    /// # Errors
+    /// [`AuthError`]: expired, invalid, or a tenant token without a tenant.
+    pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = LEEWAY_SECONDS;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
+            .map_err(|error| match error.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
+                _ => AuthError::Invalid,
+            })?
+            .claims;
+        principal_of(claims)
+    }
+
+    /// The caller an `Authorization` value (`Bearer <token>`) names.
+    ///
+    /// # Errors
+    /// [`AuthError::Missing`] without a value; otherwise as [`JwtSecret::verify`].
+    pub fn verify_header(&self, value: Option<&str>) -> Result<Principal, AuthError> {
+        let value = value.map(str::trim).filter(|value| !value.is_empty());
+        let value = value.ok_or(AuthError::Missing)?;
+        let (scheme, token) = value.split_once(' ').ok_or(AuthError::Invalid)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(AuthError::Invalid);
+        }
+        self.verify(token.trim())
+    }
+}
+
+fn principal_of(claims: Claims) -> Result<Principal, AuthError> {
+    let tenant = match claims.role {
+        Role::Tenant => {
+            let raw = claims.tenant.as_deref().ok_or(AuthError::TenantMissing)?;
+            Some(TenantId::parse(raw).map_err(|_| AuthError::TenantMissing)?)
+        }
+        _ => None,
+    };
+    let provider = match claims.role {
+        Role::Agent => claims.provider.map(ProviderId),
+        _ => None,
+    };
+    let expires_at = DateTime::from_timestamp(claims.exp, 0).ok_or(AuthError::Invalid)?;
+    Ok(Principal { subject: claims.sub, role: claims.role, tenant, provider, expires_at })
+}
+
+/// A fresh random secret, hex-encoded (64 characters), for a data directory's secret file.
+///
+/// # Panics
+/// When the operating system has no randomness to give.
+pub fn random_secret() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system provides randomness");
+    hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> JwtSecret {
+        JwtSecret::new(&[7; 32]).expect("long enough")
+    }
+
+    #[test]
+    fn a_minted_token_verifies_to_its_principal() {
+        let acme = TenantId::parse("acme").expect("valid");
+        let token =
+            secret().mint_for("alice", Role::Tenant, Some(&acme), None, TimeDelta::hours(1));
+        let principal = secret().verify_header(Some(&format!("Bearer {token}"))).expect("valid");
+        assert_eq!(principal.tenant, Some(acme));
+        assert_eq!(principal.cursor_scope(), "tenant:acme");
+    }
+
+    #[test]
+    fn bad_tokens_are_refused_with_their_reason() {
+        let other = JwtSecret::new(&[8; 32]).expect("long enough");
+        let forged = other.mint_for("mallory", Role::Operator, None, None, TimeDelta::hours(1));
+        assert_eq!(secret().verify(&forged), Err(AuthError::Invalid));
+        let old = secret().mint_for("bob", Role::Operator, None, None, TimeDelta::hours(-1));
+        assert_eq!(secret().verify(&old), Err(AuthError::Expired));
+        let tenantless = secret().mint_for("bob", Role::Tenant, None, None, TimeDelta::hours(1));
+        assert_eq!(secret().verify(&tenantless), Err(AuthError::TenantMissing));
+        assert_eq!(secret().verify_header(None), Err(AuthError::Missing));
+        assert_eq!(secret().verify_header(Some("Basic abc")), Err(AuthError::Invalid));
+        assert_eq!(JwtSecret::new(b"short").err(), Some(AuthError::WeakSecret));
+    }
+}

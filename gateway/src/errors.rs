@@ -1,0 +1,161 @@
+//! The one place errors become what a client sees: a message and an `extensions.code` from a
+//! fixed set. Internal detail (SQL, driver text, a failed invariant) is logged with a request
+//! id and never returned; the client gets the id to quote.
+
+use async_graphql::ErrorExtensions as _;
+use leasehold_commands::{CommandError, ErrorClass};
+use leasehold_domain::{Refusal, StoreError};
+
+use crate::auth::AuthError;
+
+/// The fixed set of `extensions.code` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// No valid token.
+    Unauthenticated,
+    /// A valid token whose role may not do this.
+    Forbidden,
+    /// Absent, or another tenant's.
+    NotFound,
+    /// Malformed input, a forged or foreign cursor, or an invalid document.
+    BadUserInput,
+    /// A concurrent change won; retry after reading again.
+    Conflict,
+    /// A stale completion or report: refused by the aggregate's fence.
+    Fenced,
+    /// The operation key was used before with a different request.
+    IdempotencyConflict,
+    /// Not allowed in the aggregate's current state.
+    InvalidState,
+    /// The tenant's quota does not allow it.
+    QuotaExceeded,
+    /// The read models did not reach the requested cursor in time.
+    Stale,
+    /// Too many requests.
+    RateLimited,
+    /// Our fault; the message carries a request id.
+    Internal,
+}
+
+impl Code {
+    /// As it appears in `extensions.code`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::Forbidden => "FORBIDDEN",
+            Self::NotFound => "NOT_FOUND",
+            Self::BadUserInput => "BAD_USER_INPUT",
+            Self::Conflict => "CONFLICT",
+            Self::Fenced => "FENCED",
+            Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Self::InvalidState => "INVALID_STATE",
+            Self::QuotaExceeded => "QUOTA_EXCEEDED",
+            Self::Stale => "STALE",
+            Self::RateLimited => "RATE_LIMITED",
+            Self::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// An error a client may see. It deliberately does not implement `Display`: async-graphql
+/// turns any `Display` type into an error without a code, and this one must keep its code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// What it means.
+    pub code: Code,
+    /// What to tell the client: never driver or SQL text.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with a client-safe message.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+
+    /// Not found (also for another tenant's anything).
+    pub fn not_found(what: &str) -> Self {
+        Self::new(Code::NotFound, format!("{what} not found"))
+    }
+
+    /// The role may not do this.
+    pub fn forbidden(what: &str) -> Self {
+        Self::new(Code::Forbidden, format!("your role may not {what}"))
+    }
+
+    /// Malformed input.
+    pub fn bad_input(message: impl Into<String>) -> Self {
+        Self::new(Code::BadUserInput, message)
+    }
+
+    /// Logs `detail` under a fresh request id and returns an error that carries only the id.
+    pub fn internal(detail: &dyn std::fmt::Display) -> Self {
+        let request_id = uuid::Uuid::now_v7();
+        tracing::error!(%request_id, error = %detail, "internal error");
+        Self::new(Code::Internal, format!("internal error (request id {request_id})"))
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        Self::new(Code::Unauthenticated, error.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Invalid(invalid) => Self::bad_input(invalid.to_string()),
+            other => Self::internal(&other),
+        }
+    }
+}
+
+impl<E: Refusal> From<CommandError<E>> for ApiError {
+    fn from(error: CommandError<E>) -> Self {
+        let code = match error.class() {
+            ErrorClass::BadInput => Code::BadUserInput,
+            ErrorClass::NotFound => Code::NotFound,
+            ErrorClass::InvalidState => Code::InvalidState,
+            ErrorClass::Fenced => Code::Fenced,
+            ErrorClass::Conflict => Code::Conflict,
+            ErrorClass::IdempotencyConflict => Code::IdempotencyConflict,
+            ErrorClass::Internal => return Self::internal(&error),
+        };
+        Self::new(code, error.to_string())
+    }
+}
+
+impl From<ApiError> for async_graphql::Error {
+    fn from(error: ApiError) -> Self {
+        let code = error.code.as_str();
+        async_graphql::Error::new(error.message).extend_with(|_, extensions| {
+            extensions.set("code", code);
+        })
+    }
+}
+
+/// Gives every error that left the executor without a code one: parse and validation errors
+/// and malformed arguments are the client's (`BAD_USER_INPUT`); our resolvers always set one.
+pub fn with_codes(mut response: async_graphql::Response) -> async_graphql::Response {
+    for error in &mut response.errors {
+        let extensions = error.extensions.get_or_insert_with(Default::default);
+        if extensions.get("code").is_none() {
+            extensions.set("code", Code::BadUserInput.as_str());
+        }
+    }
+    response
+}
+
+/// A response made of one error raised before execution (so it has no location).
+pub fn response_of(error: ApiError) -> async_graphql::Response {
+    let code = error.code.as_str();
+    let mut server_error = async_graphql::ServerError::new(error.message, None);
+    let mut extensions = async_graphql::ErrorExtensionValues::default();
+    extensions.set("code", code);
+    server_error.extensions = Some(extensions);
+    async_graphql::Response::from_errors(vec![server_error])
+}
+
+/// The result type of resolvers.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,178 @@
+//! The HTTP surface: `POST /graphql`, GraphiQL on `GET /graphql`, `/healthz` and `/readyz`.
+//!
+//! The body is read and parsed here rather than by async-graphql's extractor so that every
+//! refusal (no token, an oversized or malformed body, a batch over the cap) is a GraphQL
+//! response with a code from the fixed set, and so that the token is checked before anything
+//! executes.
+
+use async_graphql::{BatchRequest, BatchResponse, Request};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use leasehold_domain::Cursor;
+
+use crate::auth::{Principal, Role};
+use crate::cursor::CursorKind;
+use crate::errors::{ApiError, Code, response_of, with_codes};
+use crate::schema::{self, LeaseholdSchema};
+use crate::state::AppState;
+
+/// The request extension that asks for read-your-writes: a cursor a mutation returned.
+pub const MIN_CURSOR_EXTENSION: &str = "minCursor";
+
+#[derive(Clone)]
+struct Http {
+    state: AppState,
+    schema: LeaseholdSchema,
+}
+
+/// The gateway's router; `leasehold serve` and the tests both use it.
+pub fn app(state: AppState) -> Router {
+    let schema = schema::build(&state);
+    let body_max = state.inner.config.body_bytes_max;
+    Router::new()
+        .route("/graphql", get(graphiql).post(graphql))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(body_max))
+        .with_state(Http { state, schema })
+}
+
+async fn graphiql() -> Html<String> {
+    Html(async_graphql::http::GraphiQLSource::build().endpoint("/graphql").finish())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(http): State<Http>) -> Response {
+    match http.state.inner.store.migrations_current().await {
+        Ok(true) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(false) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "migrations are not current\n").into_response()
+        }
+        Err(error) => {
+            tracing::warn!(%error, "readiness check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response()
+        }
+    }
+}
+
+async fn graphql(
+    State(http): State<Http>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let config = &http.state.inner.config;
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let message = format!("the request body is over {} bytes", config.body_bytes_max);
+            return refuse(StatusCode::PAYLOAD_TOO_LARGE, ApiError::bad_input(message));
+        }
+        Err(_) => {
+            return refuse(StatusCode::BAD_REQUEST, ApiError::bad_input("unreadable body"));
+        }
+    };
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+    let principal = match http.state.jwt().verify_header(authorization) {
+        Ok(principal) => principal,
+        Err(error) => return refuse(StatusCode::UNAUTHORIZED, error.into()),
+    };
+    let batch: BatchRequest = match serde_json::from_slice(&body) {
+        Ok(batch) => batch,
+        Err(error) => {
+            let message = format!("the body is not a GraphQL request: {error}");
+            return refuse(StatusCode::BAD_REQUEST, ApiError::bad_input(message));
+        }
+    };
+    let requests = match batch {
+        BatchRequest::Single(request) => vec![request],
+        BatchRequest::Batch(requests) if requests.len() <= config.batch_max => requests,
+        BatchRequest::Batch(requests) => {
+            let message = format!(
+                "a batch holds at most {} operations, not {}",
+                config.batch_max,
+                requests.len()
+            );
+            return refuse(StatusCode::BAD_REQUEST, ApiError::bad_input(message));
+        }
+    };
+    let single = requests.len() == 1 && matches!(body.first(), Some(b'{'));
+    let mut responses = Vec::with_capacity(requests.len());
+    for request in requests {
+        responses.push(execute(&http, &principal, request).await);
+    }
+    let response = if single {
+        BatchResponse::Single(responses.remove(0))
+    } else {
+        BatchResponse::Batch(responses)
+    };
+    json(StatusCode::OK, &response)
+}
+
+/// Runs one operation for `principal`, after waiting for the read models if it asked to.
+async fn execute(http: &Http, principal: &Principal, request: Request) -> async_graphql::Response {
+    if let Err(error) = read_your_writes(http, principal, &request).await {
+        return response_of(error);
+    }
+    let mut request = request.data(principal.clone());
+    if principal.role != Role::Operator {
+        request = request.disable_introspection();
+    }
+    with_codes(http.schema.execute(request).await)
+}
+
+/// Waits until the projections reached the `minCursor` extension's cursor, if it is given.
+async fn read_your_writes(
+    http: &Http,
+    principal: &Principal,
+    request: &Request,
+) -> Result<(), ApiError> {
+    let Some(value) = request.extensions.get(MIN_CURSOR_EXTENSION) else {
+        return Ok(());
+    };
+    let field = "extensions.minCursor";
+    let async_graphql::Value::String(text) = value else {
+        return Err(ApiError::bad_input(format!("{field}: must be a cursor string")));
+    };
+    let inner = &http.state.inner;
+    let scope = principal.cursor_scope();
+    let text: String = inner.cursors.open(CursorKind::Log, &scope, field, text)?;
+    let cursor: Cursor =
+        text.parse().map_err(|_| ApiError::bad_input(format!("{field}: malformed")))?;
+    inner.projections.reached(&inner.store, cursor, inner.config.consistency_wait).await
+}
+
+fn refuse(status: StatusCode, error: ApiError) -> Response {
+    let mut response = json(status, &BatchResponse::Single(response_of(error.clone())));
+    if error.code == Code::Unauthenticated {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("a valid header"));
+    }
+    response
+}
+
+fn json(status: StatusCode, response: &BatchResponse) -> Response {
+    let body = serde_json::to_vec(response).expect("responses serialize");
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Serves [`app`] on `listener` until `shutdown` completes, then lets requests in flight
+/// finish.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+}

@@ -1,0 +1,202 @@
+//! Leases as tenants see them: the tenant-safe columns of the `leases` read model, never the
+//! last error, the generation or the tenant id.
+
+use async_graphql::{Enum, ID, InputObject, SimpleObject};
+use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::{LeaseSummary, QuotaUsage};
+use leasehold_domain::lease::LeaseItem;
+
+/// What the backend is doing with a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum LeaseStatus {
+    /// Being provisioned.
+    Provisioning,
+    /// Running.
+    Ready,
+    /// A container died; diagnostics are being gathered.
+    Failing,
+    /// Not running; `reason` and `message` say why.
+    Failed,
+    /// Being restarted, or restored from retained data.
+    Restarting,
+    /// Being moved to a new manifest.
+    Updating,
+    /// Being released.
+    Deprovisioning,
+    /// Released; nothing is kept.
+    Deprovisioned,
+    /// Released, its data kept for a restore.
+    Retained,
+    /// A safety value the normal flow never reaches.
+    Unknown,
+}
+
+impl LeaseStatus {
+    /// The read model's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Provisioning => "provisioning",
+            Self::Ready => "ready",
+            Self::Failing => "failing",
+            Self::Failed => "failed",
+            Self::Restarting => "restarting",
+            Self::Updating => "updating",
+            Self::Deprovisioning => "deprovisioning",
+            Self::Deprovisioned => "deprovisioned",
+            Self::Retained => "retained",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    fn of_name(name: &str) -> Self {
+        [
+            Self::Provisioning,
+            Self::Ready,
+            Self::Failing,
+            Self::Failed,
+            Self::Restarting,
+            Self::Updating,
+            Self::Deprovisioning,
+            Self::Deprovisioned,
+            Self::Retained,
+        ]
+        .into_iter()
+        .find(|status| status.name() == name)
+        .unwrap_or(Self::Unknown)
+    }
+}
+
+/// The lease's standing on the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum ChainState {
+    /// Requested, not yet acknowledged.
+    Pending,
+    /// Acknowledged and running its term.
+    Active,
+    /// Closed. Terminal.
+    Closed,
+    /// Refused before it started. Terminal.
+    Rejected,
+    /// Its term ran out. Terminal.
+    Expired,
+}
+
+impl ChainState {
+    fn of_name(name: &str) -> Self {
+        match name {
+            "active" => Self::Active,
+            "closed" => Self::Closed,
+            "rejected" => Self::Rejected,
+            "expired" => Self::Expired,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// One rented item.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct LeaseItemView {
+    /// What is rented.
+    pub sku: String,
+    /// How many.
+    pub quantity: u32,
+    /// The service, for stack leases.
+    pub service_name: Option<String>,
+    /// The host name routed to it.
+    pub custom_domain: Option<String>,
+}
+
+impl From<&LeaseItem> for LeaseItemView {
+    fn from(item: &LeaseItem) -> Self {
+        Self {
+            sku: item.sku.as_str().to_string(),
+            quantity: item.quantity,
+            service_name: item.service_name.as_ref().map(|name| name.as_str().to_string()),
+            custom_domain: item.custom_domain.as_ref().map(|host| host.as_str().to_string()),
+        }
+    }
+}
+
+/// A lease, as its tenant sees it.
+#[derive(Debug, Clone, SimpleObject)]
+#[graphql(name = "Lease")]
+pub struct LeaseView {
+    /// The lease's id.
+    pub id: ID,
+    /// Who rents it out.
+    pub provider_id: ID,
+    /// What the backend is doing.
+    pub status: LeaseStatus,
+    /// The chain's standing.
+    pub chain_state: ChainState,
+    /// Why it last failed (an open set; `Unknown` when none was given).
+    pub reason: Option<String>,
+    /// What to tell the tenant about the last failure.
+    pub message: Option<String>,
+    /// What is rented.
+    pub items: Vec<LeaseItemView>,
+    /// Failures over the lease's life (diagnostic only).
+    pub fail_count: u32,
+    /// When it was requested.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Until when its data is kept, while retained.
+    pub retained_until: Option<DateTime<Utc>>,
+    /// The retained lease it was restored from.
+    pub restored_from: Option<ID>,
+}
+
+impl From<LeaseSummary> for LeaseView {
+    fn from(lease: LeaseSummary) -> Self {
+        Self {
+            id: ID(lease.lease_id.0.to_string()),
+            provider_id: ID(lease.provider_id.to_string()),
+            status: LeaseStatus::of_name(&lease.status),
+            chain_state: ChainState::of_name(&lease.chain_state),
+            reason: lease.reason,
+            message: lease.message,
+            items: lease.items.iter().map(LeaseItemView::from).collect(),
+            fail_count: lease.fail_count,
+            created_at: lease.created_at,
+            updated_at: lease.updated_at,
+            retained_until: lease.retained_until,
+            restored_from: lease.restored_from.map(|id| ID(id.to_string())),
+        }
+    }
+}
+
+/// Which leases to list.
+#[derive(Debug, Clone, Default, InputObject)]
+pub struct LeaseFilter {
+    /// Only leases with this status.
+    pub status: Option<LeaseStatus>,
+}
+
+/// Quantity held of one SKU.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct SkuUsage {
+    /// The SKU.
+    pub sku: String,
+    /// Quantity held by workloads that hold resources.
+    pub quantity: u64,
+}
+
+/// The tenant's usage of one kind of workload.
+#[derive(Debug, Clone, SimpleObject)]
+#[graphql(name = "QuotaUsage")]
+pub struct QuotaUsageView {
+    /// The workload kind (`lease`, ...).
+    pub kind: String,
+    /// Workloads holding resources.
+    pub active_count: u64,
+    /// Quantities held, by SKU.
+    pub skus: Vec<SkuUsage>,
+}
+
+impl From<QuotaUsage> for QuotaUsageView {
+    fn from(usage: QuotaUsage) -> Self {
+        let skus = usage.skus.into_iter().map(|(sku, quantity)| SkuUsage { sku, quantity });
+        Self { kind: usage.kind, active_count: usage.active_count, skus: skus.collect() }
+    }
+}

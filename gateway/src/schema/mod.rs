@@ -1,0 +1,68 @@
+//! The GraphQL schema: tenant queries over the read models, lease mutations through the
+//! command pipeline. Resolvers find the shared [`AppState`] in the schema's data and the
+//! verified [`Principal`] in the request's.
+
+mod command;
+mod lease;
+mod mutation;
+mod query;
+
+use async_graphql::{Context, EmptySubscription, Schema};
+use leasehold_domain::TenantId;
+
+use crate::auth::{Principal, Role};
+use crate::errors::{ApiError, ApiResult};
+use crate::state::{AppState, Inner};
+
+pub use mutation::MutationRoot;
+pub use query::QueryRoot;
+
+/// The gateway's schema.
+pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+
+/// The schema, with `state` available to every resolver and the configured limits.
+pub fn build(state: &AppState) -> LeaseholdSchema {
+    let config = &state.inner.config;
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+        .data(state.clone())
+        .limit_depth(config.depth_max)
+        .limit_complexity(config.complexity_max)
+        .disable_suggestions()
+        .finish()
+}
+
+/// The schema's SDL, as committed in `schema/graphql/schema.graphql`.
+pub fn sdl() -> String {
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl_with_options(
+        async_graphql::SDLExportOptions::new().sorted_fields().sorted_enum_items(),
+    )
+}
+
+/// The shared state.
+pub(crate) fn shared<'a>(ctx: &Context<'a>) -> &'a Inner {
+    &ctx.data_unchecked::<AppState>().inner
+}
+
+/// The verified caller (every request that reaches the executor has one).
+pub(crate) fn caller<'a>(ctx: &Context<'a>) -> ApiResult<&'a Principal> {
+    ctx.data_opt::<Principal>().ok_or_else(|| crate::auth::AuthError::Missing.into())
+}
+
+/// The caller's tenant; only tenant tokens act for a tenant.
+pub(crate) fn tenant_of<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a TenantId> {
+    let caller = caller(ctx)?;
+    match (&caller.tenant, caller.role) {
+        (Some(tenant), Role::Tenant) => Ok(tenant),
+        _ => Err(ApiError::forbidden(what)),
+    }
+}
+
+/// Refuses callers outside `roles`.
+pub(crate) fn require<'a>(
+    ctx: &Context<'a>,
+    roles: &[Role],
+    what: &str,
+) -> ApiResult<&'a Principal> {
+    let caller = caller(ctx)?;
+    if roles.contains(&caller.role) { Ok(caller) } else { Err(ApiError::forbidden(what)) }
+}

@@ -1,0 +1,360 @@
+//! Mutations: one per lease command. Tenants act on their own leases; agents report on the
+//! leases of their provider (fenced by the aggregate); operators close leases. Agents and
+//! operators act for the lease's owner, so their operation keys live in the owner's ledger.
+
+use async_graphql::{Context, ID, InputObject, Object};
+use chrono::{DateTime, Utc};
+use leasehold_commands::lease_input::{self, ItemInput, RequestLeaseInput};
+use leasehold_domain::TenantId;
+use leasehold_domain::lease::{
+    CloseCause, Lease, LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, MaintenanceOutcome,
+    OperatorDetail, ProviderId, Reason, RetainedSource, TenantMessage,
+};
+
+use super::command::{CommandResult, LeaseCall, minted_id, payload_hash, run};
+use super::query::uuid_arg;
+use super::{require, shared, tenant_of};
+use crate::auth::Role;
+use crate::errors::{ApiError, ApiResult};
+
+/// What a tenant sees when a maintenance failed and the backend said nothing it may see.
+const MAINTENANCE_FAILED_MESSAGE: &str = "the restart or update failed";
+
+/// One item of a request or a restore.
+#[derive(Debug, Clone, InputObject)]
+#[graphql(name = "LeaseItemInput")]
+pub struct LeaseItemInput {
+    /// The SKU (`gpu.h100.1x`).
+    pub sku: String,
+    /// How many, at least 1.
+    pub quantity: i64,
+    /// The service, for stack leases (every item names one, or there is one item).
+    pub service_name: Option<String>,
+}
+
+fn items_of(items: Vec<LeaseItemInput>) -> Vec<ItemInput> {
+    items
+        .into_iter()
+        .map(|item| ItemInput {
+            sku: item.sku,
+            quantity: item.quantity,
+            service_name: item.service_name,
+        })
+        .collect()
+}
+
+/// `requestLease`.
+#[derive(Debug, Clone, InputObject)]
+#[graphql(name = "RequestLeaseInput")]
+pub struct RequestLeaseInputGql {
+    /// Your idempotency key: a retry with the same key and input answers the first result.
+    pub operation_key: String,
+    /// The lease's id; minted from your operation key when absent.
+    pub lease_id: Option<ID>,
+    /// The provider's id.
+    pub provider_id: ID,
+    /// What to rent.
+    pub items: Vec<LeaseItemInput>,
+    /// The manifest. Only its SHA-256 is stored: it may hold secrets.
+    pub payload: String,
+}
+
+/// A command on one lease that needs nothing else.
+#[derive(Debug, Clone, InputObject)]
+pub struct LeaseOperationInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+}
+
+/// `updateLease`.
+#[derive(Debug, Clone, InputObject)]
+pub struct UpdateLeaseInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The new manifest. Only its SHA-256 is stored.
+    pub payload: String,
+}
+
+/// `restoreLease`.
+#[derive(Debug, Clone, InputObject)]
+pub struct RestoreLeaseInput {
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The new lease's id; minted from your operation key when absent.
+    pub lease_id: Option<ID>,
+    /// The retained lease to restore.
+    pub from_lease_id: ID,
+    /// The provider, if it must match.
+    pub provider_id: Option<ID>,
+    /// The items: the same services and quantities as the retained lease.
+    pub items: Vec<LeaseItemInput>,
+}
+
+/// `setLeaseCustomDomain`.
+#[derive(Debug, Clone, InputObject)]
+pub struct SetLeaseCustomDomainInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The item's service; absent for a lease of one item.
+    pub service_name: Option<String>,
+    /// The host name; absent or empty removes it.
+    pub custom_domain: Option<String>,
+}
+
+/// `reportLeaseFailed`.
+#[derive(Debug, Clone, InputObject)]
+pub struct ReportLeaseFailedInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// Why, from an open set (`Unknown` when absent).
+    pub reason: Option<String>,
+    /// What the tenant may read.
+    pub message: String,
+    /// Operator-only detail; never shown to the tenant.
+    pub detail: Option<String>,
+}
+
+/// `reportLeaseMaintenanceCompleted`.
+#[derive(Debug, Clone, InputObject)]
+pub struct ReportLeaseMaintenanceCompletedInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The restart or update being completed.
+    pub maintenance_id: ID,
+    /// When it was admitted: with `maintenanceId`, the fence.
+    pub admitted_at: DateTime<Utc>,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// Operator-only detail of a failure.
+    pub error: Option<String>,
+}
+
+fn bad(error: leasehold_domain::lease::FieldError) -> ApiError {
+    ApiError::bad_input(error.to_string())
+}
+
+fn lease_id(field: &str, id: &ID) -> ApiResult<LeaseId> {
+    Ok(LeaseId(uuid_arg(field, id)?))
+}
+
+/// The lease's owner, for a caller who acts for it. An agent bound to a provider finds only
+/// that provider's leases.
+async fn owner_of(ctx: &Context<'_>, lease: LeaseId) -> ApiResult<TenantId> {
+    let principal = super::caller(ctx)?;
+    let found = shared(ctx).pipeline.state::<Lease>(&lease.stream_id()).await?;
+    let (owner, _, state) = found.ok_or_else(|| ApiError::not_found("lease"))?;
+    let provider = state.terms.as_ref().map(|terms| terms.provider);
+    match principal.provider {
+        Some(bound) if provider != Some(bound) => Err(ApiError::not_found("lease")),
+        _ => Ok(owner),
+    }
+}
+
+/// The root of every mutation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MutationRoot;
+
+#[Object(name = "Mutation")]
+impl MutationRoot {
+    /// Rent compute from a provider (tenant).
+    async fn request_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: RequestLeaseInputGql,
+    ) -> ApiResult<CommandResult> {
+        let tenant = tenant_of(ctx, "request leases")?.clone();
+        let lease = match &input.lease_id {
+            Some(id) => lease_id("leaseId", id)?,
+            None => LeaseId(minted_id("lease", &tenant, &input.operation_key)),
+        };
+        let request = RequestLeaseInput {
+            provider_id: input.provider_id.to_string(),
+            items: items_of(input.items),
+            payload_hash: payload_hash(&input.payload),
+        };
+        let state = shared(ctx);
+        let command = lease_input::request_provision(lease, &request, state.config.lease_limits)
+            .map_err(bad)?;
+        let facts = LeaseFacts { backend: state.config.backend.clone(), ..LeaseFacts::default() };
+        let key = &input.operation_key;
+        run(ctx, LeaseCall { tenant, lease, operation_key: key, command, facts }).await
+    }
+
+    /// Release a lease; idempotent (tenant).
+    async fn deprovision_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: LeaseOperationInput,
+    ) -> ApiResult<CommandResult> {
+        tenant_call(ctx, &input.lease_id, &input.operation_key, LeaseCommand::Deprovision).await
+    }
+
+    /// Restart a lease's workload (tenant).
+    async fn restart_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: LeaseOperationInput,
+    ) -> ApiResult<CommandResult> {
+        let tenant = tenant_of(ctx, "restart leases")?;
+        let maintenance = minted_id("restart", tenant, &input.operation_key);
+        let command = lease_input::restart(maintenance);
+        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// Move a lease to a new manifest (tenant).
+    async fn update_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: UpdateLeaseInput,
+    ) -> ApiResult<CommandResult> {
+        let tenant = tenant_of(ctx, "update leases")?;
+        let payload_hash =
+            leasehold_domain::lease::PayloadHash::parse("payload", payload_hash(&input.payload))
+                .map_err(bad)?;
+        let maintenance_id = MaintenanceId(minted_id("update", tenant, &input.operation_key));
+        let command = LeaseCommand::Update { maintenance_id, payload_hash };
+        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// Start a new lease from a retained one's data (tenant).
+    async fn restore_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: RestoreLeaseInput,
+    ) -> ApiResult<CommandResult> {
+        let tenant = tenant_of(ctx, "restore leases")?.clone();
+        let lease = match &input.lease_id {
+            Some(id) => lease_id("leaseId", id)?,
+            None => LeaseId(minted_id("lease", &tenant, &input.operation_key)),
+        };
+        let from = lease_id("fromLeaseId", &input.from_lease_id)?;
+        let provider =
+            input.provider_id.as_ref().map(|id| uuid_arg("providerId", id).map(ProviderId));
+        let state = shared(ctx);
+        let items =
+            lease_input::items(&items_of(input.items), state.config.lease_limits).map_err(bad)?;
+        let command = LeaseCommand::Restore { lease, from, provider: provider.transpose()?, items };
+        let found = state.pipeline.state::<Lease>(&from.stream_id()).await?;
+        let retained_source =
+            found.map(|(owner, _, lease)| RetainedSource { same_tenant: owner == tenant, lease });
+        let facts = LeaseFacts { retained_source, ..LeaseFacts::default() };
+        let key = &input.operation_key;
+        run(ctx, LeaseCall { tenant, lease, operation_key: key, command, facts }).await
+    }
+
+    /// Route a host name to an item, or remove it; idempotent (tenant).
+    async fn set_lease_custom_domain(
+        &self,
+        ctx: &Context<'_>,
+        input: SetLeaseCustomDomainInput,
+    ) -> ApiResult<CommandResult> {
+        let command = lease_input::set_custom_domain(
+            input.service_name.as_deref(),
+            input.custom_domain.as_deref(),
+        )
+        .map_err(bad)?;
+        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// The backend provisioned the lease (agent).
+    async fn report_lease_provisioned(
+        &self,
+        ctx: &Context<'_>,
+        input: LeaseOperationInput,
+    ) -> ApiResult<CommandResult> {
+        require(ctx, &[Role::Agent], "report on leases")?;
+        let command = LeaseCommand::ReportProvisioned;
+        owner_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// The lease's workload failed (agent).
+    async fn report_lease_failed(
+        &self,
+        ctx: &Context<'_>,
+        input: ReportLeaseFailedInput,
+    ) -> ApiResult<CommandResult> {
+        require(ctx, &[Role::Agent], "report on leases")?;
+        let detail = input.detail.as_deref().unwrap_or_default();
+        let command = lease_input::report_failed(input.reason.as_deref(), &input.message, detail)
+            .map_err(bad)?;
+        owner_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// A restart or update finished (agent); fenced by `maintenanceId` and `admittedAt`.
+    async fn report_lease_maintenance_completed(
+        &self,
+        ctx: &Context<'_>,
+        input: ReportLeaseMaintenanceCompletedInput,
+    ) -> ApiResult<CommandResult> {
+        require(ctx, &[Role::Agent], "report on leases")?;
+        let maintenance_id = MaintenanceId(uuid_arg("maintenanceId", &input.maintenance_id)?);
+        let command = LeaseCommand::CompleteMaintenance {
+            maintenance_id,
+            admitted_at: input.admitted_at,
+            outcome: maintenance_outcome(input.success, input.error.as_deref())?,
+        };
+        owner_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+
+    /// Close a lease on the chain (operator).
+    async fn close_lease(
+        &self,
+        ctx: &Context<'_>,
+        input: LeaseOperationInput,
+    ) -> ApiResult<CommandResult> {
+        require(ctx, &[Role::Operator], "close leases")?;
+        let command = LeaseCommand::Close { cause: CloseCause::Operator };
+        owner_call(ctx, &input.lease_id, &input.operation_key, command).await
+    }
+}
+
+/// A maintenance's outcome as a backend reports it.
+pub(crate) fn maintenance_outcome(
+    success: bool,
+    error: Option<&str>,
+) -> ApiResult<MaintenanceOutcome> {
+    if success {
+        return Ok(MaintenanceOutcome::Succeeded);
+    }
+    Ok(MaintenanceOutcome::Failed {
+        reason: Reason::unknown(),
+        message: TenantMessage::parse("message", MAINTENANCE_FAILED_MESSAGE).map_err(bad)?,
+        detail: OperatorDetail::new(error.unwrap_or_default()),
+    })
+}
+
+/// A tenant's command on its own lease.
+async fn tenant_call(
+    ctx: &Context<'_>,
+    id: &ID,
+    operation_key: &str,
+    command: LeaseCommand,
+) -> ApiResult<CommandResult> {
+    let tenant = tenant_of(ctx, "change leases")?.clone();
+    let lease = lease_id("leaseId", id)?;
+    let facts = LeaseFacts::default();
+    run(ctx, LeaseCall { tenant, lease, operation_key, command, facts }).await
+}
+
+/// An agent's or operator's command, for the lease's owner.
+async fn owner_call(
+    ctx: &Context<'_>,
+    id: &ID,
+    operation_key: &str,
+    command: LeaseCommand,
+) -> ApiResult<CommandResult> {
+    let lease = lease_id("leaseId", id)?;
+    let tenant = owner_of(ctx, lease).await?;
+    let facts = LeaseFacts::default();
+    run(ctx, LeaseCall { tenant, lease, operation_key, command, facts }).await
+}

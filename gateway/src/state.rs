@@ -1,0 +1,145 @@
+//! What every request shares: the store, the command pipeline, the secrets, the settings and
+//! a view of how far the projections have got.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_adapters::PgEventStore;
+use leasehold_commands::lease_input::LeaseInputLimits;
+use leasehold_commands::{CommandPipeline, PipelineConfig};
+use leasehold_domain::Cursor;
+use leasehold_domain::lease::BackendName;
+use tokio::sync::watch;
+
+use crate::auth::JwtSecret;
+use crate::cursor::CursorKey;
+use crate::errors::{ApiError, Code};
+
+/// How often a wait for the projections re-reads the checkpoint when no in-process projector
+/// publishes it.
+const CHECKPOINT_POLL: Duration = Duration::from_millis(20);
+
+/// The gateway's settings.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The backend every SKU routes to (none: every lease request is refused as unroutable).
+    pub backend: Option<BackendName>,
+    /// Limits on lease input.
+    pub lease_limits: LeaseInputLimits,
+    /// Longest a read-your-writes query waits for the projections before answering `STALE`.
+    pub consistency_wait: Duration,
+    /// Largest request body accepted, in bytes.
+    pub body_bytes_max: usize,
+    /// Deepest query accepted.
+    pub depth_max: usize,
+    /// Most complex query accepted (lists count `first` times their fields).
+    pub complexity_max: usize,
+    /// Most operations in one batched request.
+    pub batch_max: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            backend: None,
+            lease_limits: LeaseInputLimits::default(),
+            consistency_wait: Duration::from_secs(5),
+            body_bytes_max: 1024 * 1024,
+            depth_max: 10,
+            complexity_max: 2_000,
+            batch_max: 5,
+        }
+    }
+}
+
+/// Shared by every request; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) store: PgEventStore,
+    pub(crate) pipeline: CommandPipeline<PgEventStore>,
+    pub(crate) jwt: JwtSecret,
+    pub(crate) cursors: CursorKey,
+    pub(crate) config: GatewayConfig,
+    pub(crate) projections: ProjectionProgress,
+}
+
+impl AppState {
+    /// The state over `store`. `jwt_secret` verifies tokens and (through a derived key) signs
+    /// cursors.
+    pub fn new(
+        store: PgEventStore,
+        jwt_secret: &[u8],
+        config: GatewayConfig,
+        projections: ProjectionProgress,
+    ) -> Result<Self, crate::auth::AuthError> {
+        let jwt = JwtSecret::new(jwt_secret)?;
+        let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
+        let cursors = CursorKey::derive(jwt_secret.trim_ascii());
+        let inner = Inner { store, pipeline, jwt, cursors, config, projections };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// The token verifier.
+    pub fn jwt(&self) -> &JwtSecret {
+        &self.inner.jwt
+    }
+}
+
+/// How far the read models have got, for read-your-writes.
+#[derive(Debug, Clone)]
+pub struct ProjectionProgress {
+    /// The projection whose checkpoint is awaited.
+    name: &'static str,
+    /// Published by an in-process projector; without one, the checkpoint is polled.
+    published: Option<watch::Receiver<Option<Cursor>>>,
+}
+
+impl ProjectionProgress {
+    /// Progress published by an in-process runner of projection `name`.
+    pub fn published(name: &'static str, checkpoints: watch::Receiver<Option<Cursor>>) -> Self {
+        Self { name, published: Some(checkpoints) }
+    }
+
+    /// Progress read from the database (the projector runs elsewhere).
+    pub fn polled(name: &'static str) -> Self {
+        Self { name, published: None }
+    }
+
+    /// Returns once the projection has applied everything up to `cursor`.
+    ///
+    /// # Errors
+    /// `STALE` when it has not within `wait`; `INTERNAL` when the checkpoint cannot be read.
+    pub(crate) async fn reached(
+        &self,
+        store: &PgEventStore,
+        cursor: Cursor,
+        wait: Duration,
+    ) -> Result<(), ApiError> {
+        let reached = |checkpoint: &Option<Cursor>| checkpoint.is_some_and(|at| at >= cursor);
+        let waited = tokio::time::timeout(wait, async {
+            if let Some(published) = &self.published {
+                let mut published = published.clone();
+                if published.wait_for(reached).await.is_ok() {
+                    return Ok(());
+                }
+                // The projector stopped publishing; its checkpoint is still in the database.
+            }
+            loop {
+                if reached(&store.checkpoint(self.name).await?) {
+                    return Ok::<_, ApiError>(());
+                }
+                tokio::time::sleep(CHECKPOINT_POLL).await;
+            }
+        })
+        .await;
+        waited.unwrap_or_else(|_| {
+            let message = format!("the read models did not reach the cursor within {wait:?}");
+            Err(ApiError::new(Code::Stale, message))
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! `leasehold token`: prints a token signed with the secret `serve` uses.
+
+use chrono::TimeDelta;
+use clap::Args;
+use leasehold_domain::TenantId;
+use leasehold_gateway::{JwtSecret, Role};
+use uuid::Uuid;
+
+use crate::secrets::SecretArgs;
+
+/// Options of `leasehold token`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// tenant, operator, auditor or agent.
+    #[arg(long)]
+    role: Role,
+    /// The tenant (required for --role tenant).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// For agents: the only provider (UUID) whose leases the token may report on.
+    #[arg(long)]
+    provider: Option<Uuid>,
+    /// The subject (default: the role, or the tenant's name with `-user`).
+    #[arg(long)]
+    sub: Option<String>,
+    /// How long it is valid: a number and a unit, s, m, h or d (e.g. 90m, 1h, 7d).
+    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    ttl: TimeDelta,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+/// Prints the token on standard output.
+pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
+    let secret = JwtSecret::new(&args.secret.secret()?)?;
+    let tenant = match (&args.tenant, args.role) {
+        (Some(name), _) => {
+            Some(TenantId::parse(name).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?)
+        }
+        (None, Role::Tenant) => anyhow::bail!("--role tenant needs --tenant"),
+        (None, _) => None,
+    };
+    let sub = args.sub.clone().unwrap_or_else(|| match &tenant {
+        Some(tenant) => format!("{}-user", tenant.as_str()),
+        None => args.role.as_str().to_string(),
+    });
+    println!("{}", secret.mint_for(&sub, args.role, tenant.as_ref(), args.provider, args.ttl));
+    Ok(())
+}
+
+/// `90m`, `1h`, `7d`, `30s`.
+pub fn parse_ttl(text: &str) -> Result<TimeDelta, String> {
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let number: i64 = number.parse().map_err(|_| format!("{text:?}: expected e.g. 90m, 1h, 7d"))?;
+    let delta = match unit {
+        "s" => TimeDelta::try_seconds(number),
+        "m" => TimeDelta::try_minutes(number),
+        "h" => TimeDelta::try_hours(number),
+        "d" => TimeDelta::try_days(number),
+        _ => None,
+    };
+    delta
+        .filter(|delta| *delta > TimeDelta::zero())
+        .ok_or_else(|| format!("{text:?}: expected a positive duration such as 90m, 1h, 7d"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_unit() {
+        assert_eq!(parse_ttl("90m"), Ok(TimeDelta::minutes(90)));
+        assert_eq!(parse_ttl("7d"), Ok(TimeDelta::days(7)));
+        assert!(parse_ttl("1y").is_err());
+        assert!(parse_ttl("0h").is_err());
+        assert!(parse_ttl("h").is_err());
+    }
+}

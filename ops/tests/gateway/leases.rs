@@ -1,0 +1,101 @@
+//! A lease's life through the gateway: requests, reports, retries and reading one's writes.
+
+use leasehold_gateway::Role;
+use serde_json::json;
+
+use crate::support::*;
+
+const LEASE: &str =
+    "query($id: ID!) { lease(id: $id) { id status chainState items { sku quantity } } }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reads_its_own_write_without_waiting() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let requested = request_lease(&server, &acme, "req-1").await;
+    assert_eq!(requested["events"], json!([{ "type": "LeaseProvisionRequested" }]));
+    assert_eq!(requested["version"], 1);
+    let request = json!({
+        "query": "{ leases(filter: { status: PROVISIONING }) { edges { node { id status items { sku quantity } } } } }",
+        "extensions": { "minCursor": requested["cursor"] },
+    });
+    let answer = server.graphql_with(&acme, request).await;
+    let edges = &data(&answer)["leases"]["edges"];
+    assert_eq!(edges[0]["node"]["id"], requested["id"], "{answer}");
+    assert_eq!(edges[0]["node"]["items"], json!([{ "sku": "gpu.h100.1x", "quantity": 1 }]));
+
+    let agent = role_token(Role::Agent, None);
+    let input = json!({ "input": { "leaseId": requested["id"], "operationKey": "up-1" } });
+    let reported = server.graphql(&agent, REPORT_PROVISIONED, input).await;
+    assert_eq!(data(&reported)["reportLeaseProvisioned"]["version"], 3);
+    let usage = server
+        .graphql(&acme, "{ quotaUsage { kind activeCount skus { sku quantity } } }", json!({}))
+        .await;
+    assert_eq!(
+        data(&usage)["quotaUsage"],
+        json!([{ "kind": "lease", "activeCount": 1, "skus": [{ "sku": "gpu.h100.1x", "quantity": 1 }] }])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_answers_the_first_result_and_a_changed_one_conflicts() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let first = request_lease(&server, &acme, "req-1").await;
+    let again = request_lease(&server, &acme, "req-1").await;
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(
+        (&again["id"], &again["version"], &again["cursor"]),
+        (&first["id"], &first["version"], &first["cursor"])
+    );
+    assert_eq!(again["events"], first["events"], "a retry answers what the first call did");
+
+    let mut changed = lease_request("req-1");
+    changed["input"]["items"][0]["quantity"] = json!(2);
+    let answer = server.graphql(&acme, REQUEST_LEASE, changed).await;
+    assert_eq!(code(&answer), Some("IDEMPOTENCY_CONFLICT"), "{answer}");
+    // The same key from another tenant is that tenant's own.
+    let beta = request_lease(&server, &tenant_token("beta"), "req-1").await;
+    assert_eq!(beta["duplicate"], false);
+    assert_ne!(beta["id"], first["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_names_its_field_and_appends_nothing() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let mut bad = lease_request("req-1");
+    bad["input"]["items"][0]["quantity"] = json!(0);
+    let answer = server.graphql(&acme, REQUEST_LEASE, bad).await;
+    assert_eq!(code(&answer), Some("BAD_USER_INPUT"));
+    assert!(
+        answer["errors"][0]["message"].as_str().unwrap_or_default().contains("items[0].quantity"),
+        "{answer}"
+    );
+    let mut bad_key = lease_request("has space");
+    bad_key["input"]["leaseId"] = json!("0190a5b6-0000-7000-8000-000000000001");
+    assert_eq!(code(&server.graphql(&acme, REQUEST_LEASE, bad_key).await), Some("BAD_USER_INPUT"));
+    let missing =
+        server.graphql(&acme, LEASE, json!({ "id": "0190a5b6-0000-7000-8000-000000000001" })).await;
+    assert_eq!(code(&missing), Some("NOT_FOUND"));
+    let client = server.db.client().await;
+    let count: i64 =
+        client.query_one("SELECT count(*) FROM events", &[]).await.expect("counted").get(0);
+    assert_eq!(count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_closes_a_lease_for_its_tenant() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
+    let close = "mutation($input: LeaseOperationInput!) { closeLease(input: $input) { id events { type } } }";
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "close-1" } });
+    let closed = server.graphql(&role_token(Role::Operator, None), close, input).await;
+    assert!(data(&closed)["closeLease"]["events"][0]["type"].as_str().is_some(), "{closed}");
+    let missing = json!({ "input": { "leaseId": "0190a5b6-0000-7000-8000-000000000001", "operationKey": "close-2" } });
+    let answer = server.graphql(&role_token(Role::Operator, None), close, missing).await;
+    assert_eq!(code(&answer), Some("NOT_FOUND"));
+}

@@ -1,0 +1,6 @@
+//! The GraphQL gateway end to end: the real `leasehold serve` over HTTP, on its own database.
+
+mod access;
+mod leases;
+mod limits;
+mod support;

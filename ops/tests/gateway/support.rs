@@ -1,0 +1,200 @@
+//! A real `leasehold serve` on a fresh database and a free port, and a GraphQL client for it.
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use leasehold_domain::TenantId;
+use leasehold_gateway::{JwtSecret, Role};
+use leasehold_tests::TestDb;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use uuid::Uuid;
+
+/// The secret the test servers are started with.
+pub const SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
+
+/// How long a server may take to start.
+const START_WAIT: Duration = Duration::from_secs(60);
+
+/// A running `leasehold serve`; killed when dropped.
+#[derive(Debug)]
+pub struct Server {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its database.
+    pub db: TestDb,
+    /// Killed with the server.
+    _child: tokio::process::Child,
+    http: reqwest::Client,
+    _data_dir: TempDir,
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Server {
+    /// Starts the binary on a fresh database and waits until it listens.
+    pub async fn start() -> Server {
+        let db = TestDb::empty().await;
+        let config = db.url.config();
+        let url = format!(
+            "postgres://postgres@{}/{}",
+            db.url.endpoint(),
+            config.get_dbname().expect("a database name")
+        );
+        let data_dir = TempDir(std::env::temp_dir().join(format!("lh-{}", Uuid::now_v7())));
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["serve", "--database-url", &url, "--listen", "127.0.0.1:0"])
+            .env("LEASEHOLD_JWT_SECRET", SECRET)
+            .env("LEASEHOLD_DATA_DIR", &data_dir.0)
+            .env("LEASEHOLD_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("serve starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = tokio::time::timeout(START_WAIT, async {
+            while let Some(line) = lines.next_line().await.expect("readable stdout") {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let url = rest.split_whitespace().next().expect("an address");
+                    return url.trim_end_matches('.').trim_end_matches("/graphql").to_string();
+                }
+            }
+            panic!("serve exited before listening");
+        })
+        .await
+        .expect("serve listens in time");
+        // Keep draining stdout so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { base, db, _child: child, http: reqwest::Client::new(), _data_dir: data_dir }
+    }
+
+    /// POSTs `body` to `/graphql` with `token`; the status and the JSON answer.
+    pub async fn post(&self, token: Option<&str>, body: reqwest::Body) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(format!("{}/graphql", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    /// Runs `query` with `variables` as `token`.
+    pub async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
+        self.graphql_with(token, json!({ "query": query, "variables": variables })).await
+    }
+
+    /// Sends a whole GraphQL request object.
+    pub async fn graphql_with(&self, token: &str, request: Value) -> Value {
+        self.post(Some(token), request.to_string().into()).await.1
+    }
+
+    /// A plain GET.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await.expect("answers");
+        (response.status().as_u16(), response.text().await.expect("text"))
+    }
+}
+
+/// A token for tenant `name`.
+pub fn tenant_token(name: &str) -> String {
+    let tenant = TenantId::parse(name).expect("valid");
+    secret().mint_for(
+        &format!("{name}-user"),
+        Role::Tenant,
+        Some(&tenant),
+        None,
+        TimeDelta::hours(1),
+    )
+}
+
+/// A token in `role` (no tenant), optionally bound to `provider`.
+pub fn role_token(role: Role, provider: Option<Uuid>) -> String {
+    secret().mint_for(role.as_str(), role, None, provider, TimeDelta::hours(1))
+}
+
+pub fn secret() -> JwtSecret {
+    JwtSecret::new(SECRET.as_bytes()).expect("long enough")
+}
+
+/// The error code of the first error, if any.
+pub fn code(answer: &Value) -> Option<&str> {
+    answer["errors"][0]["extensions"]["code"].as_str()
+}
+
+/// `answer` must have no errors; its `data`.
+pub fn data(answer: &Value) -> &Value {
+    assert!(answer.get("errors").is_none(), "unexpected errors: {answer}");
+    &answer["data"]
+}
+
+/// The provider every test lease is rented from.
+pub const PROVIDER: &str = "00000000-0000-0000-0000-000000000007";
+
+pub const REQUEST_LEASE: &str = "mutation($input: RequestLeaseInput!) {
+    requestLease(input: $input) { id streamId version cursor duplicate events { type } }
+}";
+
+pub const REPORT_PROVISIONED: &str = "mutation($input: LeaseOperationInput!) {
+    reportLeaseProvisioned(input: $input) { id version cursor events { type } }
+}";
+
+/// The input of a one-item lease request under `key`.
+pub fn lease_request(key: &str) -> Value {
+    json!({ "input": {
+        "operationKey": key,
+        "providerId": PROVIDER,
+        "items": [{ "sku": "gpu.h100.1x", "quantity": 1 }],
+        "payload": "image: trainer:1",
+    }})
+}
+
+/// Requests a lease as `token`; its `requestLease` result.
+pub async fn request_lease(server: &Server, token: &str, key: &str) -> Value {
+    let answer = server.graphql(token, REQUEST_LEASE, lease_request(key)).await;
+    data(&answer)["requestLease"].clone()
+}
+
+impl Server {
+    /// POSTs a body the server may refuse before reading it whole, over a plain socket: the
+    /// server answers and closes early, which HTTP clients report as a broken pipe rather
+    /// than the answer. The status and the JSON answer.
+    pub async fn post_unread(&self, token: &str, body: Vec<u8>) -> (u16, Value) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let address = self.base.trim_start_matches("http://");
+        let stream = tokio::net::TcpStream::connect(address).await.expect("connects");
+        let (mut reader, mut writer) = stream.into_split();
+        let head = format!(
+            "POST /graphql HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let writing = tokio::spawn(async move {
+            // The server may stop reading at any point: a failed write is expected.
+            let _ = writer.write_all(head.as_bytes()).await;
+            let _ = writer.write_all(&body).await;
+        });
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(START_WAIT, reader.read_to_end(&mut answer)).await;
+        writing.abort();
+        // A reset after the answer arrived is fine; the answer must be there.
+        let _ = read.expect("the server answers in time");
+        let text = String::from_utf8_lossy(&answer);
+        let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status");
+        let body = text.split("\r\n\r\n").nth(1).expect("a body");
+        (status, serde_json::from_str(body).expect("a JSON answer"))
+    }
+}
