@@ -71,7 +71,7 @@ use serde::{Deserialize, Serialize};
 use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 
-pub use events::LeaseEvent;
+pub use events::{LeaseEvent, OPERATOR_ONLY_FIELDS, tenant_view};
 pub use values::{
     FieldError, HostName, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperatorDetail,
     PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,

@@ -24,10 +24,11 @@ use crate::state::AppState;
 /// The request extension that asks for read-your-writes: a cursor a mutation returned.
 pub const MIN_CURSOR_EXTENSION: &str = "minCursor";
 
+/// What every handler shares.
 #[derive(Clone)]
-struct Http {
-    state: AppState,
-    schema: LeaseholdSchema,
+pub(crate) struct Http {
+    pub(crate) state: AppState,
+    pub(crate) schema: LeaseholdSchema,
 }
 
 /// The gateway's router; `leasehold serve` and the tests both use it.
@@ -36,6 +37,7 @@ pub fn app(state: AppState) -> Router {
     let body_max = state.inner.config.body_bytes_max;
     Router::new()
         .route("/graphql", get(graphiql).post(graphql))
+        .route("/graphql/ws", get(crate::ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(body_max))
@@ -164,8 +166,12 @@ fn json(status: StatusCode, response: &BatchResponse) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// How long a stop waits for WebSockets to close.
+const SOCKETS_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves [`app`] on `listener` until `shutdown` completes, then lets requests in flight
-/// finish.
+/// finish and closes every WebSocket with 1012 (axum's graceful shutdown does not wait for
+/// upgraded connections, so they are counted and awaited here).
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -174,5 +180,15 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    let stopper = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopper.stop();
+    };
+    let sockets = state.inner.sockets.clone();
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
+    if tokio::time::timeout(SOCKETS_CLOSE_WAIT, sockets.closed()).await.is_err() {
+        tracing::warn!(open = sockets.count(), "WebSockets still open at shutdown");
+    }
+    Ok(())
 }

@@ -9,8 +9,10 @@ pub mod auth;
 pub mod cursor;
 pub mod errors;
 mod http;
+mod live;
 mod schema;
 mod state;
+mod ws;
 
 pub use auth::{Claims, JwtSecret, Principal, Role};
 pub use http::{MIN_CURSOR_EXTENSION, app, serve};

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use crate::auth::JwtSecret;
 use crate::cursor::CursorKey;
 use crate::errors::{ApiError, Code};
+use crate::live::hub::Hub;
 
 /// How often a wait for the projections re-reads the checkpoint when no in-process projector
 /// publishes it.
@@ -36,6 +37,17 @@ pub struct GatewayConfig {
     pub complexity_max: usize,
     /// Most operations in one batched request.
     pub batch_max: usize,
+    /// How often the live hub looks for other processes' appends.
+    pub live_poll: Duration,
+    /// How long a WebSocket may take to send `connection_init` (then 4408).
+    pub ws_init_wait: Duration,
+    /// How often the server pings an idle WebSocket.
+    pub ws_ping_every: Duration,
+    /// How long one message may take to reach a client before its socket is closed (1013)
+    /// and it must resume from its last cursor.
+    pub ws_send_wait: Duration,
+    /// Most subscriptions one socket may hold.
+    pub ws_subscriptions_max: usize,
 }
 
 impl Default for GatewayConfig {
@@ -48,6 +60,11 @@ impl Default for GatewayConfig {
             depth_max: 10,
             complexity_max: 2_000,
             batch_max: 5,
+            live_poll: Duration::from_millis(200),
+            ws_init_wait: Duration::from_secs(3),
+            ws_ping_every: Duration::from_secs(15),
+            ws_send_wait: Duration::from_secs(10),
+            ws_subscriptions_max: 100,
         }
     }
 }
@@ -66,11 +83,48 @@ pub(crate) struct Inner {
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
     pub(crate) projections: ProjectionProgress,
+    pub(crate) hub: Hub,
+    /// Turns true when the server stops: sockets close with 1012 and the hub stops.
+    pub(crate) stopping: watch::Sender<bool>,
+    /// Open WebSockets.
+    pub(crate) sockets: Gauge,
+}
+
+/// A count of things open now (WebSockets), which can be awaited to reach zero.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Gauge(Arc<watch::Sender<usize>>);
+
+/// Counts one open thing until dropped.
+#[derive(Debug)]
+pub(crate) struct Opened(Gauge);
+
+impl Gauge {
+    /// Counts one more until the guard is dropped.
+    pub(crate) fn open(&self) -> Opened {
+        self.0.send_modify(|open| *open += 1);
+        Opened(self.clone())
+    }
+
+    /// How many are open.
+    pub(crate) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Returns once none is open.
+    pub(crate) async fn closed(&self) {
+        let _ = self.0.subscribe().wait_for(|open| *open == 0).await;
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|open| *open -= 1);
+    }
 }
 
 impl AppState {
     /// The state over `store`. `jwt_secret` verifies tokens and (through a derived key) signs
-    /// cursors.
+    /// cursors. Starts the live hub, so it must be called inside a Tokio runtime.
     pub fn new(
         store: PgEventStore,
         jwt_secret: &[u8],
@@ -80,8 +134,17 @@ impl AppState {
         let jwt = JwtSecret::new(jwt_secret)?;
         let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
         let cursors = CursorKey::derive(jwt_secret.trim_ascii());
-        let inner = Inner { store, pipeline, jwt, cursors, config, projections };
+        let (stopping, stopped) = watch::channel(false);
+        let hub = Hub::start(store.clone(), config.live_poll, stopped);
+        let sockets = Gauge::default();
+        let inner =
+            Inner { store, pipeline, jwt, cursors, config, projections, hub, stopping, sockets };
         Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Tells sockets to close (1012) and the live hub to stop.
+    pub fn stop(&self) {
+        self.inner.stopping.send_replace(true);
     }
 
     /// The token verifier.

@@ -49,6 +49,14 @@ pub struct ServeArgs {
     /// Longest a read-your-writes query waits for the projections, in milliseconds.
     #[arg(long, env = "LEASEHOLD_CONSISTENCY_WAIT_MS", default_value_t = 5_000)]
     consistency_wait_ms: u64,
+    /// How long a WebSocket may take to send connection_init, in milliseconds (then 4408).
+    #[arg(long, env = "LEASEHOLD_WS_INIT_TIMEOUT_MS", default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    ws_init_timeout_ms: u64,
+    /// How often idle WebSockets are pinged, in milliseconds.
+    #[arg(long, env = "LEASEHOLD_WS_PING_INTERVAL_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    ws_ping_interval_ms: u64,
 }
 
 /// Runs until a stop signal.
@@ -111,6 +119,8 @@ fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
     Ok(GatewayConfig {
         backend: Some(backend),
         consistency_wait: Duration::from_millis(args.consistency_wait_ms),
+        ws_init_wait: Duration::from_millis(args.ws_init_timeout_ms),
+        ws_ping_every: Duration::from_millis(args.ws_ping_interval_ms),
         ..GatewayConfig::default()
     })
 }

@@ -212,3 +212,19 @@ impl LeaseEvent {
         "LeaseExpired",
     ];
 }
+
+/// Payload fields only operators and auditors see: failure detail, the lifecycle generation
+/// and the terminal failure budget (DOMAIN.md §3, rules 3 and 4).
+pub const OPERATOR_ONLY_FIELDS: [&str; 4] =
+    ["detail", "generation", "verdict", "consecutive_failures"];
+
+/// A lease event's payload as its tenant may see it: the operator-only fields removed.
+pub fn tenant_view(payload: &serde_json::Value) -> serde_json::Value {
+    let mut view = payload.clone();
+    if let Some(fields) = view.as_object_mut() {
+        for field in OPERATOR_ONLY_FIELDS {
+            fields.remove(field);
+        }
+    }
+    view
+}

@@ -3,11 +3,13 @@
 //! verified [`Principal`] in the request's.
 
 mod command;
+mod events;
 mod lease;
 mod mutation;
 mod query;
+mod subscription;
 
-use async_graphql::{Context, EmptySubscription, Schema};
+use async_graphql::{Context, Schema};
 use leasehold_domain::TenantId;
 
 use crate::auth::{Principal, Role};
@@ -16,14 +18,15 @@ use crate::state::{AppState, Inner};
 
 pub use mutation::MutationRoot;
 pub use query::QueryRoot;
+pub use subscription::SubscriptionRoot;
 
 /// The gateway's schema.
-pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
 /// The schema, with `state` available to every resolver and the configured limits.
 pub fn build(state: &AppState) -> LeaseholdSchema {
     let config = &state.inner.config;
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .data(state.clone())
         .limit_depth(config.depth_max)
         .limit_complexity(config.complexity_max)
@@ -33,7 +36,7 @@ pub fn build(state: &AppState) -> LeaseholdSchema {
 
 /// The schema's SDL, as committed in `schema/graphql/schema.graphql`.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl_with_options(
+    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot).finish().sdl_with_options(
         async_graphql::SDLExportOptions::new().sorted_fields().sorted_enum_items(),
     )
 }

@@ -8,6 +8,7 @@ use leasehold_adapters::read_models::{LeaseListing, PAGE_ROWS_MAX};
 use leasehold_domain::lease::LeaseId;
 use uuid::Uuid;
 
+use super::events::{EventConnection, EventFilter};
 use super::lease::{LeaseFilter, LeaseView, QuotaUsageView};
 use super::{caller, shared, tenant_of};
 use crate::cursor::CursorKind;
@@ -84,6 +85,20 @@ impl QueryRoot {
             connection.edges.push(Edge::new(cursor, LeaseView::from(row)));
         }
         Ok(connection)
+    }
+
+    /// The log in commit order: the whole log for auditors and operators, your own streams
+    /// (without operator-only fields) for tenants.
+    #[graphql(complexity = "first.unwrap_or(20).max(1) as usize * child_complexity")]
+    async fn events(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "A cursor you were given; events after it (default: from the start).")]
+        after: Option<String>,
+        #[graphql(desc = "Events wanted, 1 to 100 (default 20).")] first: Option<i32>,
+        filter: Option<EventFilter>,
+    ) -> ApiResult<EventConnection> {
+        super::events::page(ctx, after, page_rows(first)?, filter).await
     }
 
     /// What your workloads hold now, by kind and SKU.

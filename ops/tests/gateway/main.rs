@@ -3,4 +3,6 @@
 mod access;
 mod leases;
 mod limits;
+mod socket;
+mod subscriptions;
 mod support;

@@ -24,7 +24,7 @@ pub struct Server {
     /// Its database.
     pub db: TestDb,
     /// Killed with the server.
-    _child: tokio::process::Child,
+    pub child: tokio::process::Child,
     http: reqwest::Client,
     _data_dir: TempDir,
 }
@@ -42,6 +42,11 @@ impl Drop for TempDir {
 impl Server {
     /// Starts the binary on a fresh database and waits until it listens.
     pub async fn start() -> Server {
+        Server::start_with(&[]).await
+    }
+
+    /// Starts it with extra `serve` arguments.
+    pub async fn start_with(extra: &[&str]) -> Server {
         let db = TestDb::empty().await;
         let config = db.url.config();
         let url = format!(
@@ -52,6 +57,7 @@ impl Server {
         let data_dir = TempDir(std::env::temp_dir().join(format!("lh-{}", Uuid::now_v7())));
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["serve", "--database-url", &url, "--listen", "127.0.0.1:0"])
+            .args(extra)
             .env("LEASEHOLD_JWT_SECRET", SECRET)
             .env("LEASEHOLD_DATA_DIR", &data_dir.0)
             .env("LEASEHOLD_LOG", "warn")
@@ -74,7 +80,7 @@ impl Server {
         .expect("serve listens in time");
         // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server { base, db, _child: child, http: reqwest::Client::new(), _data_dir: data_dir }
+        Server { base, db, child, http: reqwest::Client::new(), _data_dir: data_dir }
     }
 
     /// POSTs `body` to `/graphql` with `token`; the status and the JSON answer.

@@ -1,0 +1,217 @@
+//! The log as GraphQL serves it: the `events` query and the `lifecycleEvents` subscription
+//! deliver the same `LifecycleEvent`, each with its signed cursor. Tenants see their own
+//! streams only, without the operator-only payload fields and metadata.
+
+use async_graphql::{Context, InputObject, Json, SimpleObject};
+use chrono::{DateTime, Utc};
+use leasehold_domain::{Cursor, EventStore as _, RecordedEvent, StreamType};
+
+use super::{caller, shared};
+use crate::auth::{Principal, Role};
+use crate::cursor::CursorKind;
+use crate::errors::{ApiError, ApiResult};
+use crate::live::feed::Scope;
+
+/// Most entries one filter list may hold.
+const FILTER_ENTRIES_MAX: usize = 100;
+
+/// Which events to deliver; each list, when given, must contain the event's value.
+#[derive(Debug, Clone, Default, InputObject)]
+pub struct EventFilter {
+    /// Stream types (`lease`, ...).
+    pub stream_types: Option<Vec<String>>,
+    /// Stream ids (`lease-<uuid>`).
+    pub stream_ids: Option<Vec<String>>,
+    /// Event types (`LeaseProvisioned`, ...).
+    pub event_types: Option<Vec<String>>,
+}
+
+/// One event of the log.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct LifecycleEvent {
+    /// Its position: resume after it with `after`.
+    pub cursor: String,
+    /// Its stream.
+    pub stream_id: String,
+    /// Its stream's type.
+    pub stream_type: String,
+    /// Its version in its stream (from 1).
+    pub version: u64,
+    /// Its type.
+    #[graphql(name = "type")]
+    pub event_type: String,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+    /// Its payload (for tenants, without operator-only fields).
+    pub payload: Json<serde_json::Value>,
+    /// Its id (operators and auditors only; null for tenants).
+    pub event_id: Option<String>,
+    /// Its tenant (operators and auditors only).
+    pub tenant_id: Option<String>,
+    /// Who caused it, correlation and operation key (operators and auditors only).
+    pub metadata: Option<Json<serde_json::Value>>,
+    /// Its hash-chain link, hex (operators and auditors only).
+    pub hash: Option<String>,
+}
+
+/// What a caller may read of the log, narrowed by `filter`.
+pub(crate) fn scope_of(principal: &Principal, filter: Option<EventFilter>) -> ApiResult<Scope> {
+    let tenant = match principal.role {
+        Role::Tenant => principal.tenant.clone(),
+        Role::Operator | Role::Auditor => None,
+        Role::Agent => return Err(ApiError::forbidden("read the log")),
+    };
+    let filter = filter.unwrap_or_default();
+    let list = |field: &str, list: Option<Vec<String>>| {
+        let list = list.unwrap_or_default();
+        if list.len() > FILTER_ENTRIES_MAX {
+            return Err(ApiError::bad_input(format!(
+                "filter.{field}: at most {FILTER_ENTRIES_MAX} entries"
+            )));
+        }
+        Ok(list)
+    };
+    let stream_types = list("streamTypes", filter.stream_types)?;
+    if let Some(bad) = stream_types.iter().find(|t| StreamType::parse(t.as_str()).is_err()) {
+        return Err(ApiError::bad_input(format!(
+            "filter.streamTypes: {bad:?} is not a stream type"
+        )));
+    }
+    Ok(Scope {
+        tenant,
+        stream_types,
+        stream_ids: list("streamIds", filter.stream_ids)?,
+        event_types: list("eventTypes", filter.event_types)?,
+    })
+}
+
+/// The cursor an `after` argument names, or `None`.
+pub(crate) fn after_of(ctx: &Context<'_>, after: Option<&str>) -> ApiResult<Option<Cursor>> {
+    let Some(text) = after else { return Ok(None) };
+    let scope = caller(ctx)?.cursor_scope();
+    let text: String = shared(ctx).cursors.open(CursorKind::Log, &scope, "after", text)?;
+    text.parse().map(Some).map_err(|_| ApiError::bad_input("after: malformed cursor"))
+}
+
+/// The event as `principal` may see it, with a cursor sealed for it.
+pub(crate) fn view_of(
+    cursors: &crate::cursor::CursorKey,
+    principal: &Principal,
+    event: RecordedEvent,
+) -> LifecycleEvent {
+    let scope = principal.cursor_scope();
+    let cursor = cursors.seal(CursorKind::Log, &scope, &event.cursor.to_string());
+    let privileged = principal.role != Role::Tenant;
+    let payload = if privileged {
+        event.payload
+    } else {
+        leasehold_domain::lease::tenant_view(&event.payload)
+    };
+    LifecycleEvent {
+        cursor,
+        stream_id: event.stream_id.as_str().to_string(),
+        stream_type: event.stream_type.as_str().to_string(),
+        version: event.version,
+        event_type: event.event_type.as_str().to_string(),
+        recorded_at: event.recorded_at,
+        payload: Json(payload),
+        event_id: privileged.then(|| event.event_id.as_uuid().to_string()),
+        tenant_id: privileged.then(|| event.tenant_id.as_str().to_string()),
+        metadata: privileged
+            .then(|| Json(serde_json::to_value(&event.metadata).unwrap_or_default())),
+        hash: privileged.then(|| hex::encode(event.hash)),
+    }
+}
+
+/// Most events one `events` page scans before it answers with what it found.
+const SCAN_EVENTS_MAX: usize = 10_000;
+
+/// A page of the log.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct EventConnection {
+    /// The events, each with its cursor.
+    pub edges: Vec<EventEdge>,
+    /// `endCursor` is where the next page starts: past the last event scanned, even when
+    /// none matched, so a sparse filter does not rescan.
+    pub page_info: EventPageInfo,
+}
+
+/// Where a page of the log stands.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct EventPageInfo {
+    /// Whether the page started after a cursor.
+    pub has_previous_page: bool,
+    /// Whether more events may follow now (a page that reached the end of the log says
+    /// false; ask again from `endCursor` later).
+    pub has_next_page: bool,
+    /// The first event's cursor.
+    pub start_cursor: Option<String>,
+    /// Where the next page starts.
+    pub end_cursor: Option<String>,
+}
+
+/// One event and its cursor.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct EventEdge {
+    /// The event's cursor.
+    pub cursor: String,
+    /// The event.
+    pub node: LifecycleEvent,
+}
+
+/// `events(after, first, filter)`.
+pub(crate) async fn page(
+    ctx: &Context<'_>,
+    after: Option<String>,
+    first: usize,
+    filter: Option<EventFilter>,
+) -> ApiResult<EventConnection> {
+    let principal = caller(ctx)?;
+    let scope = scope_of(principal, filter)?;
+    let state = shared(ctx);
+    let started = after_of(ctx, after.as_deref())?;
+    let mut position = started.unwrap_or(Cursor::START);
+    let (mut found, mut scanned, mut has_next) = (Vec::new(), 0, false);
+    loop {
+        let page = state.store.read_log(position, crate::live::hub::PAGE_EVENTS).await?;
+        let full = page.events.len() == crate::live::hub::PAGE_EVENTS;
+        scanned += page.events.len();
+        for event in page.events {
+            if found.len() == first {
+                has_next = true;
+                break;
+            }
+            position = event.cursor;
+            if scope.admits(&event) {
+                found.push(event);
+            }
+        }
+        if has_next {
+            break;
+        }
+        position = position.max(page.next);
+        if !full {
+            break;
+        }
+        if scanned >= SCAN_EVENTS_MAX {
+            has_next = true;
+            break;
+        }
+    }
+    let sealed =
+        state.cursors.seal(CursorKind::Log, &principal.cursor_scope(), &position.to_string());
+    let edges: Vec<EventEdge> = found
+        .into_iter()
+        .map(|event| {
+            let node = view_of(&state.cursors, principal, event);
+            EventEdge { cursor: node.cursor.clone(), node }
+        })
+        .collect();
+    let page_info = EventPageInfo {
+        has_previous_page: started.is_some(),
+        has_next_page: has_next,
+        start_cursor: edges.first().map(|edge| edge.cursor.clone()),
+        end_cursor: Some(sealed),
+    };
+    Ok(EventConnection { edges, page_info })
+}

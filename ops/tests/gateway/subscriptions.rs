@@ -1,0 +1,201 @@
+//! `lifecycleEvents` over WebSocket: order, resume, tenants, and the protocol's promises.
+
+use leasehold_gateway::Role;
+use serde_json::json;
+
+use crate::socket::{Frame, LIFECYCLE, Socket};
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_requested_and_provisioned_arrives_in_order_and_reads_back() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("live", LIFECYCLE, json!({})).await;
+    // An event the subscription starts after proves it is live before the lease is requested.
+    let first = request_lease(&server, &acme, "req-0").await;
+    let warmup = socket.event("live").await;
+    assert_eq!(warmup["streamId"], first["streamId"]);
+
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    let reported = server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
+    assert!(reported.get("errors").is_none(), "{reported}");
+
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = socket.event("live").await;
+        assert_eq!(event["streamId"], lease["streamId"]);
+        assert!(event["tenantId"].is_null(), "tenants do not see tenant ids: {event}");
+        seen.push((
+            event["version"].as_u64().unwrap_or_default(),
+            event["type"].as_str().unwrap_or_default().to_string(),
+            event["cursor"].clone(),
+        ));
+    }
+    let types: Vec<_> = seen.iter().map(|(version, kind, _)| (*version, kind.as_str())).collect();
+    assert_eq!(
+        types,
+        [(1, "LeaseProvisionRequested"), (2, "LeaseProvisioned"), (3, "LeaseActivated")]
+    );
+
+    // The last event's cursor reads the lease back as ready, without sleeping.
+    let last = seen[2].2.clone();
+    let read = json!({
+        "query": "{ leases { edges { node { id status } } } }",
+        "extensions": { "minCursor": last },
+    });
+    let answer = server.graphql_with(&acme, read).await;
+    let nodes = &data(&answer)["leases"]["edges"];
+    let ready =
+        nodes.as_array().into_iter().flatten().find(|edge| edge["node"]["id"] == lease["id"]);
+    assert_eq!(ready.map(|edge| &edge["node"]["status"]), Some(&json!("READY")), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_events_never_arrive_and_its_cursor_is_refused() {
+    let server = Server::start().await;
+    let (acme, beta) = (tenant_token("acme"), tenant_token("beta"));
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &beta).await;
+    socket.subscribe("mine", LIFECYCLE, json!({})).await;
+    let acmes = request_lease(&server, &acme, "req-1").await;
+    for n in 2..5 {
+        request_lease(&server, &acme, &format!("req-{n}")).await;
+    }
+    let betas = request_lease(&server, &beta, "req-1").await;
+    // The first event beta sees is its own, though acme's four came first.
+    let event = socket.event("mine").await;
+    assert_eq!(event["streamId"], betas["streamId"]);
+
+    socket.subscribe("theirs", LIFECYCLE, json!({ "after": acmes["cursor"] })).await;
+    let refused = socket.message().await;
+    assert_eq!(
+        (refused["type"].as_str(), refused["id"].as_str()),
+        (Some("error"), Some("theirs")),
+        "{refused}"
+    );
+    assert_eq!(refused["payload"][0]["extensions"]["code"], "BAD_USER_INPUT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_killed_mid_stream_resumes_exactly_once_while_writers_write() {
+    let server = std::sync::Arc::new(Server::start().await);
+    let acme = tenant_token("acme");
+    const LEASES: usize = 60;
+    // Everything after this lease's cursor is what the subscriber must see.
+    let start = request_lease(&server, &acme, "first").await;
+    let writer = {
+        let (server, acme) = (server.clone(), acme.clone());
+        tokio::spawn(async move {
+            let mut last = json!(null);
+            for n in 0..LEASES {
+                last = request_lease(&server, &acme, &format!("req-{n}")).await;
+            }
+            last
+        })
+    };
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("s", LIFECYCLE, json!({ "after": start["cursor"] })).await;
+    let (mut streams, mut cursors) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let event = socket.event("s").await;
+        streams.push(event["streamId"].clone());
+        cursors.push(event["cursor"].clone());
+    }
+    // The socket dies mid-stream; a new one resumes from the last cursor while the writer
+    // is still writing.
+    drop(socket);
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("s", LIFECYCLE, json!({ "after": cursors.last() })).await;
+    while streams.len() < LEASES {
+        let event = socket.event("s").await;
+        streams.push(event["streamId"].clone());
+        cursors.push(event["cursor"].clone());
+    }
+    let last_written = writer.await.expect("the writer finishes");
+    assert_eq!(streams.last(), Some(&last_written["streamId"]));
+    // Exactly the log, in order: the same streams the `events` query lists after `first`.
+    let page = "query($after: String) { events(after: $after, first: 100) { edges { node { streamId } } } }";
+    let listed = server.graphql(&acme, page, json!({ "after": start["cursor"] })).await;
+    let listed: Vec<_> = data(&listed)["events"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|edge| edge["node"]["streamId"].clone())
+        .collect();
+    assert_eq!(listed, streams);
+    let unique: std::collections::HashSet<_> = streams.iter().map(ToString::to_string).collect();
+    assert_eq!(unique.len(), LEASES, "no duplicates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protocol_closes_with_the_codes_clients_expect() {
+    let server =
+        Server::start_with(&["--ws-init-timeout-ms", "300", "--ws-ping-interval-ms", "200"]).await;
+    let acme = tenant_token("acme");
+
+    let mut silent = Socket::open(&server, "graphql-transport-ws").await;
+    assert_eq!(silent.close_code().await, 4408);
+
+    let mut eager = Socket::open(&server, "graphql-transport-ws").await;
+    eager.subscribe("1", LIFECYCLE, json!({})).await;
+    assert_eq!(eager.close_code().await, 4401);
+
+    let mut forged = Socket::open(&server, "graphql-transport-ws").await;
+    forged.init("not-a-token").await;
+    assert_eq!(forged.close_code().await, 4403);
+
+    let mut twice = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    twice.subscribe("1", LIFECYCLE, json!({})).await;
+    twice.subscribe("1", LIFECYCLE, json!({})).await;
+    assert_eq!(twice.close_code().await, 4409);
+
+    // The server pings an idle socket, and a client ping gets a pong.
+    let mut idle = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    assert_eq!(idle.frame().await, Frame::Message(json!({ "type": "ping" })));
+    idle.send(json!({ "type": "ping" })).await;
+    assert_eq!(idle.message().await, json!({ "type": "pong" }));
+
+    // A token that expires closes its socket with 4403, so the client reconnects with a new one.
+    let soon = secret().mint(&leasehold_gateway::Claims {
+        sub: "acme-user".into(),
+        role: Role::Tenant,
+        tenant: Some("acme".into()),
+        provider: None,
+        exp: chrono::Utc::now().timestamp() + 1,
+        iat: chrono::Utc::now().timestamp(),
+    });
+    let mut expiring = Socket::connect(&server, "graphql-transport-ws", &soon).await;
+    assert_eq!(expiring.close_code().await, 4403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_protocol_delivers_events_and_keep_alives() {
+    let server = Server::start_with(&["--ws-ping-interval-ms", "200"]).await;
+    let acme = tenant_token("acme");
+    let mut socket = Socket::connect(&server, "graphql-ws", &acme).await;
+    assert_eq!(socket.frame().await, Frame::Message(json!({ "type": "ka" })));
+    socket.subscribe("1", LIFECYCLE, json!({})).await;
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let event = socket.event("1").await;
+    assert_eq!(event["streamId"], lease["streamId"]);
+    socket.send(json!({ "type": "stop", "id": "1" })).await;
+    socket.send(json!({ "type": "connection_terminate" })).await;
+    assert_eq!(socket.close_code().await, 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_closes_sockets_with_1012() {
+    let mut server = Server::start().await;
+    let acme = tenant_token("acme");
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("1", LIFECYCLE, json!({})).await;
+    let pid = server.child.id().expect("running");
+    let killed =
+        tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
+    assert!(killed.expect("kill runs").success());
+    assert_eq!(socket.close_code().await, 1012);
+    let status =
+        tokio::time::timeout(std::time::Duration::from_secs(30), server.child.wait()).await;
+    assert!(status.expect("exits in time").expect("waited").success());
+}
