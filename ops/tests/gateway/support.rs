@@ -23,6 +23,8 @@ pub struct Server {
     pub base: String,
     /// Its database.
     pub db: TestDb,
+    url: String,
+    extra: Vec<String>,
     /// Killed with the server.
     pub child: tokio::process::Child,
     http: reqwest::Client,
@@ -55,32 +57,28 @@ impl Server {
             config.get_dbname().expect("a database name")
         );
         let data_dir = TempDir(std::env::temp_dir().join(format!("lh-{}", Uuid::now_v7())));
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["serve", "--database-url", &url, "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("LEASEHOLD_JWT_SECRET", SECRET)
-            .env("LEASEHOLD_DATA_DIR", &data_dir.0)
-            .env("LEASEHOLD_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("serve starts");
-        let stdout = child.stdout.take().expect("piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let base = tokio::time::timeout(START_WAIT, async {
-            while let Some(line) = lines.next_line().await.expect("readable stdout") {
-                if let Some(rest) = line.split("listening on ").nth(1) {
-                    let url = rest.split_whitespace().next().expect("an address");
-                    return url.trim_end_matches('.').trim_end_matches("/graphql").to_string();
-                }
-            }
-            panic!("serve exited before listening");
-        })
-        .await
-        .expect("serve listens in time");
-        // Keep draining stdout so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server { base, db, child, http: reqwest::Client::new(), _data_dir: data_dir }
+        let extra: Vec<String> = extra.iter().map(ToString::to_string).collect();
+        let (child, base) = spawn(&url, "127.0.0.1:0", &data_dir, &extra).await;
+        Server { base, db, url, extra, child, http: reqwest::Client::new(), _data_dir: data_dir }
+    }
+
+    /// Stops the server with SIGTERM and starts a new one on the same address and database.
+    pub async fn restart(&mut self) {
+        self.terminate().await;
+        let address = self.base.trim_start_matches("http://").to_string();
+        let (child, base) = spawn(&self.url, &address, &self._data_dir, &self.extra).await;
+        assert_eq!(base, self.base);
+        self.child = child;
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub async fn terminate(&mut self) {
+        let pid = self.child.id().expect("running");
+        let killed =
+            tokio::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
+        assert!(killed.expect("kill runs").success());
+        let status = tokio::time::timeout(START_WAIT, self.child.wait()).await;
+        assert!(status.expect("exits in time").expect("waited").success());
     }
 
     /// POSTs `body` to `/graphql` with `token`; the status and the JSON answer.
@@ -113,6 +111,41 @@ impl Server {
         let response = self.http.get(format!("{}{path}", self.base)).send().await.expect("answers");
         (response.status().as_u16(), response.text().await.expect("text"))
     }
+}
+
+/// Starts `leasehold serve` and waits until it listens; the process and its base URL.
+async fn spawn(
+    url: &str,
+    listen: &str,
+    data_dir: &TempDir,
+    extra: &[String],
+) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--database-url", url, "--listen", listen])
+        .args(extra)
+        .env("LEASEHOLD_JWT_SECRET", SECRET)
+        .env("LEASEHOLD_DATA_DIR", &data_dir.0)
+        .env("LEASEHOLD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let base = tokio::time::timeout(START_WAIT, async {
+        while let Some(line) = lines.next_line().await.expect("readable stdout") {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let url = rest.split_whitespace().next().expect("an address");
+                return url.trim_end_matches('.').trim_end_matches("/graphql").to_string();
+            }
+        }
+        panic!("serve exited before listening");
+    })
+    .await
+    .expect("serve listens in time");
+    // Keep draining stdout so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, base)
 }
 
 /// A token for tenant `name`.

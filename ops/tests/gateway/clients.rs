@@ -1,0 +1,112 @@
+//! A real client no one here wrote: the npm `graphql-ws` client (pinned in
+//! `tests/clients/package.json`; `.ci/run` installs it with `npm ci`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, RequestLeaseInput};
+use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
+use leasehold_domain::lease::{Lease, LeaseFacts, LeaseId, ServiceName};
+use leasehold_domain::{Actor, OperationKey, TenantId};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+use crate::support::*;
+
+/// Leases written while the client listens.
+const LEASES: usize = 40;
+
+/// Pace of the writer, so that writes span the server's restart.
+const WRITE_EVERY: Duration = Duration::from_millis(30);
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients")
+}
+
+/// Writes `LEASES` leases of `tenant` straight through the command pipeline, so that writing
+/// goes on while the gateway restarts.
+async fn write_leases(pipeline: CommandPipeline<leasehold_adapters::PgEventStore>) {
+    let mut pace = tokio::time::interval(WRITE_EVERY);
+    for n in 0..LEASES {
+        pace.tick().await;
+        let lease = LeaseId(uuid::Uuid::now_v7());
+        let input = RequestLeaseInput {
+            provider_id: PROVIDER.into(),
+            items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 1, service_name: None }],
+            payload_hash: "ab".repeat(32),
+        };
+        let command = lease_input::request_provision(lease, &input, LeaseInputLimits::default())
+            .expect("valid input");
+        let backend = ServiceName::parse("backend", "local").expect("valid");
+        let request = CommandRequest::<Lease>::new(
+            TenantId::parse("acme").expect("valid"),
+            Actor { subject: "acme-user".into(), role: "tenant".into() },
+            lease.stream_id(),
+            OperationKey::parse(&format!("direct-{n}")).expect("valid"),
+            command,
+            LeaseFacts { backend: Some(backend), ..LeaseFacts::default() },
+        );
+        pipeline.execute(request).await.expect("written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_graphql_ws_client_resumes_across_a_server_restart_without_gaps_or_duplicates() {
+    let dir = clients_dir();
+    assert!(
+        dir.join("node_modules/graphql-ws").is_dir(),
+        "the test clients are not installed: run `npm ci --prefix tests/clients` (.ci/run does)"
+    );
+    let mut server = Server::start().await;
+    let acme = tenant_token("acme");
+    let start = request_lease(&server, &acme, "first").await;
+    let after = start["cursor"].as_str().expect("a cursor").to_string();
+    let url = format!("{}/graphql/ws", server.base.replace("http://", "ws://"));
+    let mut client = tokio::process::Command::new("node")
+        .arg(dir.join("resume.mjs"))
+        .args([&url, &acme, &after, &LEASES.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let pipeline = CommandPipeline::new(server.db.store(), PipelineConfig::default());
+    let writer = tokio::spawn(write_leases(pipeline));
+
+    let mut lines = BufReader::new(client.stdout.take().expect("piped")).lines();
+    let mut events: Vec<Value> = Vec::new();
+    let mut restarted = false;
+    let summary = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.expect("readable") {
+            let value: Value = serde_json::from_str(&line).expect("JSON lines");
+            if value.get("done").is_some() {
+                return value;
+            }
+            events.push(value);
+            if events.len() == 10 && !restarted {
+                // Mid-stream, with the writer still writing: the server goes away (1012)
+                // and comes back on the same address.
+                restarted = true;
+                server.restart().await;
+            }
+        }
+        panic!("the client exited early");
+    })
+    .await
+    .expect("the client finishes in time");
+    writer.await.expect("the writer finishes");
+    assert!(client.wait().await.expect("exits").success());
+    assert!(summary["connects"].as_u64().unwrap_or_default() >= 2, "it reconnected: {summary}");
+
+    // Exactly the log after `first`, in order, each once.
+    let page = "query($after: String) { events(after: $after, first: 100) { edges { node { streamId } } } }";
+    let listed = server.graphql(&acme, page, json!({ "after": after })).await;
+    let listed: Vec<&Value> = data(&listed)["events"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|edge| &edge["node"]["streamId"])
+        .collect();
+    let received: Vec<&Value> = events.iter().map(|event| &event["streamId"]).collect();
+    assert_eq!(received.len(), LEASES);
+    assert_eq!(received, listed);
+}
