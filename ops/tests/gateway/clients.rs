@@ -42,7 +42,7 @@ async fn write_leases(pipeline: CommandPipeline<leasehold_adapters::PgEventStore
             TenantId::parse("acme").expect("valid"),
             Actor { subject: "acme-user".into(), role: "tenant".into() },
             lease.stream_id(),
-            OperationKey::parse(&format!("direct-{n}")).expect("valid"),
+            OperationKey::parse(format!("direct-{n}")).expect("valid"),
             command,
             LeaseFacts { backend: Some(backend), ..LeaseFacts::default() },
         );
