@@ -12,7 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use leasehold_domain::Cursor;
 
 use crate::auth::{Principal, Role};
@@ -38,6 +38,11 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(crate::ws::upgrade))
+        .route("/callbacks/leases/{lease_id}", post(crate::callbacks::lease))
+        .route(
+            "/callbacks/leases/{lease_id}/maintenance/{maintenance_id}",
+            post(crate::callbacks::maintenance),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(body_max))

@@ -6,6 +6,7 @@
 //! every cursor handed out is signed and bound to the caller's tenant.
 
 pub mod auth;
+pub mod callbacks;
 pub mod cursor;
 pub mod errors;
 mod http;

@@ -12,6 +12,7 @@ use leasehold_domain::lease::BackendName;
 use tokio::sync::watch;
 
 use crate::auth::JwtSecret;
+use crate::callbacks::CallbackSecret;
 use crate::cursor::CursorKey;
 use crate::errors::{ApiError, Code};
 use crate::live::hub::Hub;
@@ -88,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) stopping: watch::Sender<bool>,
     /// Open WebSockets.
     pub(crate) sockets: Gauge,
+    /// Verifies backend callbacks; `None` disables them.
+    pub(crate) callback_secret: Option<CallbackSecret>,
 }
 
 /// A count of things open now (WebSockets), which can be awaited to reach zero.
@@ -137,9 +140,30 @@ impl AppState {
         let (stopping, stopped) = watch::channel(false);
         let hub = Hub::start(store.clone(), config.live_poll, stopped);
         let sockets = Gauge::default();
-        let inner =
-            Inner { store, pipeline, jwt, cursors, config, projections, hub, stopping, sockets };
+        let inner = Inner {
+            store,
+            pipeline,
+            jwt,
+            cursors,
+            config,
+            projections,
+            hub,
+            stopping,
+            sockets,
+            callback_secret: None,
+        };
         Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Enables backend callbacks, verified with `secret`. Call before [`crate::app`].
+    ///
+    /// # Errors
+    /// When the secret is shorter than 32 bytes.
+    pub fn with_callback_secret(mut self, secret: &[u8]) -> Result<Self, crate::auth::AuthError> {
+        let secret = CallbackSecret::new(secret)?;
+        Arc::get_mut(&mut self.inner).expect("configured before sharing").callback_secret =
+            Some(secret);
+        Ok(self)
     }
 
     /// Tells sockets to close (1012) and the live hub to stop.

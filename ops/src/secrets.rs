@@ -1,7 +1,8 @@
-//! Where the JWT secret comes from: `--jwt-secret-file`, else `LEASEHOLD_JWT_SECRET`, else the
+//! Where the secrets come from: `--jwt-secret-file`, else `LEASEHOLD_JWT_SECRET`, else the
 //! secret `serve` keeps in its data directory (created on first use, readable by its owner
-//! only). `serve` and `token` resolve it the same way, so a token printed by one is accepted by
-//! the other. The secret is never logged or printed.
+//! only); likewise the callback secret (`--callback-secret-file`, `LEASEHOLD_CALLBACK_SECRET`,
+//! the data directory's `callback-secret`). `serve` and `token` resolve them the same way, so a
+//! token printed by one is accepted by the other. Secrets are never logged or printed.
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -10,8 +11,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 
-/// The secret file's name inside the data directory.
-const SECRET_FILE: &str = "jwt-secret";
+/// The JWT secret's file name inside the data directory.
+const JWT_SECRET_FILE: &str = "jwt-secret";
+
+/// The callback secret's file name inside the data directory.
+const CALLBACK_SECRET_FILE: &str = "callback-secret";
 
 /// Where the JWT secret is.
 #[derive(Debug, Clone, Args)]
@@ -22,6 +26,17 @@ pub struct SecretArgs {
     /// The HS256 secret itself (at least 32 bytes); prefer a file.
     #[arg(long = "jwt-secret", env = "LEASEHOLD_JWT_SECRET", hide_env_values = true, hide = true)]
     pub jwt_secret: Option<String>,
+    /// A file holding the secret backends sign callbacks with (at least 32 bytes).
+    #[arg(long, env = "LEASEHOLD_CALLBACK_SECRET_FILE")]
+    pub callback_secret_file: Option<PathBuf>,
+    /// The callback secret itself (at least 32 bytes); prefer a file.
+    #[arg(
+        long = "callback-secret",
+        env = "LEASEHOLD_CALLBACK_SECRET",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub callback_secret: Option<String>,
     /// Where `serve` keeps what it needs between runs (the generated secret, a private
     /// PostgreSQL cluster). Default: $XDG_DATA_HOME/leasehold or ~/.local/share/leasehold.
     #[arg(long, env = "LEASEHOLD_DATA_DIR")]
@@ -41,23 +56,43 @@ impl SecretArgs {
         Ok(PathBuf::from(home).join(".local/share/leasehold"))
     }
 
-    /// The secret's bytes, creating the data directory's secret if nothing else is set.
+    /// The JWT secret's bytes, creating the data directory's if nothing else is set.
     pub fn secret(&self) -> anyhow::Result<Vec<u8>> {
-        if let Some(file) = &self.jwt_secret_file {
+        self.resolve(&self.jwt_secret_file, &self.jwt_secret, "--jwt-secret-file", JWT_SECRET_FILE)
+    }
+
+    /// The callback secret's bytes, likewise.
+    pub fn callback(&self) -> anyhow::Result<Vec<u8>> {
+        let (file, value) = (&self.callback_secret_file, &self.callback_secret);
+        self.resolve(file, value, "--callback-secret-file", CALLBACK_SECRET_FILE)
+    }
+
+    /// Whether the JWT secret is the data directory's (no set-up).
+    pub fn generated(&self) -> bool {
+        self.jwt_secret_file.is_none() && self.jwt_secret.is_none()
+    }
+
+    fn resolve(
+        &self,
+        file: &Option<PathBuf>,
+        value: &Option<String>,
+        flag: &str,
+        kept: &str,
+    ) -> anyhow::Result<Vec<u8>> {
+        if let Some(file) = file {
             return std::fs::read(file)
-                .with_context(|| format!("reading --jwt-secret-file {}", file.display()));
+                .with_context(|| format!("reading {flag} {}", file.display()));
         }
-        if let Some(secret) = &self.jwt_secret {
+        if let Some(secret) = value {
             return Ok(secret.as_bytes().to_vec());
         }
-        let dir = self.data_dir()?;
-        kept_secret(&dir)
+        kept_secret(&self.data_dir()?, kept)
     }
 }
 
-/// The data directory's secret, generated on first use.
-fn kept_secret(dir: &Path) -> anyhow::Result<Vec<u8>> {
-    let path = dir.join(SECRET_FILE);
+/// The data directory's secret `name`, generated on first use.
+fn kept_secret(dir: &Path, name: &str) -> anyhow::Result<Vec<u8>> {
+    let path = dir.join(name);
     match std::fs::read(&path) {
         Ok(secret) => return Ok(secret),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

@@ -78,7 +78,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let progress = ProjectionProgress::published(LeaseProjection::NAME, runner.checkpoints());
     let secret = args.secret.secret()?;
     let state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
-        .context("the JWT secret")?;
+        .context("the JWT secret")?
+        .with_callback_secret(&args.secret.callback()?)
+        .context("the callback secret")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {} (--listen)", args.listen))?;
@@ -94,7 +96,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         url.endpoint(),
         LeaseProjection::NAME
     );
-    if args.secret.jwt_secret_file.is_none() && args.secret.jwt_secret.is_none() {
+    if args.secret.generated() {
         print_demo_tokens(&JwtSecret::new(&secret)?);
     }
     let signal = stop_signal().await?;

@@ -11,6 +11,7 @@ use super::{caller, shared};
 use crate::auth::Principal;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::state::Inner;
 
 /// One event a command appended.
 #[derive(Debug, Clone, SimpleObject)]
@@ -56,7 +57,17 @@ pub(crate) struct LeaseCall<'a> {
 /// Runs `call` as the caller and answers its result.
 pub(crate) async fn run(ctx: &Context<'_>, call: LeaseCall<'_>) -> ApiResult<CommandResult> {
     let principal = caller(ctx)?;
-    let state = shared(ctx);
+    let lease = call.lease.0;
+    let outcome = execute(shared(ctx), principal, call).await?;
+    Ok(result_of(ctx, principal, lease, outcome))
+}
+
+/// Runs `call` for `principal` through the pipeline.
+pub(crate) async fn execute(
+    state: &Inner,
+    principal: &Principal,
+    call: LeaseCall<'_>,
+) -> ApiResult<CommandOutcome> {
     let key = lease_input::operation_key(Some(call.operation_key))
         .map_err(|error| ApiError::bad_input(error.to_string()))?;
     let actor = Actor { subject: principal.subject.clone(), role: principal.role.as_str().into() };
@@ -69,8 +80,23 @@ pub(crate) async fn run(ctx: &Context<'_>, call: LeaseCall<'_>) -> ApiResult<Com
         call.facts,
     );
     request.correlation_id = Some(Uuid::now_v7());
-    let outcome = state.pipeline.execute(request).await?;
-    Ok(result_of(ctx, principal, call.lease.0, outcome))
+    Ok(state.pipeline.execute(request).await?)
+}
+
+/// The lease's owner, for a caller who acts for it (agents, operators, callbacks). An agent
+/// bound to a provider finds only that provider's leases.
+pub(crate) async fn owner_of(
+    state: &Inner,
+    principal: &Principal,
+    lease: LeaseId,
+) -> ApiResult<TenantId> {
+    let found = state.pipeline.state::<Lease>(&lease.stream_id()).await?;
+    let (owner, _, stored) = found.ok_or_else(|| ApiError::not_found("lease"))?;
+    let provider = stored.terms.as_ref().map(|terms| terms.provider);
+    match principal.provider {
+        Some(bound) if provider != Some(bound) => Err(ApiError::not_found("lease")),
+        _ => Ok(owner),
+    }
 }
 
 fn result_of(

@@ -2,7 +2,7 @@
 //! command pipeline. Resolvers find the shared [`AppState`] in the schema's data and the
 //! verified [`Principal`] in the request's.
 
-mod command;
+pub(crate) mod command;
 mod events;
 mod lease;
 mod mutation;
@@ -17,6 +17,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::state::{AppState, Inner};
 
 pub use mutation::MutationRoot;
+pub(crate) use mutation::maintenance_outcome;
 pub use query::QueryRoot;
 pub use subscription::SubscriptionRoot;
 

@@ -5,13 +5,12 @@
 use async_graphql::{Context, ID, InputObject, Object};
 use chrono::{DateTime, Utc};
 use leasehold_commands::lease_input::{self, ItemInput, RequestLeaseInput};
-use leasehold_domain::TenantId;
 use leasehold_domain::lease::{
     CloseCause, Lease, LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, MaintenanceOutcome,
     OperatorDetail, ProviderId, Reason, RetainedSource, TenantMessage,
 };
 
-use super::command::{CommandResult, LeaseCall, minted_id, payload_hash, run};
+use super::command::{CommandResult, LeaseCall, minted_id, owner_of, payload_hash, run};
 use super::query::uuid_arg;
 use super::{require, shared, tenant_of};
 use crate::auth::Role;
@@ -145,19 +144,6 @@ fn bad(error: leasehold_domain::lease::FieldError) -> ApiError {
 
 fn lease_id(field: &str, id: &ID) -> ApiResult<LeaseId> {
     Ok(LeaseId(uuid_arg(field, id)?))
-}
-
-/// The lease's owner, for a caller who acts for it. An agent bound to a provider finds only
-/// that provider's leases.
-async fn owner_of(ctx: &Context<'_>, lease: LeaseId) -> ApiResult<TenantId> {
-    let principal = super::caller(ctx)?;
-    let found = shared(ctx).pipeline.state::<Lease>(&lease.stream_id()).await?;
-    let (owner, _, state) = found.ok_or_else(|| ApiError::not_found("lease"))?;
-    let provider = state.terms.as_ref().map(|terms| terms.provider);
-    match principal.provider {
-        Some(bound) if provider != Some(bound) => Err(ApiError::not_found("lease")),
-        _ => Ok(owner),
-    }
 }
 
 /// The root of every mutation.
@@ -354,7 +340,7 @@ async fn owner_call(
     command: LeaseCommand,
 ) -> ApiResult<CommandResult> {
     let lease = lease_id("leaseId", id)?;
-    let tenant = owner_of(ctx, lease).await?;
+    let tenant = owner_of(shared(ctx), super::caller(ctx)?, lease).await?;
     let facts = LeaseFacts::default();
     run(ctx, LeaseCall { tenant, lease, operation_key, command, facts }).await
 }

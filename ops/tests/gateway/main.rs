@@ -1,6 +1,7 @@
 //! The GraphQL gateway end to end: the real `leasehold serve` over HTTP, on its own database.
 
 mod access;
+mod callbacks;
 mod clients;
 mod leases;
 mod limits;

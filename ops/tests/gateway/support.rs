@@ -13,6 +13,9 @@ use uuid::Uuid;
 /// The secret the test servers are started with.
 pub const SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
 
+/// The secret backends sign callbacks with on the test servers.
+pub const CALLBACK_SECRET: &str = "callback-secret-0123456789abcdef0123456789ab";
+
 /// How long a server may take to start.
 const START_WAIT: Duration = Duration::from_secs(60);
 
@@ -124,6 +127,7 @@ async fn spawn(
         .args(["serve", "--database-url", url, "--listen", listen])
         .args(extra)
         .env("LEASEHOLD_JWT_SECRET", SECRET)
+        .env("LEASEHOLD_CALLBACK_SECRET", CALLBACK_SECRET)
         .env("LEASEHOLD_DATA_DIR", &data_dir.0)
         .env("LEASEHOLD_LOG", "warn")
         .stdout(std::process::Stdio::piped())

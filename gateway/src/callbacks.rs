@@ -1,0 +1,276 @@
+//! Backend callbacks: `POST /callbacks/leases/{lease_id}` reports a provision or a release,
+//! `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}` completes a restart or an
+//! update. A valid callback becomes the same fenced command as the agent mutation.
+//!
+//! Authentication (DOMAIN.md §3 rules 5 and 6): `X-Leasehold-Timestamp` (Unix seconds) and
+//! `X-Leasehold-Signature` (`sha256=` and the hex HMAC-SHA256 of
+//! `timestamp "\n" METHOD "\n" request-URI "\n" hex(sha256(body))` under the callback secret),
+//! compared in constant time; a timestamp more than 5 minutes old or 1 minute ahead is refused.
+//! Authority — which lease, which maintenance — comes from the signed URL only: the body's
+//! `operation_id`, `lifecycle_id` and `backend` are never read, and a body naming another
+//! lease is refused. A redelivery of the same callback (same URL and body) is a duplicate.
+
+use std::fmt;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, TimeDelta, Utc};
+use hmac::{Hmac, Mac};
+use leasehold_commands::lease_input;
+use leasehold_domain::lease::{LeaseCommand, LeaseFacts, LeaseId, MaintenanceId};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::auth::{Principal, Role, SECRET_BYTES_MIN};
+use crate::errors::{ApiError, Code};
+use crate::http::Http;
+use crate::schema::command::{LeaseCall, execute, owner_of};
+
+/// The header carrying the signing time, in Unix seconds.
+pub const TIMESTAMP_HEADER: &str = "x-leasehold-timestamp";
+
+/// The header carrying `sha256=<hex HMAC>`.
+pub const SIGNATURE_HEADER: &str = "x-leasehold-signature";
+
+/// Oldest a signature may be.
+const SIGNATURE_AGE_MAX: TimeDelta = TimeDelta::minutes(5);
+
+/// Furthest ahead a signature's clock may be.
+const SIGNATURE_AHEAD_MAX: TimeDelta = TimeDelta::minutes(1);
+
+/// What a failed operation tells the tenant when the backend's error is operator-only.
+const FAILED_MESSAGE: &str = "the backend reported a failure";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The secret backends sign callbacks with. Its `Debug` never shows it.
+#[derive(Clone)]
+pub struct CallbackSecret(Vec<u8>);
+
+impl fmt::Debug for CallbackSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CallbackSecret(..)")
+    }
+}
+
+impl CallbackSecret {
+    /// A secret of at least 32 bytes (surrounding whitespace cut).
+    ///
+    /// # Errors
+    /// [`crate::auth::AuthError::WeakSecret`] when shorter.
+    pub fn new(bytes: &[u8]) -> Result<Self, crate::auth::AuthError> {
+        let bytes = bytes.trim_ascii();
+        if bytes.len() < SECRET_BYTES_MIN {
+            return Err(crate::auth::AuthError::WeakSecret);
+        }
+        Ok(Self(bytes.to_vec()))
+    }
+
+    fn mac(&self, timestamp: &str, method: &str, uri: &str, body: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
+        let body_hash = hex::encode(Sha256::digest(body));
+        mac.update(format!("{timestamp}\n{method}\n{uri}\n{body_hash}").as_bytes());
+        mac
+    }
+
+    /// The `X-Leasehold-Signature` value for a request (what a backend sends).
+    pub fn sign(&self, timestamp: i64, method: &str, uri: &str, body: &[u8]) -> String {
+        let tag = self.mac(&timestamp.to_string(), method, uri, body).finalize().into_bytes();
+        format!("sha256={}", hex::encode(tag))
+    }
+
+    /// Whether the headers sign this request now.
+    fn verify(
+        &self,
+        headers: &HeaderMap,
+        method: &Method,
+        uri: &Uri,
+        body: &[u8],
+    ) -> Result<(), ApiError> {
+        let refused =
+            |why: &str| ApiError::new(Code::Unauthenticated, format!("callback refused: {why}"));
+        let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+        let timestamp = header(TIMESTAMP_HEADER).ok_or_else(|| refused("no timestamp"))?;
+        let signed_at = timestamp
+            .parse::<i64>()
+            .ok()
+            .and_then(|seconds| DateTime::<Utc>::from_timestamp(seconds, 0))
+            .ok_or_else(|| refused("malformed timestamp"))?;
+        let now = Utc::now();
+        if signed_at < now - SIGNATURE_AGE_MAX || signed_at > now + SIGNATURE_AHEAD_MAX {
+            return Err(refused("timestamp outside the accepted window"));
+        }
+        let signature = header(SIGNATURE_HEADER)
+            .and_then(|value| value.strip_prefix("sha256="))
+            .and_then(|hex_tag| hex::decode(hex_tag).ok())
+            .ok_or_else(|| refused("no signature"))?;
+        let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
+        // `verify_slice` compares in constant time.
+        self.mac(timestamp, method.as_str(), target, body)
+            .verify_slice(&signature)
+            .map_err(|_| refused("bad signature"))
+    }
+}
+
+/// The completion payload of the lease backend document (fields not listed are ignored,
+/// notably `operation_id`, `lifecycle_id` and `backend`: they carry no authority here).
+#[derive(Debug, Deserialize)]
+struct CallbackPayload {
+    lease_uuid: Option<String>,
+    status: CallbackStatus,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    maintenance_admitted_at: Option<String>,
+    #[serde(default)]
+    retained: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum CallbackStatus {
+    Success,
+    Failed,
+    Deprovisioned,
+}
+
+/// `POST /callbacks/leases/{lease_id}`.
+pub(crate) async fn lease(
+    State(http): State<Http>,
+    Path(lease): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(handle(&http, &lease, None, &method, &uri, &headers, &body).await)
+}
+
+/// `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}`.
+pub(crate) async fn maintenance(
+    State(http): State<Http>,
+    Path((lease, maintenance)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(handle(&http, &lease, Some(&maintenance), &method, &uri, &headers, &body).await)
+}
+
+async fn handle(
+    http: &Http,
+    lease: &str,
+    maintenance: Option<&str>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<serde_json::Value, ApiError> {
+    let inner = &http.state.inner;
+    let secret = inner.callback_secret.as_ref().ok_or_else(|| {
+        ApiError::new(Code::NotFound, "callbacks are not enabled (no callback secret)")
+    })?;
+    secret.verify(headers, method, uri, body)?;
+    let lease = LeaseId(parse_uuid("lease id", lease)?);
+    let maintenance =
+        maintenance.map(|id| parse_uuid("maintenance id", id).map(MaintenanceId)).transpose()?;
+    let payload: CallbackPayload = serde_json::from_slice(body)
+        .map_err(|error| ApiError::bad_input(format!("not a callback payload: {error}")))?;
+    if payload
+        .lease_uuid
+        .as_deref()
+        .is_some_and(|named| Uuid::parse_str(named).ok() != Some(lease.0))
+    {
+        return Err(ApiError::bad_input("the body names another lease than the signed URL"));
+    }
+    let command = command_of(&payload, maintenance)?;
+    let principal = Principal {
+        subject: "backend-callback".into(),
+        role: Role::Agent,
+        tenant: None,
+        provider: None,
+        expires_at: Utc::now(),
+    };
+    let tenant = owner_of(inner, &principal, lease).await?;
+    // Redeliveries of one callback carry the same URL and body: the same operation key.
+    let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
+    let mut digest = Sha256::new();
+    digest.update(target.as_bytes());
+    digest.update(b"\n");
+    digest.update(body);
+    let operation_key = format!("callback-{}", &hex::encode(digest.finalize())[..40]);
+    let call = LeaseCall {
+        tenant,
+        lease,
+        operation_key: &operation_key,
+        command,
+        facts: LeaseFacts::default(),
+    };
+    let outcome = execute(inner, &principal, call).await?;
+    Ok(json!({
+        "streamId": outcome.stream_id.as_str(),
+        "version": outcome.version,
+        "duplicate": outcome.duplicate,
+        "events": outcome.event_types,
+    }))
+}
+
+/// The command a callback stands for.
+fn command_of(
+    payload: &CallbackPayload,
+    maintenance: Option<MaintenanceId>,
+) -> Result<LeaseCommand, ApiError> {
+    let error = payload.error.as_deref().unwrap_or_default();
+    let bad = |error: leasehold_domain::lease::FieldError| ApiError::bad_input(error.to_string());
+    Ok(match (maintenance, payload.status) {
+        (Some(maintenance_id), CallbackStatus::Success | CallbackStatus::Failed) => {
+            let admitted = payload.maintenance_admitted_at.as_deref().ok_or_else(|| {
+                ApiError::bad_input(
+                    "maintenance_admitted_at is required for a maintenance completion",
+                )
+            })?;
+            let admitted_at = DateTime::parse_from_rfc3339(admitted)
+                .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))?
+                .with_timezone(&Utc);
+            let success = payload.status == CallbackStatus::Success;
+            let outcome = crate::schema::maintenance_outcome(success, Some(error))?;
+            LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }
+        }
+        (_, CallbackStatus::Deprovisioned) => {
+            LeaseCommand::ConfirmDeprovisioned { retained: payload.retained }
+        }
+        (None, CallbackStatus::Success) => LeaseCommand::ReportProvisioned,
+        (None, CallbackStatus::Failed) => {
+            lease_input::report_failed(None, FAILED_MESSAGE, error).map_err(bad)?
+        }
+    })
+}
+
+fn parse_uuid(what: &str, text: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text).map_err(|_| ApiError::bad_input(format!("{what}: not a UUID")))
+}
+
+/// A JSON answer: the outcome, or `{code, message}` with the matching HTTP status.
+fn answer(result: Result<serde_json::Value, ApiError>) -> Response {
+    match result {
+        Ok(outcome) => (StatusCode::OK, axum::Json(outcome)).into_response(),
+        Err(error) => {
+            let status = match error.code {
+                Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                Code::NotFound => StatusCode::NOT_FOUND,
+                Code::BadUserInput => StatusCode::BAD_REQUEST,
+                Code::Fenced | Code::InvalidState | Code::Conflict | Code::IdempotencyConflict => {
+                    StatusCode::CONFLICT
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            let body = json!({ "code": error.code.as_str(), "message": error.message });
+            (status, axum::Json(body)).into_response()
+        }
+    }
+}

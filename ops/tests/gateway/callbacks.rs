@@ -1,0 +1,149 @@
+//! Backend callbacks: HMAC-signed, fresh, bound to their URL, and the same fenced commands as
+//! the agent mutations.
+
+use chrono::{TimeDelta, Utc};
+use leasehold_gateway::callbacks::{CallbackSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// A signed callback, as a backend sends it.
+struct Callback {
+    path: String,
+    body: Vec<u8>,
+    signed_at: i64,
+    signature: String,
+}
+
+impl Callback {
+    fn signed(path: &str, body: &Value, signed_at: i64) -> Callback {
+        let body = body.to_string().into_bytes();
+        let secret = CallbackSecret::new(CALLBACK_SECRET.as_bytes()).expect("long enough");
+        let signature = secret.sign(signed_at, "POST", path, &body);
+        Callback { path: path.to_string(), body, signed_at, signature }
+    }
+
+    fn now(path: &str, body: &Value) -> Callback {
+        Callback::signed(path, body, Utc::now().timestamp())
+    }
+
+    async fn send(&self, server: &Server) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}{}", server.base, self.path))
+            .header(TIMESTAMP_HEADER, self.signed_at.to_string())
+            .header(SIGNATURE_HEADER, &self.signature)
+            .header("content-type", "application/json")
+            .body(self.body.clone())
+            .send()
+            .await
+            .expect("answers");
+        (response.status().as_u16(), response.json().await.expect("JSON"))
+    }
+}
+
+/// How many events the lease's stream holds.
+async fn version_of(server: &Server, lease: &Value) -> i64 {
+    let client = server.db.client().await;
+    let stream = lease["streamId"].as_str().expect("a stream");
+    let row =
+        client.query_one("SELECT count(*) FROM events WHERE stream_id = $1", &[&stream]).await;
+    row.expect("counted").get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_callback_provisions_and_its_redelivery_is_a_duplicate() {
+    let server = Server::start().await;
+    let lease = request_lease(&server, &tenant_token("acme"), "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let path = format!("/callbacks/leases/{id}");
+    // `operation_id`, `lifecycle_id` and `backend` in the body carry no authority: ignored.
+    let body = json!({ "lease_uuid": id, "status": "success", "operation_id": "forged", "lifecycle_id": "forged", "backend": "elsewhere" });
+    let (status, answer) = Callback::now(&path, &body).send(&server).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["events"], json!(["LeaseProvisioned", "LeaseActivated"]));
+    assert_eq!(answer["duplicate"], false);
+    // The outbox delivers it again, signed anew.
+    let again = Callback::signed(&path, &body, Utc::now().timestamp() - 30);
+    let (status, answer) = again.send(&server).await;
+    assert_eq!((status, &answer["duplicate"]), (200, &json!(true)), "{answer}");
+    assert_eq!(version_of(&server, &lease).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_stale_swapped_and_replayed_callbacks_append_nothing() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let other = request_lease(&server, &acme, "req-2").await;
+    let id = lease["id"].as_str().expect("an id");
+    let path = format!("/callbacks/leases/{id}");
+    let body = json!({ "lease_uuid": id, "status": "success" });
+
+    let mut forged = Callback::now(&path, &body);
+    forged.signature = format!("sha256={}", "0".repeat(64));
+    assert_eq!(forged.send(&server).await.0, 401);
+
+    let old = Callback::signed(&path, &body, (Utc::now() - TimeDelta::minutes(6)).timestamp());
+    assert_eq!(old.send(&server).await.0, 401);
+    let ahead = Callback::signed(&path, &body, (Utc::now() + TimeDelta::minutes(2)).timestamp());
+    assert_eq!(ahead.send(&server).await.0, 401);
+
+    let mut swapped = Callback::now(&path, &body);
+    swapped.body = json!({ "lease_uuid": id, "status": "failed", "error": "swapped" })
+        .to_string()
+        .into_bytes();
+    assert_eq!(swapped.send(&server).await.0, 401);
+
+    // Signed for this lease's URL, sent to the other lease's.
+    let mut replayed = Callback::now(&path, &body);
+    replayed.path = format!("/callbacks/leases/{}", other["id"].as_str().expect("an id"));
+    assert_eq!(replayed.send(&server).await.0, 401);
+
+    let mut unsigned = Callback::now(&path, &body);
+    unsigned.signature = String::new();
+    let (status, answer) = unsigned.send(&server).await;
+    assert_eq!((status, answer["code"].as_str()), (401, Some("UNAUTHENTICATED")));
+
+    // Validly signed, but the body names another lease than the URL.
+    let mismatched = json!({ "lease_uuid": other["id"], "status": "success" });
+    assert_eq!(Callback::now(&path, &mismatched).send(&server).await.0, 400);
+
+    assert_eq!(version_of(&server, &lease).await, 1);
+    assert_eq!(version_of(&server, &other).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let provisioned = json!({ "lease_uuid": id, "status": "success" });
+    assert_eq!(
+        Callback::now(&format!("/callbacks/leases/{id}"), &provisioned).send(&server).await.0,
+        200
+    );
+    let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { cursor events { type } } }";
+    let restarted = server
+        .graphql(&acme, restart, json!({ "input": { "leaseId": id, "operationKey": "restart-1" } }))
+        .await;
+    let cursor = &data(&restarted)["restartLease"]["cursor"];
+    // The restart's event carries what the backend echoes: the maintenance id and admission.
+    let page = "query($id: String!) { events(first: 10, filter: { streamIds: [$id], eventTypes: [\"LeaseRestartStarted\"] }) { edges { node { cursor payload } } } }";
+    let listed = server.graphql(&acme, page, json!({ "id": lease["streamId"] })).await;
+    let started = &data(&listed)["events"]["edges"][0]["node"];
+    assert_eq!(&started["cursor"], cursor);
+    let maintenance = started["payload"]["maintenance_id"].as_str().expect("a maintenance id");
+    let admitted = started["payload"]["admitted_at"].as_str().expect("an admission stamp");
+    assert!(started["payload"].get("generation").is_none(), "operator-only: {started}");
+
+    let path = format!("/callbacks/leases/{id}/maintenance/{maintenance}");
+    let stale = json!({ "lease_uuid": id, "status": "success", "maintenance_admitted_at": "2020-01-01T00:00:00Z" });
+    let (status, answer) = Callback::now(&path, &stale).send(&server).await;
+    assert_eq!((status, answer["code"].as_str()), (409, Some("FENCED")), "{answer}");
+    // The body's maintenance id is not authority: the URL's is.
+    let current = json!({ "lease_uuid": id, "status": "success", "maintenance_admitted_at": admitted, "maintenance_id": "00000000-0000-0000-0000-000000000000" });
+    let (status, answer) = Callback::now(&path, &current).send(&server).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["events"][0], "LeaseMaintenanceSucceeded");
+}
