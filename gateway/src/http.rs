@@ -35,6 +35,7 @@ pub(crate) struct Http {
 pub fn app(state: AppState) -> Router {
     let schema = schema::build(&state);
     let body_max = state.inner.config.body_bytes_max;
+    let http = Http { state, schema };
     Router::new()
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(crate::ws::upgrade))
@@ -45,8 +46,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::render))
         .layer(DefaultBodyLimit::max(body_max))
-        .with_state(Http { state, schema })
+        .route_layer(axum::middleware::from_fn_with_state(http.clone(), crate::metrics::track))
+        .with_state(http)
 }
 
 async fn graphiql() -> Html<String> {

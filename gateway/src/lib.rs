@@ -11,6 +11,7 @@ pub mod cursor;
 pub mod errors;
 mod http;
 mod live;
+mod metrics;
 mod schema;
 mod state;
 mod ws;

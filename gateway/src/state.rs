@@ -16,6 +16,7 @@ use crate::callbacks::CallbackSecret;
 use crate::cursor::CursorKey;
 use crate::errors::{ApiError, Code};
 use crate::live::hub::Hub;
+use crate::metrics::Metrics;
 
 /// How often a wait for the projections re-reads the checkpoint when no in-process projector
 /// publishes it.
@@ -91,6 +92,10 @@ pub(crate) struct Inner {
     pub(crate) sockets: Gauge,
     /// Verifies backend callbacks; `None` disables them.
     pub(crate) callback_secret: Option<CallbackSecret>,
+    /// Operations running on WebSockets.
+    pub(crate) subscriptions: Gauge,
+    /// Request counts and latencies.
+    pub(crate) metrics: Metrics,
 }
 
 /// A count of things open now (WebSockets), which can be awaited to reach zero.
@@ -151,6 +156,8 @@ impl AppState {
             stopping,
             sockets,
             callback_secret: None,
+            subscriptions: Gauge::default(),
+            metrics: Metrics::default(),
         };
         Ok(Self { inner: Arc::new(inner) })
     }

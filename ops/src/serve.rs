@@ -2,6 +2,7 @@
 //! SIGTERM. A stop lets requests in flight finish and the projector's batch commit or roll
 //! back whole, so no checkpoint is lost and no event is applied twice.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -108,10 +109,12 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     lag.abort();
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
     finished.context("the projector did not stop in time")?.context("the projector failed")?;
-    match store.checkpoint(LeaseProjection::NAME).await? {
-        Some(cursor) => println!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
-        None => println!("stopped; {} has applied nothing yet", LeaseProjection::NAME),
-    }
+    let stopped = match store.checkpoint(LeaseProjection::NAME).await? {
+        Some(cursor) => format!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
+        None => format!("stopped; {} has applied nothing yet", LeaseProjection::NAME),
+    };
+    // Whoever started us may have closed our standard output by now: not worth a panic.
+    let _ = writeln!(std::io::stdout(), "{stopped}");
     Ok(())
 }
 

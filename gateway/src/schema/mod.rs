@@ -6,8 +6,10 @@ pub(crate) mod command;
 mod events;
 mod lease;
 mod mutation;
+mod projections;
 mod query;
 mod subscription;
+mod workloads;
 
 use async_graphql::{Context, Schema};
 use leasehold_domain::TenantId;

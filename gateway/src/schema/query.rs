@@ -10,6 +10,8 @@ use uuid::Uuid;
 
 use super::events::{EventConnection, EventFilter};
 use super::lease::{LeaseFilter, LeaseView, QuotaUsageView};
+use super::projections::ProjectionStatus;
+use super::workloads::{Workload, WorkloadFilter};
 use super::{caller, shared, tenant_of};
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
@@ -99,6 +101,23 @@ impl QueryRoot {
         filter: Option<EventFilter>,
     ) -> ApiResult<EventConnection> {
         super::events::page(ctx, after, page_rows(first)?, filter).await
+    }
+
+    /// Your workloads of every kind, newest first.
+    #[graphql(complexity = "first.unwrap_or(20).max(1) as usize * child_complexity")]
+    async fn workloads(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "Workloads wanted, 1 to 100 (default 20).")] first: Option<i32>,
+        #[graphql(desc = "The `endCursor` of the previous page.")] after: Option<String>,
+        filter: Option<WorkloadFilter>,
+    ) -> ApiResult<Connection<String, Workload>> {
+        super::workloads::page(ctx, page_rows(first)?, after, filter).await
+    }
+
+    /// Each projection's progress and lag (operators).
+    async fn projections(&self, ctx: &Context<'_>) -> ApiResult<Vec<ProjectionStatus>> {
+        super::projections::statuses(ctx).await
     }
 
     /// What your workloads hold now, by kind and SKU.

@@ -30,6 +30,23 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// What a socket's operations yield: a response, then `None` when the operation is over.
 type Operation = BoxStream<'static, Option<async_graphql::Response>>;
 
+/// An operation, counted in `/metrics` while it runs.
+struct Counted {
+    operation: Operation,
+    _open: crate::state::Opened,
+}
+
+impl futures_util::Stream for Counted {
+    type Item = Option<async_graphql::Response>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.operation.poll_next_unpin(cx)
+    }
+}
+
 /// Why a socket ends: a close code and reason, or `None` when the client went away.
 type Ending = Option<(Close, &'static str)>;
 
@@ -111,7 +128,7 @@ impl Connection {
     /// Serves operations until the socket ends.
     async fn session(&mut self, principal: &Principal) -> Result<Never, Ending> {
         let config = self.state.inner.config.clone();
-        let mut operations: StreamMap<String, Operation> = StreamMap::new();
+        let mut operations: StreamMap<String, Counted> = StreamMap::new();
         let mut failed: HashSet<String> = HashSet::new();
         let mut stopping = self.state.inner.stopping.subscribe();
         let mut ping = tokio::time::interval_at(
@@ -142,7 +159,10 @@ impl Connection {
                                 continue;
                             }
                             match self.start(principal, payload) {
-                                Ok(operation) => { operations.insert(id, operation); }
+                                Ok(operation) => {
+                                    let counted = Counted { operation, _open: self.state.inner.subscriptions.open() };
+                                    operations.insert(id, counted);
+                                }
                                 Err(errors) => self.send(&ServerMessage::Error { id, errors }).await?,
                             }
                         }

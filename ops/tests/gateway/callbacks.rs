@@ -130,7 +130,9 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     let cursor = &data(&restarted)["restartLease"]["cursor"];
     // The restart's event carries what the backend echoes: the maintenance id and admission.
     let page = "query($id: String!) { events(first: 10, filter: { streamIds: [$id], eventTypes: [\"LeaseRestartStarted\"] }) { edges { node { cursor payload } } } }";
-    let listed = server.graphql(&acme, page, json!({ "id": lease["streamId"] })).await;
+    // Read after the restart's own cursor: the log's readers may lag the commit briefly.
+    let read = json!({ "query": page, "variables": { "id": lease["streamId"] }, "extensions": { "minCursor": cursor } });
+    let listed = server.graphql_with(&acme, read).await;
     let started = &data(&listed)["events"]["edges"][0]["node"];
     assert_eq!(&started["cursor"], cursor);
     let maintenance = started["payload"]["maintenance_id"].as_str().expect("a maintenance id");

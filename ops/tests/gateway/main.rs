@@ -5,6 +5,7 @@ mod callbacks;
 mod clients;
 mod leases;
 mod limits;
+mod operations;
 mod socket;
 mod subscriptions;
 mod support;

@@ -11,11 +11,9 @@ async fn a_lease_requested_and_provisioned_arrives_in_order_and_reads_back() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
-    socket.subscribe("live", LIFECYCLE, json!({})).await;
-    // An event the subscription starts after proves it is live before the lease is requested.
-    let first = request_lease(&server, &acme, "req-0").await;
-    let warmup = socket.event("live").await;
-    assert_eq!(warmup["streamId"], first["streamId"]);
+    // The dashboard starts after an event it has already seen.
+    let seen = request_lease(&server, &acme, "req-0").await;
+    socket.subscribe("live", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
 
     let lease = request_lease(&server, &acme, "req-1").await;
     let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
@@ -57,7 +55,8 @@ async fn another_tenants_events_never_arrive_and_its_cursor_is_refused() {
     let server = Server::start().await;
     let (acme, beta) = (tenant_token("acme"), tenant_token("beta"));
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &beta).await;
-    socket.subscribe("mine", LIFECYCLE, json!({})).await;
+    let seen = request_lease(&server, &beta, "req-0").await;
+    socket.subscribe("mine", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
     let acmes = request_lease(&server, &acme, "req-1").await;
     for n in 2..5 {
         request_lease(&server, &acme, &format!("req-{n}")).await;
@@ -175,7 +174,8 @@ async fn the_legacy_protocol_delivers_events_and_keep_alives() {
     let acme = tenant_token("acme");
     let mut socket = Socket::connect(&server, "graphql-ws", &acme).await;
     assert_eq!(socket.frame().await, Frame::Message(json!({ "type": "ka" })));
-    socket.subscribe("1", LIFECYCLE, json!({})).await;
+    let seen = request_lease(&server, &acme, "req-0").await;
+    socket.subscribe("1", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
     let lease = request_lease(&server, &acme, "req-1").await;
     let event = socket.event("1").await;
     assert_eq!(event["streamId"], lease["streamId"]);

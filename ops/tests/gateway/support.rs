@@ -22,14 +22,14 @@ const START_WAIT: Duration = Duration::from_secs(60);
 /// A running `leasehold serve`; killed when dropped.
 #[derive(Debug)]
 pub struct Server {
+    /// The process: declared first so that it is killed before its database is dropped.
+    pub child: tokio::process::Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// Its database.
     pub db: TestDb,
     url: String,
     extra: Vec<String>,
-    /// Killed with the server.
-    pub child: tokio::process::Child,
     http: reqwest::Client,
     _data_dir: TempDir,
 }

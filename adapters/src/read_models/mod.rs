@@ -10,6 +10,10 @@ use uuid::Uuid;
 
 use crate::store::{PgEventStore, cursor_of};
 
+mod workloads;
+
+pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
+
 /// Most rows one page of a list returns.
 pub const PAGE_ROWS_MAX: usize = 100;
 

@@ -1,0 +1,143 @@
+//! `GET /metrics` in the Prometheus text format: HTTP requests by route and status with their
+//! latency, open WebSockets and subscriptions, and each projection's lag with the horizon's.
+//! A handful of series, so a mutex-guarded map is cheaper than a metrics library.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::http::Http;
+
+/// Upper bounds of the latency histogram's buckets, in seconds.
+const BUCKETS: [f64; 12] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
+/// Requests seen, by route and status, and latencies by route.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Metrics(Arc<Mutex<Recorded>>);
+
+#[derive(Debug, Default)]
+struct Recorded {
+    requests: BTreeMap<(String, u16), u64>,
+    latencies: BTreeMap<String, Histogram>,
+}
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Metrics {
+    fn record(&self, route: &str, status: u16, seconds: f64) {
+        let mut recorded = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *recorded.requests.entry((route.to_string(), status)).or_default() += 1;
+        let histogram = recorded.latencies.entry(route.to_string()).or_default();
+        histogram.count += 1;
+        histogram.sum += seconds;
+        for (bucket, bound) in histogram.buckets.iter_mut().zip(BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        let recorded = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.push_str("# HELP leasehold_http_requests_total HTTP requests by route and status.\n");
+        out.push_str("# TYPE leasehold_http_requests_total counter\n");
+        for ((route, status), count) in &recorded.requests {
+            let _ = writeln!(
+                out,
+                "leasehold_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
+            );
+        }
+        out.push_str(
+            "# HELP leasehold_http_request_duration_seconds HTTP request latency by route.\n",
+        );
+        out.push_str("# TYPE leasehold_http_request_duration_seconds histogram\n");
+        for (route, histogram) in &recorded.latencies {
+            let name = "leasehold_http_request_duration_seconds";
+            for (count, bound) in histogram.buckets.iter().zip(BUCKETS) {
+                let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{bound}\"}} {count}");
+            }
+            let _ =
+                writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", histogram.count);
+            let _ = writeln!(out, "{name}_sum{{route=\"{route}\"}} {}", histogram.sum);
+            let _ = writeln!(out, "{name}_count{{route=\"{route}\"}} {}", histogram.count);
+        }
+    }
+}
+
+/// Middleware: counts and times every request by its route (never by its raw path, which
+/// would hold ids).
+pub(crate) async fn track(State(http): State<Http>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |path| path.as_str().to_string());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let seconds = started.elapsed().as_secs_f64();
+    http.state.inner.metrics.record(&route, response.status().as_u16(), seconds);
+    response
+}
+
+/// `GET /metrics`.
+pub(crate) async fn render(State(http): State<Http>) -> Response {
+    let inner = &http.state.inner;
+    let mut out = String::new();
+    inner.metrics.render(&mut out);
+    gauge(
+        &mut out,
+        "leasehold_websockets_open",
+        "Open GraphQL WebSockets.",
+        inner.sockets.count() as f64,
+    );
+    let subscriptions = inner.subscriptions.count() as f64;
+    gauge(
+        &mut out,
+        "leasehold_subscriptions_active",
+        "Operations running on WebSockets.",
+        subscriptions,
+    );
+    match inner.store.projection_status().await {
+        Ok(statuses) => {
+            out.push_str("# HELP leasehold_projection_events_behind Readable events a projection has not applied.\n");
+            out.push_str("# TYPE leasehold_projection_events_behind gauge\n");
+            for status in &statuses {
+                let _ = writeln!(
+                    out,
+                    "leasehold_projection_events_behind{{projection=\"{}\"}} {}",
+                    status.name, status.events_behind
+                );
+            }
+            out.push_str("# HELP leasehold_projection_seconds_behind Age of the oldest event a projection has not applied.\n");
+            out.push_str("# TYPE leasehold_projection_seconds_behind gauge\n");
+            for status in &statuses {
+                let _ = writeln!(
+                    out,
+                    "leasehold_projection_seconds_behind{{projection=\"{}\"}} {}",
+                    status.name, status.seconds_behind
+                );
+            }
+        }
+        Err(error) => tracing::warn!(%error, "projection status unavailable for /metrics"),
+    }
+    if let Ok(horizon) = inner.store.horizon_lag_seconds().await {
+        let help = "How long the oldest open transaction has held back readers of the log.";
+        gauge(&mut out, "leasehold_horizon_lag_seconds", help, horizon);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}

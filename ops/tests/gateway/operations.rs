@@ -1,0 +1,85 @@
+//! What operators and dashboards watch: workloads, projection progress and `/metrics`.
+
+use leasehold_gateway::Role;
+use serde_json::json;
+
+use crate::socket::{LIFECYCLE, Socket};
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_list_the_tenants_own_newest_first_in_pages() {
+    let server = Server::start().await;
+    let (acme, beta) = (tenant_token("acme"), tenant_token("beta"));
+    let first = request_lease(&server, &acme, "req-1").await;
+    let second = request_lease(&server, &acme, "req-2").await;
+    request_lease(&server, &beta, "req-1").await;
+    let page = "query($after: String) { workloads(first: 1, after: $after, filter: { kind: \"lease\" }) { edges { cursor node { id kind status backendName items { sku count serviceName } } } pageInfo { hasNextPage endCursor } } }";
+    let read = json!({ "query": page, "variables": { "after": null }, "extensions": { "minCursor": second["cursor"] } });
+    let one = server.graphql_with(&acme, read).await;
+    let workloads = &data(&one)["workloads"];
+    assert_eq!(workloads["edges"][0]["node"]["id"], second["id"]);
+    assert_eq!(
+        workloads["edges"][0]["node"]["items"],
+        json!([{ "sku": "gpu.h100.1x", "count": 1, "serviceName": null }])
+    );
+    assert_eq!(workloads["edges"][0]["node"]["backendName"], "local");
+    assert_eq!(workloads["pageInfo"]["hasNextPage"], true);
+    let two =
+        server.graphql(&acme, page, json!({ "after": workloads["pageInfo"]["endCursor"] })).await;
+    let workloads = &data(&two)["workloads"];
+    assert_eq!(workloads["edges"][0]["node"]["id"], first["id"]);
+    assert_eq!(workloads["pageInfo"]["hasNextPage"], false);
+    // A workloads cursor is not a leases cursor.
+    let leases = "query($after: String) { leases(after: $after) { edges { cursor } } }";
+    let crossed =
+        server.graphql(&acme, leases, json!({ "after": workloads["edges"][0]["cursor"] })).await;
+    assert_eq!(code(&crossed), Some("BAD_USER_INPUT"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_see_projection_progress_and_tenants_do_not() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    // Wait (bounded) for the projection to pass the lease, through read-your-writes.
+    let read = json!({ "query": "{ quotaUsage { kind } }", "extensions": { "minCursor": lease["cursor"] } });
+    data(&server.graphql_with(&acme, read).await);
+    let query = "{ projections { name version cursor eventsApplied eventsBehind secondsBehind horizonLagSeconds } }";
+    let answer = server.graphql(&role_token(Role::Operator, None), query, json!({})).await;
+    let projections = &data(&answer)["projections"];
+    assert_eq!(projections[0]["name"], "lease_views", "{answer}");
+    assert_eq!(projections[0]["eventsApplied"], 1);
+    assert_eq!(projections[0]["eventsBehind"], 0);
+    let refused = server.graphql(&acme, query, json!({})).await;
+    assert_eq!(code(&refused), Some("FORBIDDEN"));
+    let auditor = server.graphql(&role_token(Role::Auditor, None), query, json!({})).await;
+    assert_eq!(code(&auditor), Some("FORBIDDEN"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_sockets_and_lag() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let seen = request_lease(&server, &acme, "req-1").await;
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("1", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
+    // The subscription is running once an event reaches it.
+    let lease = request_lease(&server, &acme, "req-2").await;
+    assert_eq!(socket.event("1").await["streamId"], lease["streamId"]);
+    // Once the projection has committed past it, it has a lag to report.
+    let read = json!({ "query": "{ quotaUsage { kind } }", "extensions": { "minCursor": lease["cursor"] } });
+    data(&server.graphql_with(&acme, read).await);
+    let (status, text) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    for expected in [
+        "leasehold_http_requests_total{route=\"/graphql\",status=\"200\"} 3",
+        "leasehold_http_request_duration_seconds_count{route=\"/graphql\"} 3",
+        "leasehold_http_requests_total{route=\"/graphql/ws\",status=\"101\"} 1",
+        "leasehold_websockets_open 1",
+        "leasehold_subscriptions_active 1",
+        "leasehold_projection_events_behind{projection=\"lease_views\"}",
+        "leasehold_horizon_lag_seconds",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+}
