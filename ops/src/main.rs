@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod cluster;
 mod database;
 mod events;
 mod projections;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::TimeDelta;
 use clap::Args;
-use leasehold_adapters::{PgEventStore, StoreConfig};
+use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::BackendName;
 use leasehold_gateway::{AppState, GatewayConfig, JwtSecret, ProjectionProgress, Role};
@@ -17,9 +17,8 @@ use leasehold_projections::lease::LeaseProjection;
 use leasehold_projections::{Projection, Runner, RunnerConfig};
 use tokio::sync::watch;
 
-use crate::cli::DatabaseArgs;
-use crate::database;
 use crate::secrets::SecretArgs;
+use crate::{cluster, database};
 
 /// How long a stop waits for the projectors and the gateway to finish.
 const STOP_WAIT_SECONDS: u64 = 30;
@@ -33,8 +32,11 @@ const DEMO_TENANT: &str = "demo";
 /// Options of `leasehold serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    #[command(flatten)]
-    database: DatabaseArgs,
+    /// PostgreSQL URL, e.g. postgres://user@host:5432/leasehold. Without it: the local server
+    /// at 127.0.0.1:5432 (database `leasehold`, created if missing), else a private cluster
+    /// started from this machine's PostgreSQL binaries under the data directory.
+    #[arg(long, env = "LEASEHOLD_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     /// Address the gateway listens on (port 0: any free port, printed at start).
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -62,7 +64,10 @@ pub struct ServeArgs {
 
 /// Runs until a stop signal.
 pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
-    let url = args.database.parse()?;
+    let (url, _cluster) = match &args.database_url {
+        Some(url) => (DatabaseUrl::parse(url).context("--database-url")?, None),
+        None => cluster::local_or_private(&args.secret.data_dir()?).await?,
+    };
     database::ensure_exists(&url).await?;
     let report = leasehold_adapters::migrate(&url).await?;
     if !report.applied.is_empty() {

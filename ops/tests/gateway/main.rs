@@ -6,6 +6,7 @@ mod clients;
 mod leases;
 mod limits;
 mod operations;
+mod setup;
 mod socket;
 mod subscriptions;
 mod support;
