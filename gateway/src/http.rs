@@ -194,6 +194,13 @@ pub async fn serve(
         stopper.stop();
     };
     let sockets = state.inner.sockets.clone();
+    // Without TCP_NODELAY, small WebSocket frames wait on the peer's delayed ACK (about 40 ms
+    // on Linux) whenever a previous frame is still unacknowledged.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+    });
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;
     if tokio::time::timeout(SOCKETS_CLOSE_WAIT, sockets.closed()).await.is_err() {
         tracing::warn!(open = sockets.count(), "WebSockets still open at shutdown");

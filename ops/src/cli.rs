@@ -73,6 +73,9 @@ enum BenchCommand {
     /// Commands/s through the command pipeline and the lease projection's catch-up, each
     /// beside a raw baseline.
     Pipeline(bench::pipeline::PipelineBenchArgs),
+    /// Page latency over HTTP at a million leases, and delivery latency with 1,000
+    /// subscriptions (gaps and duplicates counted), each beside a raw baseline.
+    Gateway(bench::gateway::GatewayBenchArgs),
 }
 
 /// Where the database is.
@@ -113,6 +116,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
         Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
+        Command::Bench(BenchCommand::Gateway(args)) => bench::gateway::run(&args).await,
     }
 }
 

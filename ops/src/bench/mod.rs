@@ -1,6 +1,7 @@
 //! `leasehold bench ...`: throughput measured beside a raw PostgreSQL baseline taken in the
 //! same run on the same database, reported as ratios.
 
+pub mod gateway;
 pub mod log;
 pub mod pipeline;
 mod workload;
@@ -98,8 +99,10 @@ impl Measure {
 
     /// One line of the human-readable table.
     pub fn to_row(&self) -> String {
+        // Latencies in milliseconds need their decimals; rates do not.
+        let decimals = if self.unit == "ms" { 2 } else { 0 };
         format!(
-            "{:<28} {:>12.0} {:<10} baseline {:>12.0}   ratio {:.2}",
+            "{:<32} {:>12.decimals$} {:<10} baseline {:>12.decimals$}   ratio {:.2}",
             self.name,
             self.value,
             self.unit,
@@ -110,7 +113,7 @@ impl Measure {
 }
 
 fn round(value: f64) -> f64 {
-    (value * 10.0).round() / 10.0
+    (value * 1000.0).round() / 1000.0
 }
 
 /// Prints a measure as soon as it is taken.
