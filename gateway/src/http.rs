@@ -174,6 +174,9 @@ fn json(status: StatusCode, response: &BatchResponse) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// The kernel send buffer of each connection.
+const SEND_BUFFER_BYTES: usize = 256 * 1024;
+
 /// How long a stop waits for WebSockets to close.
 const SOCKETS_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -194,11 +197,18 @@ pub async fn serve(
         stopper.stop();
     };
     let sockets = state.inner.sockets.clone();
-    // Without TCP_NODELAY, small WebSocket frames wait on the peer's delayed ACK (about 40 ms
-    // on Linux) whenever a previous frame is still unacknowledged.
     let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        // Without TCP_NODELAY, small WebSocket frames wait on the peer's delayed ACK (about
+        // 40 ms on Linux) whenever a previous frame is still unacknowledged.
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+        // A bounded send buffer per connection: a client that stops reading is noticed after
+        // this much (then closed with 1013), not after the kernel's 4 MiB default maximum,
+        // and a thousand stuck sockets cannot hold gigabytes.
+        let socket = socket2::SockRef::from(&*stream);
+        if let Err(error) = socket.set_send_buffer_size(SEND_BUFFER_BYTES) {
+            tracing::debug!(%error, "SO_SNDBUF not set");
         }
     });
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await?;

@@ -60,6 +60,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_WS_PING_INTERVAL_MS", default_value_t = 15_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     ws_ping_interval_ms: u64,
+    /// How long one message may take to reach a WebSocket client before its socket is closed
+    /// (1013) and it must resume from its last cursor, in milliseconds.
+    #[arg(long, env = "LEASEHOLD_WS_SEND_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    ws_send_timeout_ms: u64,
 }
 
 /// Runs until a stop signal.
@@ -131,6 +136,7 @@ fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
         consistency_wait: Duration::from_millis(args.consistency_wait_ms),
         ws_init_wait: Duration::from_millis(args.ws_init_timeout_ms),
         ws_ping_every: Duration::from_millis(args.ws_ping_interval_ms),
+        ws_send_wait: Duration::from_millis(args.ws_send_timeout_ms),
         ..GatewayConfig::default()
     })
 }

@@ -42,6 +42,23 @@ impl Socket {
         Socket { stream, protocol }
     }
 
+    /// Opens `/graphql/ws` over a socket with a small receive buffer, for a client that stops
+    /// reading: the server's sends then block after a few frames instead of a few megabytes.
+    pub async fn open_small(server: &Server, protocol: &'static str) -> Socket {
+        let address = server.base.trim_start_matches("http://");
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.set_recv_buffer_size(4096).expect("a small buffer");
+        let tcp = socket.connect(address.parse().expect("an address")).await.expect("connects");
+        let url = format!("ws://{address}/graphql/ws");
+        let mut request = url.into_client_request().expect("a valid URL");
+        request.headers_mut().insert("sec-websocket-protocol", protocol.parse().expect("a header"));
+        let (stream, _) =
+            tokio_tungstenite::client_async(request, tokio_tungstenite::MaybeTlsStream::Plain(tcp))
+                .await
+                .expect("upgrades");
+        Socket { stream, protocol }
+    }
+
     /// Opens and initialises with `token`, expecting the ack.
     pub async fn connect(server: &Server, protocol: &'static str, token: &str) -> Socket {
         let mut socket = Socket::open(server, protocol).await;
@@ -80,8 +97,8 @@ impl Socket {
                     return Frame::Closed(frame.map_or(1005, |frame| u16::from(frame.code)));
                 }
                 Some(Ok(_)) => {}
-                Some(Err(error)) => panic!("socket failed: {error}"),
-                None => return Frame::Closed(1006),
+                // Reset or dropped without a closing frame: 1006, as browsers report it.
+                Some(Err(_)) | None => return Frame::Closed(1006),
             }
         }
     }
@@ -98,13 +115,16 @@ impl Socket {
         }
     }
 
-    /// The close code, skipping messages before it.
+    /// The close code, skipping messages before it (within the frame wait, pings or not).
     pub async fn close_code(&mut self) -> u16 {
-        loop {
-            if let Frame::Closed(code) = self.frame().await {
-                return code;
+        let closed = tokio::time::timeout(FRAME_WAIT, async {
+            loop {
+                if let Frame::Closed(code) = self.frame().await {
+                    return code;
+                }
             }
-        }
+        });
+        closed.await.expect("closed in time")
     }
 
     /// The next event of operation `id`.
