@@ -99,3 +99,20 @@ async fn an_operator_closes_a_lease_for_its_tenant() {
     let answer = server.graphql(&role_token(Role::Operator, None), close, missing).await;
     assert_eq!(code(&answer), Some("NOT_FOUND"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_your_writes_query_answers_stale_when_the_projections_cannot_reach_it() {
+    let server = Server::start_with(&["--consistency-wait-ms", "300"]).await;
+    let acme = tenant_token("acme");
+    // An open transaction holds back every reader of the log, the projector included.
+    let holder = server.db.client().await;
+    holder.batch_execute("BEGIN; SELECT pg_current_xact_id();").await.expect("a transaction");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let read = json!({ "query": "{ leases { edges { node { id } } } }", "extensions": { "minCursor": lease["cursor"] } });
+    let stale = server.graphql_with(&acme, read.clone()).await;
+    assert_eq!(code(&stale), Some("STALE"), "{stale}");
+    // Once it ends, the same query waits for the projector and answers.
+    holder.batch_execute("COMMIT").await.expect("committed");
+    let fresh = server.graphql_with(&acme, read).await;
+    assert_eq!(data(&fresh)["leases"]["edges"][0]["node"]["id"], lease["id"]);
+}
