@@ -201,12 +201,12 @@ async fn a_stopping_server_closes_sockets_with_1012() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_socket_that_stops_reading_does_not_stall_the_others() {
+async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
     use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, RequestLeaseInput};
     use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
     use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId, ServiceName};
 
-    const LEASES: usize = 150;
+    const LEASES: usize = 300;
     let server = Server::start_with(&["--ws-send-timeout-ms", "1000"]).await;
     let operator = role_token(Role::Operator, None);
     let seen = request_lease(&server, &tenant_token("acme"), "req-0").await;
@@ -272,11 +272,10 @@ async fn a_socket_that_stops_reading_does_not_stall_the_others() {
         assert_eq!(event["streamType"], "lease");
     }
     writer.await.expect("the writer finishes");
-    // The stuck socket holds far more than its buffers can: it is still stuck (its operation
-    // is still counted), and it did not hold up the reader. (That the server then closes it
-    // with 1013 after --ws-send-timeout-ms is not shown here yet; see the closing note of
-    // session 3.)
-    let (_, metrics) = server.get("/metrics").await;
-    assert!(metrics.contains("leasehold_subscriptions_active 2"), "{metrics}");
-    drop(stuck);
+    // The stuck socket was sent far more than its buffers hold: once a send has waited
+    // --ws-send-timeout-ms, the server gives up on it (1013 when the closing frame still
+    // fits, otherwise the connection is dropped: 1006) and the client must resume from its
+    // last cursor.
+    let code = stuck.close_code().await;
+    assert!(matches!(code, 1013 | 1006), "closed with {code}");
 }
