@@ -4,10 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, RequestLeaseInput};
-use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
-use leasehold_domain::lease::{Lease, LeaseFacts, LeaseId, ServiceName};
-use leasehold_domain::{Actor, OperationKey, TenantId};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
@@ -23,30 +19,13 @@ fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients")
 }
 
-/// Writes `LEASES` leases of `tenant` straight through the command pipeline, so that writing
-/// goes on while the gateway restarts.
-async fn write_leases(pipeline: CommandPipeline<leasehold_adapters::PgEventStore>) {
+/// Writes `LEASES` leases straight through the command pipeline, so that writing goes on
+/// while the gateway restarts.
+async fn write_leases(writer: DirectWriter) {
     let mut pace = tokio::time::interval(WRITE_EVERY);
     for n in 0..LEASES {
         pace.tick().await;
-        let lease = LeaseId(uuid::Uuid::now_v7());
-        let input = RequestLeaseInput {
-            provider_id: PROVIDER.into(),
-            items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 1, service_name: None }],
-            payload_hash: "ab".repeat(32),
-        };
-        let command = lease_input::request_provision(lease, &input, LeaseInputLimits::default())
-            .expect("valid input");
-        let backend = ServiceName::parse("backend", "local").expect("valid");
-        let request = CommandRequest::<Lease>::new(
-            TenantId::parse("acme").expect("valid"),
-            Actor { subject: "acme-user".into(), role: "tenant".into() },
-            lease.stream_id(),
-            OperationKey::parse(format!("direct-{n}")).expect("valid"),
-            command,
-            LeaseFacts { backend: Some(backend), ..LeaseFacts::default() },
-        );
-        pipeline.execute(request).await.expect("written");
+        writer.request(&format!("direct-{n}")).await;
     }
 }
 
@@ -69,8 +48,7 @@ async fn the_graphql_ws_client_resumes_across_a_server_restart_without_gaps_or_d
         .kill_on_drop(true)
         .spawn()
         .expect("node runs");
-    let pipeline = CommandPipeline::new(server.db.store(), PipelineConfig::default());
-    let writer = tokio::spawn(write_leases(pipeline));
+    let writer = tokio::spawn(write_leases(DirectWriter::on(&server)));
 
     let mut lines = BufReader::new(client.stdout.take().expect("piped")).lines();
     let mut events: Vec<Value> = Vec::new();

@@ -202,9 +202,7 @@ async fn a_stopping_server_closes_sockets_with_1012() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
-    use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, RequestLeaseInput};
-    use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
-    use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId, ServiceName};
+    use leasehold_commands::lease_input;
 
     const LEASES: usize = 300;
     let server = Server::start_with(&["--ws-send-timeout-ms", "1000"]).await;
@@ -226,44 +224,13 @@ async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
     let mut reader = Socket::connect(&server, "graphql-transport-ws", &operator).await;
     reader.subscribe("r", LIFECYCLE, json!({ "after": operator_seen })).await;
 
-    let pipeline = CommandPipeline::new(server.db.store(), PipelineConfig::default());
-    let backend = ServiceName::parse("backend", "local").expect("valid");
+    let direct = DirectWriter::on(&server);
     let detail = "x".repeat(8 * 1024);
     let writer = tokio::spawn(async move {
         for n in 0..LEASES {
-            let lease = LeaseId(uuid::Uuid::now_v7());
-            let input = RequestLeaseInput {
-                provider_id: PROVIDER.into(),
-                items: vec![ItemInput {
-                    sku: "gpu.h100.1x".into(),
-                    quantity: 1,
-                    service_name: None,
-                }],
-                payload_hash: "ab".repeat(32),
-            };
-            let requested =
-                lease_input::request_provision(lease, &input, LeaseInputLimits::default())
-                    .expect("valid");
-            let failed: LeaseCommand =
-                lease_input::report_failed(None, "it failed", &detail).expect("valid");
-            for (key, command, facts) in [
-                (
-                    format!("slow-req-{n}"),
-                    requested,
-                    LeaseFacts { backend: Some(backend.clone()), ..LeaseFacts::default() },
-                ),
-                (format!("slow-fail-{n}"), failed, LeaseFacts::default()),
-            ] {
-                let request = CommandRequest::<Lease>::new(
-                    leasehold_domain::TenantId::parse("acme").expect("valid"),
-                    leasehold_domain::Actor { subject: "acme-user".into(), role: "tenant".into() },
-                    lease.stream_id(),
-                    leasehold_domain::OperationKey::parse(key).expect("valid"),
-                    command,
-                    facts,
-                );
-                pipeline.execute(request).await.expect("written");
-            }
+            let lease = direct.request(&format!("slow-req-{n}")).await;
+            let failed = lease_input::report_failed(None, "it failed", &detail).expect("valid");
+            direct.execute(lease, &format!("slow-fail-{n}"), failed).await;
         }
     });
     // The reading socket gets every event while the other one is stuck.

@@ -241,3 +241,62 @@ impl Server {
         (status, serde_json::from_str(body).expect("a JSON answer"))
     }
 }
+
+/// Writes straight through the command pipeline on the server's database, past the gateway:
+/// writers that go on while the gateway restarts or a socket is stuck.
+pub struct DirectWriter {
+    pipeline: leasehold_commands::CommandPipeline<leasehold_adapters::PgEventStore>,
+}
+
+impl DirectWriter {
+    /// A writer on `server`'s database.
+    pub fn on(server: &Server) -> DirectWriter {
+        let config = leasehold_commands::PipelineConfig::default();
+        DirectWriter {
+            pipeline: leasehold_commands::CommandPipeline::new(server.db.store(), config),
+        }
+    }
+
+    /// Runs `command` on `lease` for tenant acme under `key`.
+    pub async fn execute(
+        &self,
+        lease: leasehold_domain::lease::LeaseId,
+        key: &str,
+        command: leasehold_domain::lease::LeaseCommand,
+    ) {
+        use leasehold_domain::lease::{LeaseCommand, LeaseFacts, ServiceName};
+        let facts = match command {
+            LeaseCommand::RequestProvision { .. } => {
+                let backend = ServiceName::parse("backend", "local").expect("valid");
+                LeaseFacts { backend: Some(backend), ..LeaseFacts::default() }
+            }
+            _ => LeaseFacts::default(),
+        };
+        let request = leasehold_commands::CommandRequest::<leasehold_domain::lease::Lease>::new(
+            TenantId::parse("acme").expect("valid"),
+            leasehold_domain::Actor { subject: "acme-user".into(), role: "tenant".into() },
+            lease.stream_id(),
+            leasehold_domain::OperationKey::parse(key).expect("valid"),
+            command,
+            facts,
+        );
+        self.pipeline.execute(request).await.expect("written");
+    }
+
+    /// Requests a one-item lease under `key`; its id.
+    pub async fn request(&self, key: &str) -> leasehold_domain::lease::LeaseId {
+        use leasehold_commands::lease_input::{
+            self, ItemInput, LeaseInputLimits, RequestLeaseInput,
+        };
+        let lease = leasehold_domain::lease::LeaseId(Uuid::now_v7());
+        let input = RequestLeaseInput {
+            provider_id: PROVIDER.into(),
+            items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 1, service_name: None }],
+            payload_hash: "ab".repeat(32),
+        };
+        let command = lease_input::request_provision(lease, &input, LeaseInputLimits::default())
+            .expect("valid input");
+        self.execute(lease, key, command).await;
+        lease
+    }
+}
