@@ -1,5 +1,5 @@
 //! A real client no one here wrote: the npm `graphql-ws` client (pinned in
-//! `tests/clients/package.json`; `.ci/run` installs it with `npm ci`).
+//! `tests/clients/package-lock.json`; installed by the first test that needs it).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,6 +19,29 @@ fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients")
 }
 
+/// Installs the pinned clients with `npm ci` unless they are installed, so that `cargo test`
+/// alone is enough on a fresh clone. An exclusive lock on a file beside them makes test
+/// processes running at once install them once and never read a half-written install.
+fn install_clients() -> PathBuf {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let dir = clients_dir();
+    INSTALLED.get_or_init(|| {
+        let lock = std::fs::File::create(dir.join(".install.lock")).expect("a lock file");
+        lock.lock().expect("the install lock");
+        // npm writes this file last, so its presence means a whole install.
+        if !dir.join("node_modules/.package-lock.json").is_file() {
+            let status = std::process::Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&dir)
+                .status()
+                .expect("npm runs (Node.js 20 or later is needed for the client tests)");
+            assert!(status.success(), "`npm ci --prefix tests/clients` failed: {status}");
+        }
+        lock.unlock().expect("the install lock is released");
+    });
+    dir
+}
+
 /// Writes `LEASES` leases straight through the command pipeline, so that writing goes on
 /// while the gateway restarts.
 async fn write_leases(writer: DirectWriter) {
@@ -31,11 +54,7 @@ async fn write_leases(writer: DirectWriter) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_graphql_ws_client_resumes_across_a_server_restart_without_gaps_or_duplicates() {
-    let dir = clients_dir();
-    assert!(
-        dir.join("node_modules/graphql-ws").is_dir(),
-        "the test clients are not installed: run `npm ci --prefix tests/clients` (.ci/run does)"
-    );
+    let dir = install_clients();
     let mut server = Server::start().await;
     let acme = tenant_token("acme");
     let start = request_lease(&server, &acme, "first").await;
