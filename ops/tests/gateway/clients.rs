@@ -12,6 +12,10 @@ use crate::support::*;
 /// Leases written while the client listens.
 const LEASES: usize = 40;
 
+/// Leases written before the server restarts; the rest are written while it is down and
+/// after it is back, so the client can only get them by reconnecting.
+const BEFORE_RESTART: usize = 10;
+
 /// Pace of the writer, so that writes span the server's restart.
 const WRITE_EVERY: Duration = Duration::from_millis(30);
 
@@ -43,10 +47,15 @@ fn install_clients() -> PathBuf {
 }
 
 /// Writes `LEASES` leases straight through the command pipeline, so that writing goes on
-/// while the gateway restarts.
-async fn write_leases(writer: DirectWriter) {
+/// while the gateway restarts: `BEFORE_RESTART`, then the rest once `stopped` says the server
+/// is gone.
+async fn write_leases(writer: DirectWriter, stopped: tokio::sync::oneshot::Receiver<()>) {
     let mut pace = tokio::time::interval(WRITE_EVERY);
+    let mut stopped = Some(stopped);
     for n in 0..LEASES {
+        if n == BEFORE_RESTART {
+            stopped.take().expect("once").await.expect("the test restarts the server");
+        }
         pace.tick().await;
         writer.request(&format!("direct-{n}")).await;
     }
@@ -67,7 +76,9 @@ async fn the_graphql_ws_client_resumes_across_a_server_restart_without_gaps_or_d
         .kill_on_drop(true)
         .spawn()
         .expect("node runs");
-    let writer = tokio::spawn(write_leases(DirectWriter::on(&server)));
+    let (server_stopped, stopped) = tokio::sync::oneshot::channel();
+    let mut server_stopped = Some(server_stopped);
+    let writer = tokio::spawn(write_leases(DirectWriter::on(&server), stopped));
 
     let mut lines = BufReader::new(client.stdout.take().expect("piped")).lines();
     let mut events: Vec<Value> = Vec::new();
@@ -79,11 +90,13 @@ async fn the_graphql_ws_client_resumes_across_a_server_restart_without_gaps_or_d
                 return value;
             }
             events.push(value);
-            if events.len() == 10 && !restarted {
-                // Mid-stream, with the writer still writing: the server goes away (1012)
-                // and comes back on the same address.
+            if events.len() == BEFORE_RESTART && !restarted {
+                // Mid-stream: the server goes away (1012), the writer writes on, and the
+                // server comes back on the same address.
                 restarted = true;
-                server.restart().await;
+                server.terminate().await;
+                server_stopped.take().expect("once").send(()).expect("the writer waits");
+                server.start_again().await;
             }
         }
         panic!("the client exited early");

@@ -65,9 +65,8 @@ impl Server {
         Server { base, db, url, extra, child, http: reqwest::Client::new(), _data_dir: data_dir }
     }
 
-    /// Stops the server with SIGTERM and starts a new one on the same address and database.
-    pub async fn restart(&mut self) {
-        self.terminate().await;
+    /// Starts the binary again on the same address and database, after [`Server::terminate`].
+    pub async fn start_again(&mut self) {
         let address = self.base.trim_start_matches("http://").to_string();
         let (child, base) = spawn(&self.url, &address, &self._data_dir, &self.extra).await;
         assert_eq!(base, self.base);
