@@ -72,6 +72,10 @@ pub struct Claims {
     /// For `agent` tokens: the only provider whose leases it may report on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Uuid>,
+    /// For `agent` tokens: the explicit grant to report on every provider's leases. An agent
+    /// token carries either this or `provider`, never neither.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_providers: bool,
     /// Expiry, seconds since the Unix epoch.
     pub exp: i64,
     /// Issued at, seconds since the Unix epoch.
@@ -88,7 +92,8 @@ pub struct Principal {
     pub role: Role,
     /// The tenant, for tenant tokens.
     pub tenant: Option<TenantId>,
-    /// The provider an agent is bound to, if any.
+    /// The provider an agent is bound to; `None` for an agent only with the explicit
+    /// all-providers grant (and for the other roles, which act for no provider).
     pub provider: Option<ProviderId>,
     /// When the token stops being valid.
     pub expires_at: DateTime<Utc>,
@@ -124,6 +129,9 @@ pub enum AuthError {
     /// A tenant token without a valid `tenant` claim.
     #[error("a tenant token needs a valid tenant claim")]
     TenantMissing,
+    /// An agent token that names no provider and does not carry the all-providers grant.
+    #[error("an agent token must name its provider (or carry the all-providers grant)")]
+    ProviderMissing,
     /// The signing secret is shorter than [`SECRET_BYTES_MIN`].
     #[error("the JWT secret must be at least {SECRET_BYTES_MIN} bytes")]
     WeakSecret,
@@ -178,6 +186,22 @@ impl JwtSecret {
             role,
             tenant: tenant.map(|tenant| tenant.as_str().to_string()),
             provider,
+            all_providers: false,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        })
+    }
+
+    /// An agent token for `sub` that may report on every provider's leases, valid for `ttl`:
+    /// a separate, explicit grant (an agent token without a provider is refused).
+    pub fn mint_agent_for_all_providers(&self, sub: &str, ttl: TimeDelta) -> String {
+        let now = Utc::now();
+        self.mint(&Claims {
+            sub: sub.to_string(),
+            role: Role::Agent,
+            tenant: None,
+            provider: None,
+            all_providers: true,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -223,8 +247,11 @@ fn principal_of(claims: Claims) -> Result<Principal, AuthError> {
         }
         _ => None,
     };
-    let provider = match claims.role {
-        Role::Agent => claims.provider.map(ProviderId),
+    let provider = match (claims.role, claims.provider, claims.all_providers) {
+        (Role::Agent, Some(provider), false) => Some(ProviderId(provider)),
+        (Role::Agent, None, true) => None,
+        (Role::Agent, None, false) => return Err(AuthError::ProviderMissing),
+        (Role::Agent, Some(_), true) => return Err(AuthError::Invalid),
         _ => None,
     };
     let expires_at = DateTime::from_timestamp(claims.exp, 0).ok_or(AuthError::Invalid)?;
@@ -271,5 +298,27 @@ mod tests {
         assert_eq!(secret().verify_header(None), Err(AuthError::Missing));
         assert_eq!(secret().verify_header(Some("Basic abc")), Err(AuthError::Invalid));
         assert_eq!(JwtSecret::new(b"short").err(), Some(AuthError::WeakSecret));
+    }
+
+    #[test]
+    fn an_agent_token_names_its_provider_or_carries_the_all_providers_grant() {
+        let unbound = secret().mint_for("agent", Role::Agent, None, None, TimeDelta::hours(1));
+        assert_eq!(secret().verify(&unbound), Err(AuthError::ProviderMissing));
+        let provider = Uuid::from_u128(7);
+        let bound =
+            secret().mint_for("agent", Role::Agent, None, Some(provider), TimeDelta::hours(1));
+        assert_eq!(secret().verify(&bound).expect("valid").provider, Some(ProviderId(provider)));
+        let all = secret().mint_agent_for_all_providers("agent", TimeDelta::hours(1));
+        assert_eq!(secret().verify(&all).expect("valid").provider, None);
+        let both = secret().mint(&Claims {
+            sub: "agent".into(),
+            role: Role::Agent,
+            tenant: None,
+            provider: Some(provider),
+            all_providers: true,
+            exp: Utc::now().timestamp() + 60,
+            iat: Utc::now().timestamp(),
+        });
+        assert_eq!(secret().verify(&both), Err(AuthError::Invalid));
     }
 }

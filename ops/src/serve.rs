@@ -156,10 +156,10 @@ fn print_demo_tokens(secret: &JwtSecret) {
         ("tenant demo", secret.mint_for("demo-user", Role::Tenant, Some(&demo), None, day)),
         ("operator", secret.mint_for("operator", Role::Operator, None, None, day)),
         ("auditor", secret.mint_for("auditor", Role::Auditor, None, None, day)),
-        ("agent", secret.mint_for("agent", Role::Agent, None, None, day)),
+        ("agent (all providers)", secret.mint_agent_for_all_providers("agent", day)),
     ];
     for (who, token) in tokens {
-        println!("  {who:<12} {token}");
+        println!("  {who:<21} {token}");
     }
 }
 

@@ -17,9 +17,14 @@ pub struct TokenArgs {
     /// The tenant (required for --role tenant).
     #[arg(long)]
     tenant: Option<String>,
-    /// For agents: the only provider (UUID) whose leases the token may report on.
-    #[arg(long)]
+    /// For agents: the only provider (UUID) whose leases the token may report on. An agent
+    /// token needs this or --all-providers.
+    #[arg(long, conflicts_with = "all_providers")]
     provider: Option<Uuid>,
+    /// For agents: grant reporting on every provider's leases (a separate, explicit grant,
+    /// for a control-plane component rather than one provider's agent).
+    #[arg(long)]
+    all_providers: bool,
     /// The subject (default: the role, or the tenant's name with `-user`).
     #[arg(long)]
     sub: Option<String>,
@@ -44,7 +49,15 @@ pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
         Some(tenant) => format!("{}-user", tenant.as_str()),
         None => args.role.as_str().to_string(),
     });
-    println!("{}", secret.mint_for(&sub, args.role, tenant.as_ref(), args.provider, args.ttl));
+    let token = match (args.role, args.provider, args.all_providers) {
+        (Role::Agent, None, false) => {
+            anyhow::bail!("--role agent needs --provider UUID (or the explicit --all-providers)")
+        }
+        (Role::Agent, None, true) => secret.mint_agent_for_all_providers(&sub, args.ttl),
+        (_, _, true) => anyhow::bail!("--all-providers is only for --role agent"),
+        (role, provider, false) => secret.mint_for(&sub, role, tenant.as_ref(), provider, args.ttl),
+    };
+    println!("{token}");
     Ok(())
 }
 

@@ -265,3 +265,29 @@ async fn projections_status_reports_each_projection_and_the_horizon() {
     assert_eq!(lines[0]["events_behind"], 0);
     assert!(lines[1]["horizon_lag_seconds"].as_f64().is_some());
 }
+
+#[tokio::test]
+async fn an_agent_token_names_its_provider_or_is_granted_all_providers_explicitly() {
+    let token = |args: &[&str]| {
+        let mut all = vec!["token", "--role", "agent"];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.into_iter().map(String::from).collect();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .args(&all)
+                .env("LEASEHOLD_JWT_SECRET", "cli-test-secret-0123456789abcdef0123456789")
+                .output()
+                .await
+                .expect("the leasehold binary runs")
+        }
+    };
+    let unbound = token(&[]).await;
+    assert!(!unbound.status.success());
+    assert!(String::from_utf8_lossy(&unbound.stderr).contains("--all-providers"));
+    let bound = token(&["--provider", "00000000-0000-0000-0000-000000000007"]).await;
+    assert!(bound.status.success(), "{}", String::from_utf8_lossy(&bound.stderr));
+    let all = token(&["--all-providers"]).await;
+    assert!(all.status.success(), "{}", String::from_utf8_lossy(&all.stderr));
+    let both = token(&["--all-providers", "--provider", "00000000-0000-0000-0000-000000000007"]);
+    assert!(!both.await.status.success());
+}

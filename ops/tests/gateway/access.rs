@@ -26,6 +26,7 @@ async fn tokens_that_are_missing_forged_or_expired_are_unauthenticated() {
         role: Role::Tenant,
         tenant: Some("acme".into()),
         provider: None,
+        all_providers: false,
         exp: (Utc::now() - TimeDelta::minutes(10)).timestamp(),
         iat: (Utc::now() - TimeDelta::hours(1)).timestamp(),
     });
@@ -98,6 +99,10 @@ async fn an_agent_bound_to_a_provider_finds_only_its_providers_leases() {
     let acme = tenant_token("acme");
     let lease = request_lease(&server, &acme, "req-1").await;
     let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    // An agent token that names no provider (and lacks the explicit grant) is refused.
+    let unbound = secret().mint_for("agent", Role::Agent, None, None, TimeDelta::hours(1));
+    let answer = server.graphql(&unbound, REPORT_PROVISIONED, input.clone()).await;
+    assert_eq!(code(&answer), Some("UNAUTHENTICATED"), "{answer}");
     let stranger = role_token(Role::Agent, Some(uuid::Uuid::from_u128(99)));
     let answer = server.graphql(&stranger, REPORT_PROVISIONED, input.clone()).await;
     assert_eq!(code(&answer), Some("NOT_FOUND"), "{answer}");

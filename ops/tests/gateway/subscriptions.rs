@@ -161,6 +161,7 @@ async fn the_protocol_closes_with_the_codes_clients_expect() {
         role: Role::Tenant,
         tenant: Some("acme".into()),
         provider: None,
+        all_providers: false,
         exp: chrono::Utc::now().timestamp() + 1,
         iat: chrono::Utc::now().timestamp(),
     });

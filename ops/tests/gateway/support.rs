@@ -163,8 +163,12 @@ pub fn tenant_token(name: &str) -> String {
     )
 }
 
-/// A token in `role` (no tenant), optionally bound to `provider`.
+/// A token in `role` (no tenant), optionally bound to `provider`; an agent without one gets
+/// the explicit all-providers grant.
 pub fn role_token(role: Role, provider: Option<Uuid>) -> String {
+    if role == Role::Agent && provider.is_none() {
+        return secret().mint_agent_for_all_providers("agent", TimeDelta::hours(1));
+    }
     secret().mint_for(role.as_str(), role, None, provider, TimeDelta::hours(1))
 }
 
