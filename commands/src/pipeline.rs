@@ -107,6 +107,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     {
         let ledger = LedgerEntry {
             tenant: request.tenant.clone(),
+            namespace: request.namespace.clone(),
             operation_key: request.operation_key.clone(),
             request_hash: request.request_hash(),
             stream: request.stream.clone(),
@@ -302,7 +303,7 @@ impl<S: CommandStore> CommandPipeline<S> {
         ledger: &LedgerEntry,
         error: CommandError<A::Error>,
     ) -> Result<Attempt<A>, A> {
-        match self.store.recorded(&ledger.tenant, &ledger.operation_key).await? {
+        match self.store.recorded(ledger).await? {
             Some(recorded) => duplicate_of::<A>(ledger, recorded).map(Attempt::Done),
             None => Err(error),
         }
@@ -313,7 +314,7 @@ impl<S: CommandStore> CommandPipeline<S> {
         &self,
         ledger: &LedgerEntry,
     ) -> Result<CommandOutcome, A> {
-        match self.store.recorded(&ledger.tenant, &ledger.operation_key).await? {
+        match self.store.recorded(ledger).await? {
             Some(recorded) => duplicate_of::<A>(ledger, recorded),
             None => Err(CommandError::Store(StoreError::Database {
                 reason: "the ledger refused a key it does not hold".into(),

@@ -4,8 +4,7 @@
 use std::future::Future;
 
 use leasehold_domain::{
-    AppendOutcome, Cursor, EventStore, LedgerEntry, OperationKey, RequestHash, StoreError,
-    StreamAppend, StreamId, TenantId,
+    AppendOutcome, Cursor, EventStore, LedgerEntry, RequestHash, StoreError, StreamAppend, StreamId,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,11 +27,10 @@ pub struct Recorded {
 
 /// Storage for the command pipeline.
 pub trait CommandStore: EventStore {
-    /// The ledger row of `(tenant, key)`, if one is recorded.
+    /// The ledger row of `ledger`'s `(tenant, namespace, key)`, if one is recorded.
     fn recorded(
         &self,
-        tenant: &TenantId,
-        key: &OperationKey,
+        ledger: &LedgerEntry,
     ) -> impl Future<Output = Result<Option<Recorded>, StoreError>> + Send;
 
     /// Appends and records `ledger` in the same transaction; [`StoreError::OperationKeyTaken`]

@@ -1,7 +1,9 @@
 //! A command as the pipeline receives it: the aggregate's command plus who sent it, its
 //! operation key and the tracing context.
 
-use leasehold_domain::{Actor, Aggregate, OperationKey, RequestHash, StreamId, TenantId};
+use leasehold_domain::{
+    Actor, Aggregate, KeyNamespace, OperationKey, RequestHash, StreamId, TenantId,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -15,6 +17,9 @@ pub struct CommandRequest<A: Aggregate> {
     pub actor: Actor,
     /// The aggregate's stream.
     pub stream: StreamId,
+    /// Whose keys `operation_key` is one of: by default the actor's (see
+    /// [`KeyNamespace::of_actor`]).
+    pub namespace: KeyNamespace,
     /// The caller's idempotency key.
     pub operation_key: OperationKey,
     /// The version the caller read, if it wants the command refused when the stream moved on.
@@ -44,6 +49,7 @@ impl<A: Aggregate> CommandRequest<A> {
     ) -> Self {
         Self {
             tenant,
+            namespace: KeyNamespace::of_actor(&actor),
             actor,
             stream,
             operation_key,

@@ -19,6 +19,6 @@ pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, 
 pub use cursor::{Cursor, CursorParseError};
 pub use event::{Actor, Metadata, NewEvent, RecordedEvent, StreamAppend};
 pub use ids::{EventId, EventType, IdError, OperationKey, StreamId, StreamType, TenantId};
-pub use ledger::{LedgerEntry, RequestHash};
+pub use ledger::{KeyNamespace, LedgerEntry, RequestHash};
 pub use store::{AppendOutcome, EventStore, LogPage, StoreError, ValidationError};
 pub use version::ExpectedVersion;

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
 use leasehold_commands::lease_input;
+use leasehold_domain::KeyNamespace;
 use leasehold_domain::lease::{LeaseCommand, LeaseFacts, LeaseId, MaintenanceId};
 use serde::Deserialize;
 use serde_json::json;
@@ -28,7 +29,7 @@ use uuid::Uuid;
 use crate::auth::{Principal, Role, SECRET_BYTES_MIN};
 use crate::errors::{ApiError, Code};
 use crate::http::Http;
-use crate::schema::command::{LeaseCall, execute, owner_of};
+use crate::schema::command::{LeaseCall, execute_in, owner_of};
 
 /// The header carrying the signing time, in Unix seconds.
 pub const TIMESTAMP_HEADER: &str = "x-leasehold-timestamp";
@@ -211,7 +212,9 @@ async fn handle(
         command,
         facts: LeaseFacts::default(),
     };
-    let outcome = execute(inner, &principal, call).await?;
+    // Callbacks have a key namespace of their own: no tenant, agent or operator can take a
+    // key a callback will use.
+    let outcome = execute_in(inner, &principal, call, Some(KeyNamespace::callback())).await?;
     Ok(json!({
         "streamId": outcome.stream_id.as_str(),
         "version": outcome.version,

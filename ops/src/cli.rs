@@ -52,6 +52,12 @@ enum Command {
 enum EventsCommand {
     /// Recompute every stream's hash chain and report where it breaks.
     Verify(DatabaseArgs),
+    /// Raise the log epoch, after a logical restore (pg_dump/pg_restore) into another
+    /// cluster: that cluster's transaction ids may be lower than the restored events', and
+    /// without a new epoch new events would sort before them and readers resuming from a
+    /// cursor would skip them. Run it once, before any writer starts; it waits for appends in
+    /// flight.
+    NewEpoch(DatabaseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +117,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(args) => token::run(&args),
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
+        Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,
         Command::Projections(ProjectionsCommand::Status { database, json }) => {
             projections::status(&database, json).await
         }

@@ -39,3 +39,11 @@ async fn count_events(store: &PgEventStore) -> anyhow::Result<u64> {
     let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or_default())
 }
+
+/// Raises the log epoch (after a logical restore) and prints the new one.
+pub async fn new_epoch(url: &DatabaseUrl) -> anyhow::Result<()> {
+    let store = PgEventStore::new(url, StoreConfig { pool_size: 1, ..Default::default() })?;
+    let epoch = store.raise_epoch().await.context("raising the log epoch")?;
+    println!("the log is now in epoch {epoch}: new events sort after every earlier one");
+    Ok(())
+}

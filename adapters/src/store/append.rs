@@ -18,7 +18,7 @@ const APPEND_SQL: &str = "SELECT r_append, r_outcome, r_log_epoch, r_tx_id, r_po
      $10::bytea[], $11::int4[], $12::uuid[], $13::bigint[], $14::text[], $15::int4[], \
      $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::int4[], $21::timestamptz, \
      $22::bool, $23::int4[], $24::text[], $25::text[], $26::bytea[], $27::text[], $28::bigint[], \
-     $29::bigint[])";
+     $29::bigint[], $30::text[], $31::text[], $32::bigint[])";
 
 const HEADS_SQL: &str =
     "SELECT stream_id, version, last_hash FROM streams WHERE stream_id = ANY($1::text[])";
@@ -169,6 +169,9 @@ impl PgEventStore {
                     &e.ledger.stream,
                     &e.ledger.first,
                     &e.ledger.last,
+                    &e.ledger.namespace,
+                    &e.ledger.cursor_stream,
+                    &e.ledger.cursor_version,
                 ],
             )
             .await

@@ -182,7 +182,12 @@ fn claims(request: &Request) -> Vec<String> {
     let mut claims: Vec<String> =
         request.appends.iter().map(|a| format!("s{}", a.stream_id)).collect();
     if let Some(entry) = &request.ledger {
-        claims.push(format!("k{}\u{0}{}", entry.tenant, entry.operation_key));
+        claims.push(format!(
+            "k{}\u{0}{}\u{0}{}",
+            entry.tenant,
+            entry.namespace.as_str(),
+            entry.operation_key
+        ));
     }
     claims
 }

@@ -2,8 +2,7 @@
 
 use leasehold_commands::{CommandStore, Recorded};
 use leasehold_domain::{
-    AppendOutcome, Cursor, LedgerEntry, OperationKey, RequestHash, StoreError, StreamAppend,
-    StreamId, TenantId,
+    AppendOutcome, Cursor, LedgerEntry, RequestHash, StoreError, StreamAppend, StreamId,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,19 +11,21 @@ use tokio_postgres::Row;
 use super::rows::cursor_of;
 use super::{PgEventStore, to_i64};
 
-/// A ledger row with its events' types and the cursor of its last version (NULL columns when
-/// the command changed nothing on an empty stream). The cursor columns come first.
+/// A ledger row with its events' types and the cursor it answered: its append's last event
+/// (which may be on a linked stream), or for a command that changed nothing the stream's last
+/// event (NULL columns on an empty stream). The cursor columns come first.
 const RECORDED_SQL: &str = "SELECT c.log_epoch, c.tx_id, c.position, l.request_hash, \
      l.stream_id, l.last_version, \
      (SELECT coalesce(array_agg(e.event_type ORDER BY e.version), '{}') FROM events e \
        WHERE e.stream_id = l.stream_id AND e.version BETWEEN l.first_version AND l.last_version) \
      FROM idempotency l \
-     LEFT JOIN events c ON c.stream_id = l.stream_id AND c.version = l.last_version \
-     WHERE l.tenant_id = $1 AND l.operation_key = $2";
+     LEFT JOIN events c ON c.stream_id = coalesce(l.cursor_stream_id, l.stream_id) \
+      AND c.version = coalesce(l.cursor_version, l.last_version) \
+     WHERE l.tenant_id = $1 AND l.namespace = $2 AND l.operation_key = $3";
 
-const UNCHANGED_SQL: &str = "INSERT INTO idempotency (tenant_id, operation_key, request_hash, \
-     stream_id, first_version, last_version) VALUES ($1, $2, $3, $4, $5::bigint + 1, $5::bigint) \
-     ON CONFLICT DO NOTHING";
+const UNCHANGED_SQL: &str = "INSERT INTO idempotency (tenant_id, namespace, operation_key, \
+     request_hash, stream_id, first_version, last_version) \
+     VALUES ($1, $2, $3, $4, $5, $6::bigint + 1, $6::bigint) ON CONFLICT DO NOTHING";
 
 const CURSOR_AT_SQL: &str =
     "SELECT log_epoch, tx_id, position FROM events WHERE stream_id = $1 AND version = $2";
@@ -48,12 +49,13 @@ fn recorded_of(row: &Row) -> Result<Recorded, StoreError> {
 }
 
 impl CommandStore for PgEventStore {
-    async fn recorded(
-        &self,
-        tenant: &TenantId,
-        key: &OperationKey,
-    ) -> Result<Option<Recorded>, StoreError> {
-        let rows = self.query(RECORDED_SQL, &[&tenant.as_str(), &key.as_str()]).await?;
+    async fn recorded(&self, ledger: &LedgerEntry) -> Result<Option<Recorded>, StoreError> {
+        let key = [
+            &ledger.tenant.as_str() as &(dyn tokio_postgres::types::ToSql + Sync),
+            &ledger.namespace.as_str(),
+            &ledger.operation_key.as_str(),
+        ];
+        let rows = self.query(RECORDED_SQL, &key).await?;
         rows.first().map(recorded_of).transpose()
     }
 
@@ -81,6 +83,7 @@ impl CommandStore for PgEventStore {
                 &statement,
                 &[
                     &ledger.tenant.as_str(),
+                    &ledger.namespace.as_str(),
                     &ledger.operation_key.as_str(),
                     &ledger.request_hash.0.as_slice(),
                     &ledger.stream.as_str(),

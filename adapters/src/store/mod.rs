@@ -8,6 +8,7 @@
 
 mod append;
 mod catch_up;
+mod epoch;
 mod errors;
 mod group;
 mod heads;

@@ -89,17 +89,21 @@ pub(crate) struct Encoded<'a> {
     pub new_heads: Vec<Vec<Head>>,
 }
 
-/// The ledger rows of a group, ordered by (tenant, operation key): the order in which
-/// concurrent transactions take the keys.
+/// The ledger rows of a group, ordered by (tenant, namespace, operation key): the order in
+/// which concurrent transactions take the keys.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct LedgerRows<'a> {
     pub append: Vec<i32>,
     pub tenant: Vec<&'a str>,
+    pub namespace: Vec<&'a str>,
     pub key: Vec<&'a str>,
     pub hash: Vec<&'a [u8]>,
     pub stream: Vec<&'a str>,
     pub first: Vec<i64>,
     pub last: Vec<i64>,
+    /// The append's last event (stream and version), whose cursor the command answers.
+    pub cursor_stream: Vec<&'a str>,
+    pub cursor_version: Vec<i64>,
 }
 
 /// One append of a group and the heads (one per stream, in sorted order) it chains from.
@@ -153,31 +157,57 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
     e
 }
 
-/// Each ledger entry with its stream's version range in this append.
+/// One ledger entry as encoded: the append's number, the entry, its stream's version range,
+/// and the append's last event.
+struct LedgerRow<'a> {
+    number: usize,
+    entry: &'a LedgerEntry,
+    first: u64,
+    last: u64,
+    cursor: (&'a str, u64),
+}
+
+/// Each ledger entry with its stream's version range in this append and the append's last
+/// event (the last of its last stream in the caller's order: positions ascend in that order).
 fn ledger_rows<'a>(group: &[Member<'a>], new_heads: &[Vec<Head>]) -> LedgerRows<'a> {
-    let mut entries: Vec<(usize, &'a LedgerEntry, u64, u64)> = Vec::new();
+    let mut entries: Vec<LedgerRow<'a>> = Vec::new();
     for (number, (prepared, heads)) in group.iter().enumerate() {
         let Some(entry) = prepared.ledger else { continue };
         let s = (0..heads.len()).find(|&s| prepared.stream(s).stream_id == entry.stream);
         // The store refuses a ledger entry naming a stream outside its append before encoding.
         let s = s.expect("the ledger's stream is one of the append's");
-        entries.push((number + 1, entry, heads[s].version + 1, new_heads[number][s].version));
+        let last_caller = prepared.appends.iter().rposition(|a| !a.events.is_empty());
+        let last_caller = last_caller.expect("an append has events");
+        let cursor_stream = prepared.appends[last_caller].stream_id.as_str();
+        let cursor_version = new_heads[number][prepared.caller_order[last_caller]].version;
+        entries.push(LedgerRow {
+            number: number + 1,
+            entry,
+            first: heads[s].version + 1,
+            last: new_heads[number][s].version,
+            cursor: (cursor_stream, cursor_version),
+        });
     }
-    entries.sort_by(|a, b| {
-        (a.1.tenant.as_str(), a.1.operation_key.as_str())
-            .cmp(&(b.1.tenant.as_str(), b.1.operation_key.as_str()))
-    });
+    entries.sort_by(|a, b| ledger_key(a.entry).cmp(&ledger_key(b.entry)));
     let mut rows = LedgerRows::default();
-    for (number, entry, first, last) in entries {
-        rows.append.push(to_i32(number));
-        rows.tenant.push(entry.tenant.as_str());
-        rows.key.push(entry.operation_key.as_str());
-        rows.hash.push(&entry.request_hash.0);
-        rows.stream.push(entry.stream.as_str());
-        rows.first.push(to_i64(first));
-        rows.last.push(to_i64(last));
+    for row in entries {
+        rows.append.push(to_i32(row.number));
+        rows.tenant.push(row.entry.tenant.as_str());
+        rows.namespace.push(row.entry.namespace.as_str());
+        rows.key.push(row.entry.operation_key.as_str());
+        rows.hash.push(&row.entry.request_hash.0);
+        rows.stream.push(row.entry.stream.as_str());
+        rows.first.push(to_i64(row.first));
+        rows.last.push(to_i64(row.last));
+        rows.cursor_stream.push(row.cursor.0);
+        rows.cursor_version.push(to_i64(row.cursor.1));
     }
     rows
+}
+
+/// The order in which a transaction takes its ledger keys.
+fn ledger_key(entry: &LedgerEntry) -> (&str, &str, &str) {
+    (entry.tenant.as_str(), entry.namespace.as_str(), entry.operation_key.as_str())
 }
 
 /// One entry per stream of the append, in its sorted order.

@@ -3,7 +3,7 @@
 use async_graphql::{Context, ID, SimpleObject};
 use leasehold_commands::{CommandOutcome, CommandRequest, lease_input};
 use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId};
-use leasehold_domain::{Actor, TenantId};
+use leasehold_domain::{Actor, KeyNamespace, TenantId};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -62,11 +62,22 @@ pub(crate) async fn run(ctx: &Context<'_>, call: LeaseCall<'_>) -> ApiResult<Com
     Ok(result_of(ctx, principal, lease, outcome))
 }
 
-/// Runs `call` for `principal` through the pipeline.
+/// Runs `call` for `principal` through the pipeline, its operation key in the caller's own
+/// namespace.
 pub(crate) async fn execute(
     state: &Inner,
     principal: &Principal,
     call: LeaseCall<'_>,
+) -> ApiResult<CommandOutcome> {
+    execute_in(state, principal, call, None).await
+}
+
+/// Runs `call` with its operation key in `namespace` (default: the caller's own).
+pub(crate) async fn execute_in(
+    state: &Inner,
+    principal: &Principal,
+    call: LeaseCall<'_>,
+    namespace: Option<KeyNamespace>,
 ) -> ApiResult<CommandOutcome> {
     let key = lease_input::operation_key(Some(call.operation_key))
         .map_err(|error| ApiError::bad_input(error.to_string()))?;
@@ -79,6 +90,9 @@ pub(crate) async fn execute(
         call.command,
         call.facts,
     );
+    if let Some(namespace) = namespace {
+        request.namespace = namespace;
+    }
     request.correlation_id = Some(Uuid::now_v7());
     Ok(state.pipeline.execute(request).await?)
 }

@@ -7,6 +7,7 @@ mod gaps;
 mod group;
 mod heads;
 mod idempotency;
+mod ledger_order;
 mod order;
 mod paging;
 mod snapshots;

@@ -1,0 +1,434 @@
+-- Review fixes to the append path and the idempotency ledger.
+--
+-- 1. The ledger has a namespace per kind of caller: (tenant, namespace, operation key), the
+--    namespace being `tenant` for the tenant itself, `agent:SUBJECT`, `operator:SUBJECT`, or
+--    `callback` for signed backend callbacks. No caller can take a key another will use.
+--    Rows recorded before this migration stay in the `tenant` namespace.
+-- 2. A ledger row names the event whose cursor the command answered (cursor_stream_id,
+--    cursor_version: the last event of the append, which for a multi-stream command may be on
+--    a linked stream), so that a retry answers exactly the first call's cursor. NULL when the
+--    command changed nothing: then it is the stream's last event, as before.
+-- 3. Every event is stamped with log_meta.current_epoch (it always got the default 1). The
+--    epoch is read under a shared transaction-level advisory lock; `leasehold events
+--    new-epoch` raises it under the exclusive one, so it waits for every append in flight,
+--    and no event of the old epoch can commit after the raise (readers would skip it).
+-- 4. The one-statement path writes the ledger rows first, as the checked path does: with
+--    the ledger last, a retry on the checked path racing its original could take the key and
+--    then wait for the original's new stream row or event id while the original waited for
+--    the key (a deadlock until deadlock_timeout).
+ALTER TABLE idempotency ADD COLUMN namespace text COLLATE "C" NOT NULL DEFAULT 'tenant';
+ALTER TABLE idempotency ALTER COLUMN namespace DROP DEFAULT;
+ALTER TABLE idempotency DROP CONSTRAINT idempotency_pkey;
+ALTER TABLE idempotency ADD PRIMARY KEY (tenant_id, namespace, operation_key);
+ALTER TABLE idempotency ADD COLUMN cursor_stream_id text COLLATE "C";
+ALTER TABLE idempotency ADD COLUMN cursor_version bigint;
+
+DROP FUNCTION leasehold_append(text[], integer[], integer[], text[], text[], bigint[], boolean[],
+    bytea[], bigint[], bytea[], integer[], uuid[], bigint[], text[], integer[], text[], text[],
+    bytea[], bytea[], integer[], timestamptz, boolean, integer[], text[], text[], bytea[],
+    text[], bigint[], bigint[]);
+DROP FUNCTION leasehold_append_checked(text[], integer[], integer[], text[], text[], bigint[], boolean[],
+    bytea[], bigint[], bytea[], integer[], uuid[], bigint[], text[], integer[], text[], text[],
+    bytea[], bytea[], integer[], timestamptz, boolean, integer[], text[], text[], bytea[],
+    text[], bigint[], bigint[]);
+
+CREATE FUNCTION leasehold_append_checked(
+    p_streams text[],
+    p_entry_append integer[], p_entry_stream integer[], p_entry_type text[],
+    p_entry_tenant text[], p_entry_expected bigint[], p_entry_any boolean[],
+    p_entry_head bytea[], p_entry_last_version bigint[], p_entry_last_hash bytea[],
+    p_event_entry integer[], p_event_ids uuid[], p_event_versions bigint[],
+    p_event_types text[], p_event_schema_versions integer[], p_event_payloads text[],
+    p_event_metadata text[], p_event_prev_hashes bytea[], p_event_hashes bytea[],
+    p_append_events integer[], p_recorded_at timestamptz, p_check_event_ids boolean,
+    p_ledger_append integer[], p_ledger_tenant text[], p_ledger_key text[],
+    p_ledger_hash bytea[], p_ledger_stream text[], p_ledger_first bigint[],
+    p_ledger_last bigint[], p_ledger_namespace text[], p_ledger_cursor_stream text[],
+    p_ledger_cursor_version bigint[])
+RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bigint,
+               r_position bigint, r_stream text, r_expected bigint, r_actual bigint,
+               r_versions bigint[])
+LANGUAGE plpgsql
+-- Array parameters make every custom plan look cheaper than the generic one, so without this
+-- each call would plan every statement again. A generic plan is made once per session,
+-- possibly while the tables are still small; every access here is by key, so forbid the
+-- sequential scans such a plan would keep using as the tables grow.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    -- The epoch every event of this call is stamped with (see the header).
+    v_epoch integer;
+    zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    n_entries constant integer := cardinality(p_entry_append);
+    n_streams constant integer := cardinality(p_streams);
+    n_appends constant integer := p_entry_append[n_entries];
+    -- Per stream: its state as locked, then as the accepted appends leave it.
+    d_version bigint[];
+    d_hash bytea[];
+    d_exists boolean[];
+    d_existed boolean[];
+    d_type text[];
+    d_tenant text[];
+    d_touched boolean[];
+    -- The append that writes each stream (no two appends of a group share one).
+    d_owner integer[];
+    -- Per append: NULL while accepted, else why not.
+    a_outcome text[] := array_fill(NULL::text, ARRAY[n_appends]);
+    v_fail text;
+    v_stream text;
+    v_expected bigint;
+    v_actual bigint;
+    v_matched bigint;
+    v_found bigint;
+    v_count bigint;
+    r record;
+    v_positions bigint[];
+    v_taken integer[];
+    a integer;
+    i integer := 1;
+    v_first integer;
+    d integer;
+    -- Streams the accepted appends touch, each counted once: already stored (to update) and
+    -- new (to insert).
+    n_existing integer := 0;
+    n_updated integer;
+BEGIN
+    -- 0. The epoch, read under the shared epoch lock (held to the end of the transaction)
+    --    in a statement of its own, so that it sees a raise that committed while we waited.
+    PERFORM pg_advisory_xact_lock_shared(7814997442383686760);
+    SELECT current_epoch INTO v_epoch FROM log_meta;
+
+    -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
+    --    transaction id is held while waiting: a writer that waited for us gets a later one.
+    --    Rows come back in the order of p_streams (both sorted by the "C" collation), so one
+    --    walk of p_streams places each.
+    d_version := array_fill(0::bigint, ARRAY[n_streams]);
+    d_hash := array_fill(zero_hash, ARRAY[n_streams]);
+    d_exists := array_fill(false, ARRAY[n_streams]);
+    d_touched := d_exists;
+    d_owner := array_fill(0, ARRAY[n_streams]);
+    d_type := array_fill(NULL::text, ARRAY[n_streams]);
+    d_tenant := d_type;
+    d := 1;
+    FOR r IN SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
+               FROM streams st WHERE st.stream_id = ANY (p_streams)
+              ORDER BY st.stream_id FOR UPDATE LOOP
+        WHILE p_streams[d] <> r.stream_id LOOP
+            d := d + 1;
+        END LOOP;
+        d_version[d] := r.version;
+        d_hash[d] := r.last_hash;
+        d_exists[d] := true;
+        d_type[d] := r.stream_type;
+        d_tenant[d] := r.tenant_id;
+    END LOOP;
+    d_existed := d_exists;
+
+    -- 2. Each append in turn, against the streams as the appends before it left them.
+    FOR a IN 1..n_appends LOOP
+        v_first := i;
+        v_fail := NULL;
+        WHILE i <= n_entries AND p_entry_append[i] = a LOOP
+            d := p_entry_stream[i];
+            IF v_fail IS NULL THEN
+                IF d_exists[d] AND (d_type[d] <> p_entry_type[i]
+                                    OR d_tenant[d] <> p_entry_tenant[i]) THEN
+                    v_fail := 'stream_ownership';
+                    v_stream := p_streams[d];
+                ELSIF d_version[d] <> p_entry_expected[i] AND NOT p_entry_any[i] THEN
+                    v_fail := 'wrong_expected_version';
+                    v_stream := p_streams[d];
+                    v_expected := p_entry_expected[i];
+                    v_actual := d_version[d];
+                ELSIF d_version[d] <> p_entry_expected[i]
+                      OR p_entry_head[i] IS DISTINCT FROM d_hash[d] THEN
+                    v_fail := 'stale_heads';
+                END IF;
+            END IF;
+            i := i + 1;
+        END LOOP;
+
+        -- Anything unexpected may be a retry of an append that already committed: then its
+        -- event ids are stored, and the original cursor is the answer.
+        IF (v_fail IS NOT NULL AND v_fail <> 'stream_ownership') OR p_check_event_ids THEN
+            SELECT count(*) FILTER (WHERE e.stream_id = p_streams[p_entry_stream[u.en]]),
+                   count(e.event_id), count(*)
+              INTO v_matched, v_found, v_count
+              FROM unnest(p_event_ids, p_event_entry) AS u(id, en)
+              LEFT JOIN events e ON e.event_id = u.id
+             WHERE u.en >= v_first AND u.en < i;
+            IF v_matched = v_count THEN
+                v_fail := 'duplicate';
+                RETURN QUERY
+                SELECT a, 'duplicate'::text, e.log_epoch, e.tx_id::text::bigint, e.position,
+                       NULL::text, NULL::bigint, NULL::bigint,
+                       (SELECT array_agg(m.v ORDER BY x.n)
+                          FROM generate_series(v_first, i - 1) AS x(n)
+                          LEFT JOIN (SELECT y.stream_id, max(y.version) AS v FROM events y
+                                      WHERE y.event_id IN (
+                                            SELECT u.id FROM unnest(p_event_ids, p_event_entry)
+                                                AS u(id, en) WHERE u.en >= v_first AND u.en < i)
+                                      GROUP BY y.stream_id) m
+                            ON m.stream_id = p_streams[p_entry_stream[x.n]])
+                  FROM events e
+                 WHERE e.event_id IN (SELECT u.id FROM unnest(p_event_ids, p_event_entry) AS u(id, en)
+                                       WHERE u.en >= v_first AND u.en < i)
+                 ORDER BY e.log_epoch DESC, e.tx_id DESC, e.position DESC LIMIT 1;
+            ELSIF v_found > 0 THEN
+                v_fail := 'event_id_conflict';
+            END IF;
+        END IF;
+
+        IF v_fail IS NULL THEN
+            FOR j IN v_first..i - 1 LOOP
+                d := p_entry_stream[j];
+                d_version[d] := p_entry_last_version[j];
+                d_hash[d] := p_entry_last_hash[j];
+                d_type[d] := p_entry_type[j];
+                d_tenant[d] := p_entry_tenant[j];
+                d_exists[d] := true;
+                d_touched[d] := true;
+                d_owner[d] := a;
+            END LOOP;
+        ELSE
+            a_outcome[a] := v_fail;
+            IF v_fail <> 'duplicate' THEN
+                RETURN QUERY SELECT a, v_fail, NULL::integer, NULL::bigint, NULL::bigint,
+                    v_stream, v_expected, v_actual, NULL::bigint[];
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- 3. Every write, in one statement (one executor start-up for the whole group): the
+    --    ledger rows first, in key order, as the transaction's first write; an append whose key
+    --    another transaction holds waits for it and, if that commits, is left out whole (no
+    --    other append of the group shares its streams). Then the stream rows: an existing
+    --    stream is updated only if its last append ran in an earlier transaction than ours
+    --    (else, having taken our id while waiting for a second stream's lock, we must retry
+    --    in a new transaction); a new stream is inserted, and a concurrent creation of it
+    --    fails the statement (the caller retries and meets it as an existing stream). Then
+    --    the events, in the order given: their positions ascend in that order, so the k-th
+    --    position is the k-th written event's.
+    IF NOT EXISTS (SELECT 1 FROM unnest(a_outcome) AS o(v) WHERE o.v IS NULL) THEN
+        RETURN;
+    END IF;
+    WITH ledger AS (
+        INSERT INTO idempotency (tenant_id, namespace, operation_key, request_hash, stream_id,
+                                 first_version, last_version, cursor_stream_id,
+                                 cursor_version, recorded_at)
+        SELECT l.te, l.ns, l.k, l.h, l.s, l.f, l.la, l.cs, l.cv, p_recorded_at
+          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_namespace, p_ledger_key,
+                      p_ledger_hash, p_ledger_stream, p_ledger_first, p_ledger_last,
+                      p_ledger_cursor_stream, p_ledger_cursor_version)
+               WITH ORDINALITY AS l(a, te, ns, k, h, s, f, la, cs, cv, n)
+         WHERE a_outcome[l.a] IS NULL
+         ORDER BY l.n
+        ON CONFLICT DO NOTHING
+        RETURNING tenant_id, namespace, operation_key),
+    taken AS (
+        SELECT l.a AS append_number
+          FROM unnest(p_ledger_append, p_ledger_tenant, p_ledger_namespace, p_ledger_key)
+               AS l(a, te, ns, k)
+         WHERE a_outcome[l.a] IS NULL
+           AND NOT EXISTS (SELECT 1 FROM ledger x
+                            WHERE x.tenant_id = l.te AND x.namespace = l.ns
+                              AND x.operation_key = l.k)),
+    updated AS (
+        UPDATE streams st
+           SET version = u.v, last_hash = u.h, last_tx_id = pg_current_xact_id()
+          FROM unnest(p_streams, d_version, d_hash, d_existed, d_touched, d_owner)
+               AS u(id, v, h, e, t, o)
+         WHERE u.e AND u.t AND u.o NOT IN (SELECT t.append_number FROM taken t)
+           AND st.stream_id = u.id AND st.last_tx_id <= pg_current_xact_id()
+        RETURNING 1),
+    created AS (
+        INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id)
+        SELECT u.id, u.ty, u.te, u.v, u.h, pg_current_xact_id()
+          FROM unnest(p_streams, d_type, d_tenant, d_version, d_hash, d_existed, d_touched,
+                      d_owner) AS u(id, ty, te, v, h, e, t, o)
+         WHERE u.t AND NOT u.e AND u.o NOT IN (SELECT t.append_number FROM taken t)
+        RETURNING 1),
+    inserted AS (
+        INSERT INTO events (log_epoch, event_id, stream_id, version, stream_type, tenant_id,
+                            event_type, schema_version, payload, metadata, recorded_at,
+                            prev_hash, hash)
+        SELECT v_epoch, u.id, p_streams[p_entry_stream[u.en]], u.v, p_entry_type[u.en],
+               p_entry_tenant[u.en], u.t, u.sv, u.p::jsonb, u.m::jsonb, p_recorded_at, u.ph, u.h
+          FROM unnest(p_event_ids, p_event_entry, p_event_versions, p_event_types,
+                      p_event_schema_versions, p_event_payloads, p_event_metadata,
+                      p_event_prev_hashes, p_event_hashes) AS u(id, en, v, t, sv, p, m, ph, h)
+         WHERE a_outcome[p_entry_append[u.en]] IS NULL
+           AND p_entry_append[u.en] NOT IN (SELECT t.append_number FROM taken t)
+        RETURNING events.log_epoch, events.position)
+    SELECT (SELECT coalesce(array_agg(t.append_number), '{}') FROM taken t), (SELECT count(*) FROM updated),
+           (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
+           (SELECT min(ins.log_epoch) FROM inserted ins)
+      INTO v_taken, n_updated, v_positions, r_log_epoch;
+
+    FOREACH a IN ARRAY v_taken LOOP
+        a_outcome[a] := 'operation_key_taken';
+        RETURN QUERY SELECT a, 'operation_key_taken'::text, NULL::integer, NULL::bigint,
+            NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint[];
+    END LOOP;
+    FOR d IN 1..n_streams LOOP
+        IF d_touched[d] AND d_existed[d] AND a_outcome[d_owner[d]] IS NULL THEN
+            n_existing := n_existing + 1;
+        END IF;
+    END LOOP;
+    IF n_updated <> n_existing THEN
+        RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
+            USING ERRCODE = '40001';
+    END IF;
+
+    r_tx_id := pg_current_xact_id()::text::bigint;
+    r_outcome := 'appended';
+    r_stream := NULL;
+    r_expected := NULL;
+    r_actual := NULL;
+    r_versions := NULL;
+    i := 0;
+    FOR a IN 1..n_appends LOOP
+        IF a_outcome[a] IS NULL THEN
+            i := i + p_append_events[a];
+            r_append := a;
+            r_position := v_positions[i];
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END;
+$fn$;
+
+CREATE FUNCTION leasehold_append(
+    p_streams text[],
+    p_entry_append integer[], p_entry_stream integer[], p_entry_type text[],
+    p_entry_tenant text[], p_entry_expected bigint[], p_entry_any boolean[],
+    p_entry_head bytea[], p_entry_last_version bigint[], p_entry_last_hash bytea[],
+    p_event_entry integer[], p_event_ids uuid[], p_event_versions bigint[],
+    p_event_types text[], p_event_schema_versions integer[], p_event_payloads text[],
+    p_event_metadata text[], p_event_prev_hashes bytea[], p_event_hashes bytea[],
+    p_append_events integer[], p_recorded_at timestamptz, p_check_event_ids boolean,
+    p_ledger_append integer[], p_ledger_tenant text[], p_ledger_key text[],
+    p_ledger_hash bytea[], p_ledger_stream text[], p_ledger_first bigint[],
+    p_ledger_last bigint[], p_ledger_namespace text[], p_ledger_cursor_stream text[],
+    p_ledger_cursor_version bigint[])
+RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bigint,
+               r_position bigint, r_stream text, r_expected bigint, r_actual bigint,
+               r_versions bigint[])
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    -- The epoch every event of this call is stamped with (see the header).
+    v_epoch integer;
+    zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    v_recorded bigint;
+    v_clean boolean;
+    v_updates bigint;
+    v_existing bigint;
+    v_positions bigint[];
+    v_count integer := 0;
+    v_number integer;
+BEGIN
+    -- The epoch, under the shared epoch lock, in a statement of its own (see the header).
+    PERFORM pg_advisory_xact_lock_shared(7814997442383686760);
+    SELECT current_epoch INTO v_epoch FROM log_meta;
+    IF NOT p_check_event_ids THEN
+        WITH locked AS MATERIALIZED (
+            SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
+              FROM streams st WHERE st.stream_id = ANY (p_streams)
+             ORDER BY st.stream_id FOR UPDATE),
+        verdict AS MATERIALIZED (
+            SELECT coalesce(bool_and((l.stream_id IS NULL
+                                      OR (l.stream_type = e.ty AND l.tenant_id = e.te))
+                                     AND coalesce(l.version, 0) = e.ex
+                                     AND e.hd = coalesce(l.last_hash, zero_hash)), false)
+                   AND count(DISTINCT e.s) = count(*) AS clean
+              FROM unnest(p_entry_stream, p_entry_type, p_entry_tenant, p_entry_expected,
+                          p_entry_head) AS e(s, ty, te, ex, hd)
+              LEFT JOIN locked l ON l.stream_id = p_streams[e.s]),
+        -- A plain insert: a key another transaction holds makes us wait for it and, if it
+        -- commits, fails the statement (unique violation); the store then calls again asking
+        -- for the checked path, which tells a retry from a conflict append by append.
+        -- Referenced first by the final SELECT, so that it runs before any other write: the
+        -- same order as the checked path (a retry racing its original on the other path
+        -- cannot then hold a stream row or an event id while waiting for the key).
+        ledger AS (
+            INSERT INTO idempotency (tenant_id, namespace, operation_key, request_hash,
+                                     stream_id, first_version, last_version, cursor_stream_id,
+                                     cursor_version, recorded_at)
+            SELECT l.te, l.ns, l.k, l.h, l.s, l.f, l.la, l.cs, l.cv, p_recorded_at
+              FROM unnest(p_ledger_tenant, p_ledger_namespace, p_ledger_key, p_ledger_hash,
+                          p_ledger_stream, p_ledger_first, p_ledger_last,
+                          p_ledger_cursor_stream, p_ledger_cursor_version)
+                   WITH ORDINALITY AS l(te, ns, k, h, s, f, la, cs, cv, n)
+             WHERE (SELECT v.clean FROM verdict v)
+             ORDER BY l.n
+            RETURNING 1),
+        updated AS (
+            UPDATE streams st
+               SET version = e.lv, last_hash = e.lh, last_tx_id = pg_current_xact_id()
+              FROM unnest(p_entry_append, p_entry_stream, p_entry_expected,
+                          p_entry_last_version, p_entry_last_hash) AS e(ap, s, ex, lv, lh)
+             WHERE (SELECT v.clean FROM verdict v) AND e.ex > 0
+               AND st.stream_id = p_streams[e.s] AND st.last_tx_id <= pg_current_xact_id()
+            RETURNING 1),
+        created AS (
+            INSERT INTO streams (stream_id, stream_type, tenant_id, version, last_hash,
+                                 last_tx_id)
+            SELECT p_streams[e.s], e.ty, e.te, e.lv, e.lh, pg_current_xact_id()
+              FROM unnest(p_entry_append, p_entry_stream, p_entry_type, p_entry_tenant,
+                          p_entry_expected, p_entry_last_version, p_entry_last_hash)
+                   AS e(ap, s, ty, te, ex, lv, lh)
+             WHERE (SELECT v.clean FROM verdict v) AND e.ex = 0
+            RETURNING 1),
+        inserted AS (
+            INSERT INTO events (log_epoch, event_id, stream_id, version, stream_type,
+                                tenant_id, event_type, schema_version, payload, metadata,
+                                recorded_at, prev_hash, hash)
+            SELECT v_epoch, u.id, p_streams[p_entry_stream[u.en]], u.v, p_entry_type[u.en],
+                   p_entry_tenant[u.en], u.t, u.sv, u.p::jsonb, u.m::jsonb, p_recorded_at,
+                   u.ph, u.h
+              FROM unnest(p_event_ids, p_event_entry, p_event_versions, p_event_types,
+                          p_event_schema_versions, p_event_payloads, p_event_metadata,
+                          p_event_prev_hashes, p_event_hashes)
+                   AS u(id, en, v, t, sv, p, m, ph, h)
+             WHERE (SELECT v.clean FROM verdict v)
+            RETURNING events.log_epoch, events.position)
+        SELECT (SELECT count(*) FROM ledger),
+               (SELECT v.clean FROM verdict v),
+               (SELECT count(*) FROM updated),
+               (SELECT count(*) FROM unnest(p_entry_expected) AS e(ex) WHERE e.ex > 0),
+               (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
+               (SELECT min(ins.log_epoch) FROM inserted ins)
+          INTO v_recorded, v_clean, v_updates, v_existing, v_positions, r_log_epoch;
+    END IF;
+    IF p_check_event_ids OR NOT v_clean THEN
+        RETURN QUERY SELECT * FROM leasehold_append_checked(
+            p_streams, p_entry_append, p_entry_stream, p_entry_type, p_entry_tenant,
+            p_entry_expected, p_entry_any, p_entry_head, p_entry_last_version, p_entry_last_hash,
+            p_event_entry, p_event_ids, p_event_versions, p_event_types, p_event_schema_versions,
+            p_event_payloads, p_event_metadata, p_event_prev_hashes, p_event_hashes,
+            p_append_events, p_recorded_at, p_check_event_ids, p_ledger_append, p_ledger_tenant,
+            p_ledger_key, p_ledger_hash, p_ledger_stream, p_ledger_first, p_ledger_last,
+            p_ledger_namespace, p_ledger_cursor_stream, p_ledger_cursor_version);
+        RETURN;
+    END IF;
+    IF v_updates <> v_existing THEN
+        RAISE EXCEPTION 'a concurrent append to the same stream holds a later transaction id'
+            USING ERRCODE = '40001';
+    END IF;
+
+    -- The k-th position is the k-th written event's: each append's cursor is its last event's.
+    -- (A FOR loop declares its own variable, so each append's number is copied to r_append.)
+    r_outcome := 'appended';
+    r_tx_id := pg_current_xact_id()::text::bigint;
+    FOR v_number IN 1..cardinality(p_append_events) LOOP
+        v_count := v_count + p_append_events[v_number];
+        r_append := v_number;
+        r_position := v_positions[v_count];
+        RETURN NEXT;
+    END LOOP;
+END;
+$fn$;
