@@ -2,6 +2,7 @@
 //! the agent mutations.
 
 use chrono::{TimeDelta, Utc};
+use leasehold_gateway::Role;
 use leasehold_gateway::callbacks::{CallbackSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use serde_json::{Value, json};
 
@@ -148,4 +149,35 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     let (status, answer) = Callback::now(&path, &current).send(&server).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["events"][0], "LeaseMaintenanceSucceeded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_take_the_keys_its_backend_or_agents_will_use() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let path = format!("/callbacks/leases/{id}");
+    let body = json!({ "lease_uuid": id, "status": "success" });
+    // The tenant knows how a callback's key is made and uses it first, and the key its
+    // provider's agent will use for the report.
+    let digest = {
+        use sha2::Digest as _;
+        let mut digest = sha2::Sha256::new();
+        digest.update(format!("{path}\n{body}").as_bytes());
+        hex::encode(digest.finalize())
+    };
+    let callback_key = format!("callback-{}", &digest[..40]);
+    request_lease(&server, &acme, &callback_key).await;
+    request_lease(&server, &acme, "up-1").await;
+
+    // Each kind of caller has its own keys: the callback and the agent's report go through.
+    let (status, answer) = Callback::now(&path, &body).send(&server).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["duplicate"], false);
+    let other = request_lease(&server, &acme, "req-2").await;
+    let input = json!({ "input": { "leaseId": other["id"], "operationKey": "up-1" } });
+    let reported = server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
+    let events = &data(&reported)["reportLeaseProvisioned"]["events"];
+    assert_eq!(events, &json!([{ "type": "LeaseProvisioned" }, { "type": "LeaseActivated" }]));
 }

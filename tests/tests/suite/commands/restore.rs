@@ -125,3 +125,30 @@ async fn another_tenants_retained_lease_cannot_be_restored() {
     assert!(db.store().read_stream(&target.stream_id(), 1, 10).await.expect("readable").is_empty());
     assert_eq!(types_of(&db, source).await.last().map(String::as_str), Some("LeaseDeprovisioned"));
 }
+
+#[tokio::test]
+async fn a_retried_restore_answers_exactly_the_first_calls_outcome_cursor_included() {
+    let db = TestDb::migrated().await;
+    let pipeline = pipeline(&db);
+    let source = retained_lease(&pipeline, "acme").await;
+    let target = new_lease();
+    let facts = source_facts(&pipeline, "acme", source).await;
+    let command = restore(target, source);
+    let first = pipeline
+        .execute(request("acme", target, "restore", command.clone(), facts.clone()))
+        .await
+        .expect("restoring");
+    // The first call's cursor is its append's last event, on the source's stream.
+    let marked = events_of(&db, source).await.last().expect("an event").cursor;
+    assert_eq!(first.cursor, Some(marked));
+    // A retry from another process (nothing remembered) answers the same, cursor included,
+    // so `minCursor` from it waits for the source's event too.
+    let retried = super::support::pipeline(&db)
+        .execute(request("acme", target, "restore", command, facts))
+        .await
+        .expect("a duplicate");
+    assert!(retried.duplicate);
+    assert_eq!((retried.stream_id, retried.version), (first.stream_id, first.version));
+    assert_eq!(retried.cursor, first.cursor);
+    assert_eq!(retried.event_types, first.event_types);
+}
