@@ -38,6 +38,9 @@ async fn migrate_applies_then_reports_up_to_date_and_verify_passes() {
     let verify = leasehold(&["events", "verify", "--database-url", &url]).await;
     assert!(verify.status.success(), "{verify:?}");
     assert!(String::from_utf8_lossy(&verify.stdout).contains("0 events in 0 streams checked"));
+    let epoch = leasehold(&["events", "new-epoch", "--database-url", &url]).await;
+    assert!(epoch.status.success(), "{epoch:?}");
+    assert!(String::from_utf8_lossy(&epoch.stdout).contains("epoch 2"), "{epoch:?}");
 }
 
 #[tokio::test]

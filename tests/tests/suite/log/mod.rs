@@ -3,6 +3,7 @@
 mod atomicity;
 mod chain;
 mod concurrency;
+mod epoch;
 mod gaps;
 mod group;
 mod heads;
