@@ -1,13 +1,21 @@
-//! Signed cursors: every cursor the gateway hands out (page cursors, log cursors) is
-//! `base64url(json) "." base64url(hmac)`, the HMAC-SHA256 taken over the cursor's kind, the
-//! caller's scope (its tenant) and the JSON. A cursor edited by a client, or issued to another
-//! tenant, fails the check and is refused as bad input: it can neither be forged nor reveal or
-//! reach another tenant's rows.
+//! Opaque cursors: every cursor the gateway hands out (page cursors, log cursors, command
+//! results, subscription events) is `base64url(nonce || XChaCha20-Poly1305(value))`, the
+//! cursor's kind and the caller's scope (its tenant) bound in as associated data. A client sees
+//! only random-looking bytes: nothing about the log's positions or transactions, so the
+//! distance between two of a tenant's cursors reveals nothing of other tenants' activity. A
+//! cursor edited by a client, of another kind, or issued to another scope fails to open and is
+//! refused as bad input.
+//!
+//! The nonce is synthetic (an HMAC of kind, scope and value under a second key), so the same
+//! position always gives the same cursor for the same caller (a retry answers exactly the
+//! first call's cursor) and distinct values never share a nonce.
 
 use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::aead::{Aead as _, KeyInit as _, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -16,6 +24,9 @@ use sha2::Sha256;
 use crate::errors::ApiError;
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// Bytes of an XChaCha20 nonce.
+const NONCE_BYTES: usize = 24;
 
 /// What a cursor points into; a page cursor cannot be used as a log cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,9 +49,12 @@ impl CursorKind {
     }
 }
 
-/// The key cursors are signed with. Its `Debug` never shows it.
+/// The keys cursors are sealed with. Its `Debug` never shows them.
 #[derive(Clone)]
-pub struct CursorKey(Vec<u8>);
+pub struct CursorKey {
+    cipher: XChaCha20Poly1305,
+    nonce_key: Vec<u8>,
+}
 
 impl fmt::Debug for CursorKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -49,28 +63,50 @@ impl fmt::Debug for CursorKey {
 }
 
 impl CursorKey {
-    /// A key derived from `secret` for cursors only, so a cursor's MAC never doubles as
-    /// anything a token or callback secret signs.
+    /// Keys derived from `secret` for cursors only, so that nothing a token or callback
+    /// secret signs doubles as a cursor.
     pub fn derive(secret: &[u8]) -> Self {
-        let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
-        mac.update(b"leasehold cursor key v1");
-        Self(mac.finalize().into_bytes().to_vec())
+        let derived = |purpose: &[u8]| {
+            let mut mac =
+                <HmacSha256 as Mac>::new_from_slice(secret).expect("HMAC takes any key length");
+            mac.update(purpose);
+            mac.finalize().into_bytes()
+        };
+        let cipher = XChaCha20Poly1305::new(&derived(b"leasehold cursor key v2: cipher"));
+        Self { cipher, nonce_key: derived(b"leasehold cursor key v2: nonce").to_vec() }
     }
 
-    fn mac(&self, kind: CursorKind, scope: &str, body: &[u8]) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
-        for part in [kind.tag(), scope.as_bytes(), body] {
-            mac.update(&(part.len() as u64).to_be_bytes());
-            mac.update(part);
+    /// The associated data: the kind and the scope, each length-prefixed.
+    fn bound(kind: CursorKind, scope: &str) -> Vec<u8> {
+        let mut bound = Vec::with_capacity(32 + scope.len());
+        for part in [kind.tag(), scope.as_bytes()] {
+            bound.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            bound.extend_from_slice(part);
         }
-        mac
+        bound
     }
 
-    /// The signed cursor for `value`, usable only in `scope`.
+    fn nonce(&self, bound: &[u8], body: &[u8]) -> XNonce {
+        let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.nonce_key).expect("any key length");
+        mac.update(&(bound.len() as u64).to_be_bytes());
+        mac.update(bound);
+        mac.update(body);
+        let digest = mac.finalize().into_bytes();
+        *XNonce::from_slice(&digest[..NONCE_BYTES])
+    }
+
+    /// The opaque cursor for `value`, usable only in `scope`.
     pub fn seal<T: Serialize>(&self, kind: CursorKind, scope: &str, value: &T) -> String {
         let body = serde_json::to_vec(value).expect("cursor values serialize");
-        let tag = self.mac(kind, scope, &body).finalize().into_bytes();
-        format!("{}.{}", URL_SAFE_NO_PAD.encode(&body), URL_SAFE_NO_PAD.encode(tag))
+        let bound = Self::bound(kind, scope);
+        let nonce = self.nonce(&bound, &body);
+        let sealed = self
+            .cipher
+            .encrypt(&nonce, Payload { msg: &body, aad: &bound })
+            .expect("encrypting a short cursor cannot fail");
+        let mut bytes = nonce.to_vec();
+        bytes.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(bytes)
     }
 
     /// The value of a cursor sealed for `scope`.
@@ -87,11 +123,16 @@ impl CursorKey {
     ) -> Result<T, ApiError> {
         let refused =
             || ApiError::bad_input(format!("{field}: not a cursor this caller was given"));
-        let (body, tag) = text.split_once('.').ok_or_else(refused)?;
-        let body = URL_SAFE_NO_PAD.decode(body).map_err(|_| refused())?;
-        let tag = URL_SAFE_NO_PAD.decode(tag).map_err(|_| refused())?;
-        // `verify_slice` compares in constant time.
-        self.mac(kind, scope, &body).verify_slice(&tag).map_err(|_| refused())?;
+        let bytes = URL_SAFE_NO_PAD.decode(text).map_err(|_| refused())?;
+        if bytes.len() <= NONCE_BYTES {
+            return Err(refused());
+        }
+        let (nonce, sealed) = bytes.split_at(NONCE_BYTES);
+        let bound = Self::bound(kind, scope);
+        let body = self
+            .cipher
+            .decrypt(XNonce::from_slice(nonce), Payload { msg: sealed, aad: &bound })
+            .map_err(|_| refused())?;
         serde_json::from_slice(&body).map_err(|_| refused())
     }
 }
@@ -113,11 +154,42 @@ mod tests {
         assert!(
             key.open::<(u64, String)>(CursorKind::Log, "tenant:acme", "after", &sealed).is_err()
         );
-        let (body, tag) = sealed.split_once('.').expect("two parts");
-        let forged = format!("{}.{tag}", URL_SAFE_NO_PAD.encode(br#"[8,"x"]"#));
+        let mut bytes = URL_SAFE_NO_PAD.decode(&sealed).expect("base64url");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let altered = URL_SAFE_NO_PAD.encode(&bytes);
         assert!(
-            key.open::<(u64, String)>(CursorKind::Leases, "tenant:acme", "a", &forged).is_err()
+            key.open::<(u64, String)>(CursorKind::Leases, "tenant:acme", "a", &altered).is_err()
         );
-        assert!(!body.is_empty());
+        let other_key = CursorKey::derive(b"another secret");
+        assert!(
+            other_key
+                .open::<(u64, String)>(CursorKind::Leases, "tenant:acme", "a", &sealed)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_cursor_reveals_nothing_of_its_position_and_is_stable_for_one_caller() {
+        let key = CursorKey::derive(b"secret");
+        let position = "00000001000000000000f4240000000000000063";
+        let sealed = key.seal(CursorKind::Log, "tenant:acme", &position);
+        // No part of it decodes to the value, in any framing a client might try.
+        let decoded: Vec<Vec<u8>> = std::iter::once(sealed.as_str())
+            .chain(sealed.split('.'))
+            .filter_map(|part| URL_SAFE_NO_PAD.decode(part).ok())
+            .collect();
+        assert!(!decoded.is_empty());
+        for bytes in decoded {
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains("f4240") && !text.contains("63\""), "{text}");
+            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_err());
+        }
+        // The same position is the same cursor for the same caller, another for another.
+        assert_eq!(sealed, key.seal(CursorKind::Log, "tenant:acme", &position));
+        assert_ne!(sealed, key.seal(CursorKind::Log, "tenant:beta", &position));
+        let next =
+            key.seal(CursorKind::Log, "tenant:acme", &"00000001000000000000f4240000000000000064");
+        assert_ne!(sealed, next);
     }
 }
