@@ -157,9 +157,14 @@ pub struct QuotaDelta {
     pub skus: Vec<(String, i64)>,
 }
 
+/// Revisions of what the lease projection derives from its view (rows, deltas). Its version
+/// adds the schema of the state its views store, so a new `Lease::STATE_SCHEMA` (whose stored
+/// views this code can no longer decode) always rebuilds it too. Both only ever rise.
+const ROWS_REVISION: u32 = 0;
+
 impl Projection for LeaseProjection {
     const NAME: &'static str = "lease_views";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = ROWS_REVISION + Lease::STATE_SCHEMA;
     type Key = LeaseId;
     type View = LeaseView;
     type Change = LeaseChange;

@@ -272,3 +272,26 @@ async fn aggregates_load_from_the_latest_snapshot_plus_the_tail() {
     assert_eq!(replayed.status, LeaseStatus::Ready);
     assert_eq!(replayed.generation, 4);
 }
+
+#[tokio::test]
+async fn a_snapshot_that_does_not_decode_is_ignored_and_the_state_rebuilt_from_events() {
+    let db = TestDb::migrated().await;
+    let lease = ready_lease(&pipeline(&db), "acme").await;
+    // A snapshot of the current schema whose bytes this code cannot decode (a shape changed
+    // without a schema bump).
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO snapshots (stream_id, version, state_schema, state) VALUES ($1, 2, $2, $3)",
+            &[&lease.stream_id().as_str(), &(Lease::STATE_SCHEMA as i32), &vec![0xffu8; 7]],
+        )
+        .await
+        .expect("stored");
+    // A process that remembers nothing loads the lease: from the events, and the stream stays
+    // writable.
+    let outcome = pipeline(&db)
+        .execute(request("acme", lease, "down", LeaseCommand::Deprovision, LeaseFacts::default()))
+        .await
+        .expect("decided on the state rebuilt from the events");
+    assert_eq!(outcome.event_types, ["LeaseDeprovisionRequested"]);
+}
