@@ -108,9 +108,10 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         "Operations running on WebSockets.",
         subscriptions,
     );
-    match inner.store.projection_status().await {
+    // Estimates that never read the log: a scrape must not cost a count over the backlog.
+    match inner.store.projection_lag_estimates().await {
         Ok(statuses) => {
-            out.push_str("# HELP leasehold_projection_events_behind Readable events a projection has not applied.\n");
+            out.push_str("# HELP leasehold_projection_events_behind Log positions after a projection's checkpoint (an estimate: rolled-back appends take positions too).\n");
             out.push_str("# TYPE leasehold_projection_events_behind gauge\n");
             for status in &statuses {
                 let _ = writeln!(
@@ -119,7 +120,7 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
                     status.name, status.events_behind
                 );
             }
-            out.push_str("# HELP leasehold_projection_seconds_behind Age of the oldest event a projection has not applied.\n");
+            out.push_str("# HELP leasehold_projection_seconds_behind While a projection is behind: seconds since it last committed.\n");
             out.push_str("# TYPE leasehold_projection_seconds_behind gauge\n");
             for status in &statuses {
                 let _ = writeln!(

@@ -123,8 +123,14 @@ pub(crate) fn view_of(
     }
 }
 
-/// Most events one `events` page scans before it answers with what it found.
-const SCAN_EVENTS_MAX: usize = 10_000;
+/// Events one `events` page scans per event asked for (`first`) before it answers with what
+/// it found (a filter or a tenant's view may match few): a request's cost follows what it
+/// asks for, and its complexity is charged for it (see `QueryRoot::events`).
+pub(crate) const SCAN_EVENTS_PER_WANTED: usize = 50;
+
+/// What scanning for one wanted event adds to a query's complexity (10 events scanned per
+/// point, the cost of a small field).
+pub(crate) const SCAN_COMPLEXITY: usize = SCAN_EVENTS_PER_WANTED / 10;
 
 /// A page of the log.
 #[derive(Debug, Clone, SimpleObject)]
@@ -172,9 +178,11 @@ pub(crate) async fn page(
     let started = after_of(ctx, after.as_deref())?;
     let mut position = started.unwrap_or(Cursor::START);
     let (mut found, mut scanned, mut has_next) = (Vec::new(), 0, false);
+    let budget = first.max(1) * SCAN_EVENTS_PER_WANTED;
     loop {
-        let page = state.store.read_log(position, crate::live::hub::PAGE_EVENTS).await?;
-        let full = page.events.len() == crate::live::hub::PAGE_EVENTS;
+        let want = crate::live::hub::PAGE_EVENTS.min(budget - scanned);
+        let page = state.store.read_log(position, want).await?;
+        let full = page.events.len() == want;
         scanned += page.events.len();
         for event in page.events {
             if found.len() == first {
@@ -193,7 +201,7 @@ pub(crate) async fn page(
         if !full {
             break;
         }
-        if scanned >= SCAN_EVENTS_MAX {
+        if scanned >= budget {
             has_next = true;
             break;
         }

@@ -90,8 +90,12 @@ impl QueryRoot {
     }
 
     /// The log in commit order: the whole log for auditors and operators, your own streams
-    /// (without operator-only fields) for tenants.
-    #[graphql(complexity = "first.unwrap_or(20).max(1) as usize * child_complexity")]
+    /// (without operator-only fields) for tenants. A page scans at most 50 events of the log
+    /// per event asked for; when it stops early, `hasNextPage` is true and `endCursor` is
+    /// where to go on.
+    #[graphql(
+        complexity = "first.unwrap_or(20).max(1) as usize * (child_complexity + super::events::SCAN_COMPLEXITY)"
+    )]
     async fn events(
         &self,
         ctx: &Context<'_>,

@@ -125,3 +125,26 @@ async fn a_read_your_writes_query_answers_stale_when_the_projections_cannot_reac
     let fresh = fresh.await.expect("the projector catches up in time");
     assert_eq!(data(&fresh)["leases"]["edges"][0]["node"]["id"], lease["id"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_events_page_scans_in_proportion_to_what_it_asks_for() {
+    let server = Server::start().await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    let start = request_lease(&server, &acme, "req-0").await;
+    // Another tenant's events, more than one small page may scan, then the tenant's own.
+    for n in 0..60 {
+        request_lease(&server, &globex, &format!("other-{n}")).await;
+    }
+    let own = request_lease(&server, &acme, "req-1").await;
+    let page = "query($after: String) { events(after: $after, first: 1) {
+        edges { node { streamId } } pageInfo { hasNextPage endCursor } } }";
+    let read = |after: serde_json::Value| json!({ "query": page, "variables": { "after": after }, "extensions": { "minCursor": own["cursor"] } });
+    // The first page stops after 50 events of the log, having found none of the tenant's.
+    let first = server.graphql_with(&acme, read(start["cursor"].clone())).await;
+    let events = &data(&first)["events"];
+    assert_eq!(events["edges"], json!([]), "{first}");
+    assert_eq!(events["pageInfo"]["hasNextPage"], true);
+    // Going on from endCursor finds the tenant's next event.
+    let next = server.graphql_with(&acme, read(events["pageInfo"]["endCursor"].clone())).await;
+    assert_eq!(data(&next)["events"]["edges"][0]["node"]["streamId"], own["streamId"], "{next}");
+}

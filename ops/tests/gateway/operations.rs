@@ -83,3 +83,29 @@ async fn metrics_count_requests_sockets_and_lag() {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_scrape_never_reads_the_log() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let read = json!({ "query": "{ quotaUsage { kind } }", "extensions": { "minCursor": lease["cursor"] } });
+    data(&server.graphql_with(&acme, read).await);
+    // While nothing can read the log, a scrape still answers: it counts no events (a count
+    // over a large backlog on every scrape would cost the database dearly).
+    let mut holder = server.db.client().await;
+    let lock = holder.transaction().await.expect("a transaction");
+    lock.batch_execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE").await.expect("locked");
+    let scrape = tokio::time::timeout(std::time::Duration::from_secs(30), server.get("/metrics"));
+    let (status, text) = scrape.await.expect("the scrape answers while the log is locked");
+    lock.rollback().await.expect("released");
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("leasehold_projection_events_behind{projection=\"lease_views\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("leasehold_projection_seconds_behind{projection=\"lease_views\"} 0"),
+        "{text}"
+    );
+}
