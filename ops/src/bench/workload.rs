@@ -21,6 +21,35 @@ pub const RAW_TABLE_SQL: &str = "CREATE TABLE bench_raw_events (
     schema_version integer NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
     recorded_at timestamptz NOT NULL DEFAULT now(), prev_hash bytea NOT NULL, hash bytea NOT NULL)";
 
+/// A raw table of the log's own shape: the same three indexes (log order, event id, stream
+/// and version) and a per-stream row, so that a baseline on it measures what the log's own
+/// machinery (checks, hash chain, ledger, function call) costs beyond the data it must write.
+pub const SHAPED_TABLES_SQL: &str = "CREATE TABLE bench_shaped_events (
+    position bigint GENERATED ALWAYS AS IDENTITY,
+    log_epoch integer NOT NULL DEFAULT 1,
+    tx_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    event_id uuid NOT NULL UNIQUE, stream_id text COLLATE \"C\" NOT NULL, version bigint NOT NULL,
+    stream_type text NOT NULL, tenant_id text NOT NULL, event_type text NOT NULL,
+    schema_version integer NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(), prev_hash bytea NOT NULL, hash bytea NOT NULL,
+    PRIMARY KEY (log_epoch, tx_id, position), UNIQUE (stream_id, version));
+  CREATE TABLE bench_shaped_streams (
+    stream_id text COLLATE \"C\" PRIMARY KEY, stream_type text NOT NULL, tenant_id text NOT NULL,
+    version bigint NOT NULL, last_hash bytea NOT NULL, last_tx_id xid8 NOT NULL)";
+
+/// A batch into the shaped tables in one statement: the events, and each stream's row
+/// upserted to its last version.
+pub const SHAPED_INSERT_BATCH_SQL: &str = "WITH streams AS ( \
+     INSERT INTO bench_shaped_streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id) \
+     SELECT u.s, 'lease', 'bench', max(u.v), $4, pg_current_xact_id() \
+       FROM unnest($2::text[], $3::bigint[]) AS u(s, v) GROUP BY u.s \
+     ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, \
+       last_hash = excluded.last_hash, last_tx_id = excluded.last_tx_id) \
+     INSERT INTO bench_shaped_events (event_id, stream_id, version, stream_type, tenant_id, \
+     event_type, schema_version, payload, metadata, prev_hash, hash) \
+     SELECT u.id, u.s, u.v, 'lease', 'bench', 'LeaseProvisionRequested', 1, u.p, '{}', $4, $4 \
+     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $5::jsonb[]) AS u(id, s, v, p)";
+
 /// One-row insert into the raw table.
 pub const RAW_INSERT_SQL: &str = "INSERT INTO bench_raw_events (event_id, stream_id, version, \
      stream_type, tenant_id, event_type, schema_version, payload, metadata, prev_hash, hash) \
