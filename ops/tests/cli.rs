@@ -69,6 +69,7 @@ async fn bench_log_prints_one_json_object_per_measure() {
             "append_single_4_writers",
             "append_single_16_writers",
             "append_batch_100",
+            "append_batch_100_bare",
             "catch_up_read",
             "catch_up_read_unpipelined"
         ]

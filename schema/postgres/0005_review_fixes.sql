@@ -16,6 +16,8 @@
 --    the ledger last, a retry on the checked path racing its original could take the key and
 --    then wait for the original's new stream row or event id while the original waited for
 --    the key (a deadlock until deadlock_timeout).
+-- 5. Lock waits inside the append functions are bounded (lock_timeout 5 s; the store retries
+--    a bounded number of times), so an append never waits without end.
 ALTER TABLE idempotency ADD COLUMN namespace text COLLATE "C" NOT NULL DEFAULT 'tenant';
 ALTER TABLE idempotency ALTER COLUMN namespace DROP DEFAULT;
 ALTER TABLE idempotency DROP CONSTRAINT idempotency_pkey;
@@ -55,6 +57,12 @@ LANGUAGE plpgsql
 -- sequential scans such a plan would keep using as the tables grow.
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+-- A lock held elsewhere (a caller's long transaction, a slow append on the same key) is
+-- waited for at most this long; the store then retries, a bounded number of times.
+SET lock_timeout = '5s'
+-- Never JIT: with sequential scans forbidden, any plan that must scan (or is merely costed as
+-- if it did) crosses jit_above_cost, and compiling it costs more than the whole call.
+SET jit = off
 AS $fn$
 DECLARE
     -- The epoch every event of this call is stamped with (see the header).
@@ -97,7 +105,7 @@ BEGIN
     -- 0. The epoch, read under the shared epoch lock (held to the end of the transaction)
     --    in a statement of its own, so that it sees a raise that committed while we waited.
     PERFORM pg_advisory_xact_lock_shared(7814997442383686760);
-    SELECT current_epoch INTO v_epoch FROM log_meta;
+    SELECT current_epoch INTO v_epoch FROM log_meta WHERE singleton;
 
     -- 1. Lock the existing stream rows in stream-id order. This is the first statement, so no
     --    transaction id is held while waiting: a writer that waited for us gets a later one.
@@ -318,6 +326,12 @@ RETURNS TABLE (r_append integer, r_outcome text, r_log_epoch integer, r_tx_id bi
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
+-- A lock held elsewhere (a caller's long transaction, a slow append on the same key) is
+-- waited for at most this long; the store then retries, a bounded number of times.
+SET lock_timeout = '5s'
+-- Never JIT: with sequential scans forbidden, any plan that must scan (or is merely costed as
+-- if it did) crosses jit_above_cost, and compiling it costs more than the whole call.
+SET jit = off
 AS $fn$
 DECLARE
     -- The epoch every event of this call is stamped with (see the header).
@@ -333,7 +347,7 @@ DECLARE
 BEGIN
     -- The epoch, under the shared epoch lock, in a statement of its own (see the header).
     PERFORM pg_advisory_xact_lock_shared(7814997442383686760);
-    SELECT current_epoch INTO v_epoch FROM log_meta;
+    SELECT current_epoch INTO v_epoch FROM log_meta WHERE singleton;
     IF NOT p_check_event_ids THEN
         WITH locked AS MATERIALIZED (
             SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash

@@ -20,7 +20,12 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
         return AttemptError::Fail(unavailable_or_database(error, endpoint));
     };
     let code = db.code();
-    if code == &SqlState::T_R_SERIALIZATION_FAILURE || code == &SqlState::T_R_DEADLOCK_DETECTED {
+    // A lock waited for longer than the append function's lock_timeout is a collision too:
+    // retried (a bounded number of times), never waited for without end.
+    if code == &SqlState::T_R_SERIALIZATION_FAILURE
+        || code == &SqlState::T_R_DEADLOCK_DETECTED
+        || code == &SqlState::LOCK_NOT_AVAILABLE
+    {
         return AttemptError::Retry;
     }
     if code == &SqlState::UNIQUE_VIOLATION {

@@ -90,14 +90,21 @@ impl PgEventStore {
         if prepared.len() > 1 {
             self.try_together(&prepared, &mut results).await;
         }
-        for (number, result) in results.iter_mut().enumerate() {
-            if result.is_none() {
-                *result = Some(self.append_alone(&prepared[number]).await);
+        // Every member the group settled is answered now, as its transaction has committed;
+        // the others are retried on their own, concurrently, each answered when it settles,
+        // so one that waits (for a lock, bounded by the function's lock_timeout) delays no one.
+        let mut alone = Vec::new();
+        for ((reply, result), prepared) in replies.into_iter().zip(results).zip(&prepared) {
+            match result {
+                Some(result) => {
+                    let _ = reply.send(result);
+                }
+                None => alone.push(async move {
+                    let _ = reply.send(self.append_alone(prepared).await);
+                }),
             }
         }
-        for (reply, result) in replies.into_iter().zip(results) {
-            let _ = reply.send(result.unwrap_or_else(|| Err(stopped())));
-        }
+        futures_util::future::join_all(alone).await;
     }
 
     /// Commits the members whose heads are known in one call; fills in what it settles.

@@ -169,7 +169,11 @@ async fn store_batch(store: &PgEventStore, duration: Duration) -> anyhow::Result
     Ok(appends_per_second * (BATCH_STREAMS * EVENTS_PER_STREAM) as f64)
 }
 
-async fn raw_batch(url: &DatabaseUrl, duration: Duration, sql: &'static str) -> anyhow::Result<f64> {
+async fn raw_batch(
+    url: &DatabaseUrl,
+    duration: Duration,
+    sql: &'static str,
+) -> anyhow::Result<f64> {
     let inserts_per_second = run_for(1, duration, |writer, deadline| {
         let url = url.clone();
         async move {

@@ -62,20 +62,23 @@ async fn after_a_restore_and_a_new_epoch_readers_resuming_from_an_old_cursor_see
     // is restored into (moved ahead here, since both live on one test server).
     let source = TestDb::migrated().await;
     let store = source.store();
+    let mut written = Cursor::START;
     for n in 0..3 {
         let stream = format!("restored-{n}");
         let events = vec![event("Happened", json!({ "n": n }))];
-        store.append(vec![append(&stream, ExpectedVersion::NoStream, events)]).await.unwrap();
+        let appended = store.append(vec![append(&stream, ExpectedVersion::NoStream, events)]);
+        written = appended.await.unwrap().cursor;
     }
-    let before = store.read_log(Cursor::START, 100).await.unwrap();
-    assert_eq!(before.events.len(), 3);
+    // Read once the horizon has passed them (another test's open transaction holds it back).
+    let before = read_log_through(&store, Cursor::START, 100, written).await;
+    assert_eq!(before.len(), 3);
     let shift = format!(
         "UPDATE events SET tx_id = (tx_id::text::bigint + {XID_OFFSET})::text::xid8;
          UPDATE streams SET last_tx_id = (last_tx_id::text::bigint + {XID_OFFSET})::text::xid8;"
     );
     source.client().await.batch_execute(&shift).await.expect("shifted");
     // The cursor a reader (a projection, a subscriber) held from before the restore.
-    let last_read = before.events.last().expect("an event").cursor;
+    let last_read = before.last().expect("an event").cursor;
     let held = Cursor { tx_id: last_read.tx_id + XID_OFFSET as u64, ..last_read };
 
     let target = TestDb::empty().await;

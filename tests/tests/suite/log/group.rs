@@ -79,3 +79,89 @@ async fn grouped_appends_succeed_or_fail_one_by_one() {
     assert_eq!(report.events_checked, (GOOD + RESENT) as u64);
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
 }
+
+/// Polls `future` once: whether it finished, without giving it up.
+async fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx)))
+        .await
+}
+
+/// Holds the row lock of `stream_id`'s stream in a transaction of its own (no idle timeout).
+async fn hold_stream(db: &TestDb, stream_id: &str) -> tokio_postgres::Client {
+    let holder = db.client().await;
+    holder
+        .batch_execute(&format!(
+            "SET idle_in_transaction_session_timeout = 0; BEGIN; \
+             SELECT 1 FROM streams WHERE stream_id = '{stream_id}' FOR UPDATE"
+        ))
+        .await
+        .expect("the stream row is locked");
+    holder
+}
+
+/// Waits (bounded) until a backend of this database waits for a lock.
+async fn until_one_waits(db: &TestDb) {
+    let observer = db.client().await;
+    let waiting = async {
+        loop {
+            let row = observer
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .expect("pg_stat_activity");
+            if row.get::<_, i64>(0) >= 1 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), waiting).await.expect("in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_member_is_answered_while_a_neighbour_retried_alone_still_waits() {
+    let db = TestDb::migrated().await;
+    // Streams this store has never seen (another process wrote them), so appends to them are
+    // retried alone, after the group.
+    let other = db.store();
+    for id in ["locked", "gate"] {
+        let first = append(id, ExpectedVersion::NoStream, vec![event("E", json!(0))]);
+        other.append(vec![first]).await.expect("written");
+    }
+    let store =
+        db.store_with(leasehold_adapters::StoreConfig { committers: 1, ..Default::default() });
+    let locked = hold_stream(&db, "locked").await;
+    let gate = hold_stream(&db, "gate").await;
+    // The one committer is busy with an append waiting for the gate...
+    let next = |id: &str| append(id, ExpectedVersion::Exact(1), vec![event("E", json!(1))]);
+    let gated = {
+        let store = store.clone();
+        let append = next("gate");
+        tokio::spawn(async move { store.append(vec![append]).await })
+    };
+    until_one_waits(&db).await;
+    // ...while the next group queues: an append to the locked stream and two new streams.
+    let new = |id: &str| append(id, ExpectedVersion::NoStream, vec![event("E", json!(0))]);
+    let mut slow = Box::pin(store.append(vec![next("locked")]));
+    let mut fast_1 = Box::pin(store.append(vec![new("fast-1")]));
+    let mut fast_2 = Box::pin(store.append(vec![new("fast-2")]));
+    for queued in [&mut slow, &mut fast_1, &mut fast_2] {
+        assert!(poll_once(queued).await.is_pending(), "queued for the next group");
+    }
+    gate.batch_execute("ROLLBACK").await.expect("the gate opens");
+    gated.await.expect("the task").expect("the gated append commits");
+    // The two new streams commit in the group and are answered while the other member, retried
+    // on its own, still waits for the lock.
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        futures_util::future::join(&mut fast_1, &mut fast_2).await
+    });
+    let (one, two) = answered.await.expect("answered while the neighbour waits");
+    assert!(one.is_ok() && two.is_ok(), "{one:?} {two:?}");
+    assert!(poll_once(&mut slow).await.is_pending(), "the neighbour still waits for the lock");
+    locked.batch_execute("ROLLBACK").await.expect("released");
+    let done = tokio::time::timeout(std::time::Duration::from_secs(60), slow).await;
+    assert_eq!(done.expect("in time").expect("appended").stream_versions[0].1, 2);
+}
