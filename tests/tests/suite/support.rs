@@ -74,3 +74,25 @@ pub async fn read_whole_stream(
         }
     }
 }
+
+/// Waits (at most 30 s) until a backend of `observer`'s database waits for a lock: backend
+/// `pid` if given, else any.
+pub async fn until_waiting_for_a_lock(observer: &tokio_postgres::Client, pid: Option<i32>) {
+    let waiting = async {
+        loop {
+            let row = observer
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND ($1::int4 IS NULL OR pid = $1)",
+                    &[&pid],
+                )
+                .await
+                .expect("pg_stat_activity");
+            if row.get::<_, i64>(0) >= 1 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), waiting).await.expect("it waits in time");
+}

@@ -7,7 +7,7 @@ use leasehold_domain::{AppendOutcome, EventStore, ExpectedVersion, StoreError};
 use leasehold_tests::TestDb;
 use serde_json::json;
 
-use crate::support::{append, event, read_whole_stream, stream};
+use crate::support::{append, event, read_whole_stream, stream, until_waiting_for_a_lock};
 
 const GOOD: usize = 200;
 const WRONG: usize = 20;
@@ -99,28 +99,6 @@ async fn hold_stream(db: &TestDb, stream_id: &str) -> tokio_postgres::Client {
     holder
 }
 
-/// Waits (bounded) until a backend of this database waits for a lock.
-async fn until_one_waits(db: &TestDb) {
-    let observer = db.client().await;
-    let waiting = async {
-        loop {
-            let row = observer
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .expect("pg_stat_activity");
-            if row.get::<_, i64>(0) >= 1 {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), waiting).await.expect("in time");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_member_is_answered_while_a_neighbour_retried_alone_still_waits() {
     let db = TestDb::migrated().await;
@@ -142,7 +120,7 @@ async fn a_committed_member_is_answered_while_a_neighbour_retried_alone_still_wa
         let append = next("gate");
         tokio::spawn(async move { store.append(vec![append]).await })
     };
-    until_one_waits(&db).await;
+    until_waiting_for_a_lock(&db.client().await, None).await;
     // ...while the next group queues: an append to the locked stream and two new streams.
     let new = |id: &str| append(id, ExpectedVersion::NoStream, vec![event("E", json!(0))]);
     let mut slow = Box::pin(store.append(vec![next("locked")]));

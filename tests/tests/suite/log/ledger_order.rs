@@ -10,6 +10,8 @@ use std::time::Duration;
 use leasehold_tests::TestDb;
 use tokio_postgres::Client;
 
+use crate::support::until_waiting_for_a_lock;
+
 const ZERO: &str = "'\\x0000000000000000000000000000000000000000000000000000000000000000'::bytea";
 const HASH: &str = "'\\x1111111111111111111111111111111111111111111111111111111111111111'::bytea";
 const EVENT_ID: &str = "0190a5b6-0000-7000-8000-00000000e001";
@@ -27,26 +29,6 @@ fn append_sql(check_event_ids: bool) -> String {
             ARRAY[1::bigint], ARRAY[1::bigint], ARRAY['tenant'], ARRAY['ledger-order-1'],
             ARRAY[1::bigint])"
     )
-}
-
-/// Waits (bounded) until the backend `pid` waits for a lock.
-async fn until_waiting(observer: &Client, pid: i32) {
-    let waiting = async {
-        loop {
-            let row = observer
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
-                    &[&pid],
-                )
-                .await
-                .expect("pg_stat_activity");
-            if row.get::<_, i64>(0) == 1 {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), waiting).await.expect("it waits in time");
 }
 
 async fn pid_of(client: &Client) -> i32 {
@@ -75,9 +57,9 @@ async fn an_append_waiting_for_its_key_holds_no_stream_or_event_yet_and_racing_r
     let observer = db.client().await;
     let (original_pid, retry_pid) = (pid_of(&original).await, pid_of(&retry).await);
     let original_call = tokio::spawn(async move { original.query(&append_sql(false), &[]).await });
-    until_waiting(&observer, original_pid).await;
+    until_waiting_for_a_lock(&observer, Some(original_pid)).await;
     let retry_call = tokio::spawn(async move { retry.query(&append_sql(true), &[]).await });
-    until_waiting(&observer, retry_pid).await;
+    until_waiting_for_a_lock(&observer, Some(retry_pid)).await;
 
     // Neither holds the stream row or the event id: another transaction takes and releases
     // both without waiting.
