@@ -1,6 +1,9 @@
 //! Verifying the hash chains: every stream's versions are contiguous from 1, every event's
-//! `prev_hash` is its predecessor's `hash`, and every `hash` equals
-//! `sha256(prev_hash || canonical JSON)` recomputed from the stored fields.
+//! `prev_hash` is its predecessor's `hash`, every `hash` equals
+//! `sha256(prev_hash || canonical JSON)` recomputed from the stored fields, and every stream's
+//! last event is the head the `streams` table records (so a deleted tail or a stream whose
+//! events were all deleted is found). A stream deleted from both tables, and a reordering of
+//! the log, need the seals (not built yet).
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::StoreError;
@@ -24,6 +27,18 @@ pub enum BreakKind {
         /// The version that should have come next.
         expected: u64,
     },
+    /// The `streams` table records more events than the log holds: the stream's last events
+    /// (from `version` on) were deleted.
+    EventsMissing {
+        /// How many events the `streams` table records.
+        recorded: u64,
+    },
+    /// The `streams` table records a stream of which the log holds no event at all.
+    StreamMissing,
+    /// The stream's last event is not the one the `streams` table records (its version is
+    /// beyond the recorded head, or its hash differs): the tail was rewritten or extended
+    /// outside the append path.
+    HeadMismatch,
 }
 
 /// One place where a chain does not hold.
@@ -63,9 +78,18 @@ const PAGE_SQL: &str = "SELECT stream_id, version, position, event_id, event_typ
      payload, recorded_at, schema_version, stream_type, tenant_id, prev_hash, hash FROM events \
      WHERE (stream_id, version) > ($1, $2) ORDER BY stream_id, version LIMIT $3";
 
+/// Every stream whose recorded head (`streams`) is not its last stored event.
+const HEADS_SQL: &str = "SELECT s.stream_id, s.version, e.version, e.position, \
+     e.hash = s.last_hash FROM streams s LEFT JOIN LATERAL (SELECT version, position, hash \
+     FROM events WHERE stream_id = s.stream_id ORDER BY version DESC LIMIT 1) e ON true \
+     WHERE e.version IS DISTINCT FROM s.version OR e.hash IS DISTINCT FROM s.last_hash \
+     ORDER BY s.stream_id";
+
 impl PgEventStore {
-    /// Walks every stream in stream-id order and checks its chain. `progress` is called after
-    /// each page with the number of events checked so far.
+    /// Walks every stream in stream-id order and checks its chain, then checks every stream's
+    /// last event against the head the `streams` table records (a deleted tail or a deleted
+    /// stream's events leave intact chains behind). `progress` is called after each page with
+    /// the number of events checked so far.
     pub async fn verify_chains(
         &self,
         mut progress: impl FnMut(u64),
@@ -88,9 +112,38 @@ impl PgEventStore {
             }
             progress(report.events_checked);
             if rows.len() < usize::try_from(VERIFY_PAGE_ROWS).unwrap_or(usize::MAX) {
-                return Ok(report);
+                break;
             }
         }
+        let heads = client
+            .query(HEADS_SQL, &[])
+            .await
+            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+        for row in &heads {
+            check_head(row, &mut report);
+        }
+        Ok(report)
+    }
+}
+
+/// A stream whose recorded head is not its last stored event.
+fn check_head(row: &tokio_postgres::Row, report: &mut VerifyReport) {
+    let recorded = u64::try_from(row.get::<_, i64>(1)).unwrap_or_default();
+    let last = row.get::<_, Option<i64>>(2).map(|v| u64::try_from(v).unwrap_or_default());
+    let position = row.get::<_, Option<i64>>(3).map_or(0, |p| u64::try_from(p).unwrap_or(0));
+    let (version, kind) = match last {
+        None => (1, BreakKind::StreamMissing),
+        Some(last) if last < recorded => (last + 1, BreakKind::EventsMissing { recorded }),
+        Some(last) => (last, BreakKind::HeadMismatch),
+    };
+    push_break(report, ChainBreak { stream_id: row.get(0), version, position, kind });
+}
+
+fn push_break(report: &mut VerifyReport, found: ChainBreak) {
+    if report.breaks.len() < VERIFY_BREAKS_MAX {
+        report.breaks.push(found);
+    } else {
+        report.breaks_truncated = true;
     }
 }
 
@@ -128,16 +181,7 @@ fn check_row(
         *walk = Walk { stream_id: stream_id.clone(), version: 0, hash: GENESIS_HASH };
     }
     let mut record = |kind| {
-        if report.breaks.len() < VERIFY_BREAKS_MAX {
-            report.breaks.push(ChainBreak {
-                stream_id: stream_id.clone(),
-                version,
-                position,
-                kind,
-            });
-        } else {
-            report.breaks_truncated = true;
-        }
+        push_break(report, ChainBreak { stream_id: stream_id.clone(), version, position, kind })
     };
     if version != walk.version + 1 {
         record(BreakKind::VersionGap { expected: walk.version + 1 });

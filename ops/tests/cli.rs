@@ -123,6 +123,52 @@ async fn verify_names_a_tampered_event_and_fails() {
     assert!(stdout.contains("3 events in 1 streams checked, 1 breaks"), "{stdout}");
 }
 
+#[tokio::test]
+async fn verify_finds_a_deleted_tail_and_a_stream_whose_events_are_gone() {
+    use leasehold_domain::{
+        EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
+        StreamId, StreamType, TenantId,
+    };
+    let db = TestDb::migrated().await;
+    let store = db.store();
+    for stream in ["lease-1", "lease-2"] {
+        let events = (0..3)
+            .map(|n| NewEvent {
+                event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
+                event_type: EventType::parse("Charged").unwrap(),
+                schema_version: 1,
+                payload: serde_json::json!({ "amount": n }),
+                metadata: Metadata::default(),
+            })
+            .collect();
+        let append = StreamAppend {
+            stream_id: StreamId::parse(stream).unwrap(),
+            stream_type: StreamType::parse("lease").unwrap(),
+            tenant_id: TenantId::parse("acme").unwrap(),
+            expected: ExpectedVersion::NoStream,
+            events,
+        };
+        store.append(vec![append]).await.unwrap();
+    }
+    // The chains that remain are intact: only the heads the streams table records tell.
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "DELETE FROM events WHERE stream_id = 'lease-1' AND version = 3; \
+             DELETE FROM events WHERE stream_id = 'lease-2'",
+        )
+        .await
+        .unwrap();
+
+    let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("BROKEN stream lease-1 version 3"), "{stdout}");
+    assert!(stdout.contains("EventsMissing { recorded: 3 }"), "{stdout}");
+    assert!(stdout.contains("BROKEN stream lease-2 version 1"), "{stdout}");
+    assert!(stdout.contains("StreamMissing"), "{stdout}");
+}
+
 /// Reads the child's standard output until a line contains `needle` (bounded wait).
 async fn read_until(
     lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
