@@ -35,6 +35,10 @@ pub const COMMITTERS_DEFAULT: usize = 2;
 /// Most appends one group commit carries.
 pub const GROUP_APPENDS_MAX: usize = 64;
 
+/// Members a group could not settle that are retried on their own at once (each on a pooled
+/// connection of its own).
+pub const GROUP_ALONE_CONCURRENCY_MAX: usize = 4;
+
 /// Appends with more events than this commit on their own, never in a group.
 pub const GROUP_EVENTS_PER_APPEND_MAX: usize = 16;
 

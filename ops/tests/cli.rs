@@ -84,13 +84,12 @@ async fn bench_log_prints_one_json_object_per_measure() {
     }
 }
 
-#[tokio::test]
-async fn verify_names_a_tampered_event_and_fails() {
+/// Three `Charged` events (amounts 40, 41, 42) appended to the new stream `stream`.
+async fn three_charges(db: &TestDb, stream: &str) {
     use leasehold_domain::{
         EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
         StreamId, StreamType, TenantId,
     };
-    let db = TestDb::migrated().await;
     let events = (0..3)
         .map(|n| NewEvent {
             event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
@@ -102,7 +101,7 @@ async fn verify_names_a_tampered_event_and_fails() {
         .collect();
     db.store()
         .append(vec![StreamAppend {
-            stream_id: StreamId::parse("lease-7").unwrap(),
+            stream_id: StreamId::parse(stream).unwrap(),
             stream_type: StreamType::parse("lease").unwrap(),
             tenant_id: TenantId::parse("acme").unwrap(),
             expected: ExpectedVersion::NoStream,
@@ -110,6 +109,12 @@ async fn verify_names_a_tampered_event_and_fails() {
         }])
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn verify_names_a_tampered_event_and_fails() {
+    let db = TestDb::migrated().await;
+    three_charges(&db, "lease-7").await;
     let client = db.client().await;
     client
         .execute("UPDATE events SET payload = '{\"amount\": 99}' WHERE version = 2", &[])
@@ -125,30 +130,9 @@ async fn verify_names_a_tampered_event_and_fails() {
 
 #[tokio::test]
 async fn verify_finds_a_deleted_tail_and_a_stream_whose_events_are_gone() {
-    use leasehold_domain::{
-        EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
-        StreamId, StreamType, TenantId,
-    };
     let db = TestDb::migrated().await;
-    let store = db.store();
     for stream in ["lease-1", "lease-2"] {
-        let events = (0..3)
-            .map(|n| NewEvent {
-                event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
-                event_type: EventType::parse("Charged").unwrap(),
-                schema_version: 1,
-                payload: serde_json::json!({ "amount": n }),
-                metadata: Metadata::default(),
-            })
-            .collect();
-        let append = StreamAppend {
-            stream_id: StreamId::parse(stream).unwrap(),
-            stream_type: StreamType::parse("lease").unwrap(),
-            tenant_id: TenantId::parse("acme").unwrap(),
-            expected: ExpectedVersion::NoStream,
-            events,
-        };
-        store.append(vec![append]).await.unwrap();
+        three_charges(&db, stream).await;
     }
     // The chains that remain are intact: only the heads the streams table records tell.
     let client = db.client().await;

@@ -42,17 +42,8 @@ impl PgEventStore {
             .await?;
         let mut statuses = Vec::with_capacity(rows.len());
         for row in rows {
-            let cursor = cursor_of(&row);
-            let (events_behind, seconds_behind) = self.behind(cursor).await?;
-            statuses.push(ProjectionStatus {
-                name: row.get(3),
-                version: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
-                cursor,
-                events_applied: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
-                events_behind,
-                seconds_behind,
-                updated_at: row.get(6),
-            });
+            let behind = self.behind(cursor_of(&row)).await?;
+            statuses.push(status_of(&row, behind));
         }
         Ok(statuses)
     }
@@ -82,15 +73,7 @@ impl PgEventStore {
             .map(|row| {
                 let events_behind = u64::try_from(row.get::<_, i64>(7)).unwrap_or_default();
                 let idle = row.get::<_, Option<f64>>(8).unwrap_or(0.0).max(0.0);
-                ProjectionStatus {
-                    name: row.get(3),
-                    version: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
-                    cursor: cursor_of(row),
-                    events_applied: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
-                    events_behind,
-                    seconds_behind: if events_behind == 0 { 0.0 } else { idle },
-                    updated_at: row.get(6),
-                }
+                status_of(row, (events_behind, if events_behind == 0 { 0.0 } else { idle }))
             })
             .collect())
     }
@@ -128,5 +111,22 @@ impl PgEventStore {
             )
             .await?;
         Ok(rows.first().map_or(0.0, |row| row.get::<_, f64>(0).max(0.0)))
+    }
+}
+
+/// A checkpoint row (cursor columns first, then projection, version, events applied, updated
+/// at) with how far behind it is: `(events, seconds)`.
+fn status_of(
+    row: &tokio_postgres::Row,
+    (events_behind, seconds_behind): (u64, f64),
+) -> ProjectionStatus {
+    ProjectionStatus {
+        name: row.get(3),
+        version: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
+        cursor: cursor_of(row),
+        events_applied: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
+        events_behind,
+        seconds_behind,
+        updated_at: row.get(6),
     }
 }

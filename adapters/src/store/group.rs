@@ -11,13 +11,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use futures_util::StreamExt as _;
 use leasehold_domain::{AppendOutcome, LedgerEntry, StoreError, StreamAppend};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::PgEventStore;
 use super::append::Answer;
 use super::prepare::{Member, Prepared, Rendered};
-use crate::limits::{GROUP_APPENDS_MAX, GROUP_LINGER_YIELDS as LINGER_YIELDS, GROUP_QUEUE_MAX};
+use crate::limits::{
+    GROUP_ALONE_CONCURRENCY_MAX, GROUP_APPENDS_MAX, GROUP_LINGER_YIELDS as LINGER_YIELDS,
+    GROUP_QUEUE_MAX,
+};
 
 /// An append waiting for a group, and where its answer goes.
 #[derive(Debug)]
@@ -91,8 +95,9 @@ impl PgEventStore {
             self.try_together(&prepared, &mut results).await;
         }
         // Every member the group settled is answered now, as its transaction has committed;
-        // the others are retried on their own, concurrently, each answered when it settles,
-        // so one that waits (for a lock, bounded by the function's lock_timeout) delays no one.
+        // the others are retried on their own, a few at a time (each takes a pooled
+        // connection), each answered when it settles, so one that waits (for a lock, bounded
+        // by the function's lock_timeout) delays no one else.
         let mut alone = Vec::new();
         for ((reply, result), prepared) in replies.into_iter().zip(results).zip(&prepared) {
             match result {
@@ -104,7 +109,9 @@ impl PgEventStore {
                 }),
             }
         }
-        futures_util::future::join_all(alone).await;
+        let mut settling =
+            futures_util::stream::iter(alone).buffer_unordered(GROUP_ALONE_CONCURRENCY_MAX);
+        while settling.next().await.is_some() {}
     }
 
     /// Commits the members whose heads are known in one call; fills in what it settles.

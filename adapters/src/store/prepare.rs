@@ -176,8 +176,8 @@ fn ledger_rows<'a>(group: &[Member<'a>], new_heads: &[Vec<Head>]) -> LedgerRows<
         let s = (0..heads.len()).find(|&s| prepared.stream(s).stream_id == entry.stream);
         // The store refuses a ledger entry naming a stream outside its append before encoding.
         let s = s.expect("the ledger's stream is one of the append's");
-        let last_caller = prepared.appends.iter().rposition(|a| !a.events.is_empty());
-        let last_caller = last_caller.expect("an append has events");
+        // Every stream's part has events (validated), so the last event is the last part's.
+        let last_caller = prepared.appends.len() - 1;
         let cursor_stream = prepared.appends[last_caller].stream_id.as_str();
         let cursor_version = new_heads[number][prepared.caller_order[last_caller]].version;
         entries.push(LedgerRow {
