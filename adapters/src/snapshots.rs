@@ -106,13 +106,17 @@ mod golden {
     use leasehold_domain::TenantId;
     use leasehold_domain::lease::{
         ChainState, Lease, LeaseId, LeaseItem, LeaseItems, LeaseStatus, LeaseTerms, Maintenance,
-        MaintenanceId, MaintenanceKind, OperatorDetail, PayloadHash, ProviderId, Reason, Retention,
-        RetentionStatus, ServiceName, Sku, TenantMessage, TerminalBudget, TerminalVerdict,
+        MaintenanceId, MaintenanceKind, OperationId, OperatorDetail, PayloadHash, ProviderId,
+        Reason, Retention, RetentionStatus, ServiceName, Sku, TenantMessage, TerminalBudget,
+        TerminalVerdict,
     };
     use uuid::Uuid;
 
     /// The encoded `(TenantId, Lease)` of [`populated`], by `Lease::STATE_SCHEMA`.
-    const LEASE_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/lease_state_v1.hex"))];
+    const LEASE_STATE_GOLDEN: &[(u32, &str)] = &[
+        (1, include_str!("golden/lease_state_v1.hex")),
+        (2, include_str!("golden/lease_state_v2.hex")),
+    ];
 
     /// A state with every optional part present, so that every field is in the bytes.
     fn populated() -> (TenantId, Lease) {
@@ -142,6 +146,7 @@ mod golden {
             last_error: Some(OperatorDetail::new("exit 137")),
             fail_count: 3,
             generation: 4,
+            operation: Some(OperationId(Uuid::from_u128(12))),
             pending: Some(Maintenance {
                 id: MaintenanceId(Uuid::from_u128(5)),
                 admitted_at: at(1),

@@ -3,7 +3,7 @@
 
 use leasehold_domain::OperationKey;
 use leasehold_domain::lease::{
-    FieldError, HostName, LeaseCommand, LeaseId, LeaseItem, LeaseItems, MaintenanceId,
+    FieldError, HostName, LeaseCommand, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
     OperatorDetail, PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
 };
 use leasehold_domain::limits::LEASE_QUANTITY_DEFAULT_MAX;
@@ -96,12 +96,13 @@ pub fn items(raw: &[ItemInput], limits: LeaseInputLimits) -> Result<LeaseItems, 
     LeaseItems::new(items)
 }
 
-/// `RequestProvision` for lease `lease`.
+/// `RequestProvision` for lease `lease`, whose reports will name `operation`.
 ///
 /// # Errors
 /// The first malformed field.
 pub fn request_provision(
     lease: LeaseId,
+    operation: OperationId,
     input: &RequestLeaseInput,
     limits: LeaseInputLimits,
 ) -> Result<LeaseCommand, FieldError> {
@@ -110,6 +111,7 @@ pub fn request_provision(
         provider: ProviderId(uuid("providerId", &input.provider_id)?),
         items: items(&input.items, limits)?,
         payload_hash: PayloadHash::parse("payloadHash", input.payload_hash.as_str())?,
+        operation,
     })
 }
 
@@ -134,11 +136,12 @@ pub fn restart(maintenance: Uuid) -> LeaseCommand {
     LeaseCommand::Restart { maintenance_id: MaintenanceId(maintenance) }
 }
 
-/// A failure report: the reason defaults to `Unknown` when none was authored.
+/// A failure report on `operation`: the reason defaults to `Unknown` when none was authored.
 ///
 /// # Errors
 /// A malformed reason or message.
 pub fn report_failed(
+    operation: OperationId,
     reason: Option<&str>,
     message: &str,
     detail: &str,
@@ -148,6 +151,7 @@ pub fn report_failed(
         None => Reason::unknown(),
     };
     Ok(LeaseCommand::ReportFailed {
+        operation,
         reason,
         message: TenantMessage::parse("message", message)?,
         detail: OperatorDetail::new(detail),
@@ -185,7 +189,8 @@ mod tests {
             payload_hash: "ab".repeat(32),
         };
         let lease = LeaseId(Uuid::nil());
-        assert_eq!(field_of(request_provision(lease, &input, limits)), "providerId");
+        let operation = OperationId(Uuid::nil());
+        assert_eq!(field_of(request_provision(lease, operation, &input, limits)), "providerId");
     }
 
     #[test]
@@ -195,9 +200,11 @@ mod tests {
             items: vec![item("gpu.h100.1x", 2, Some("trainer"))],
             payload_hash: "ab".repeat(32),
         };
-        let command = request_provision(LeaseId(Uuid::nil()), &input, LeaseInputLimits::default());
+        let operation = OperationId(Uuid::nil());
+        let limits = LeaseInputLimits::default();
+        let command = request_provision(LeaseId(Uuid::nil()), operation, &input, limits);
         assert!(matches!(command, Ok(LeaseCommand::RequestProvision { .. })));
-        let reported = report_failed(None, "it failed", "exit 1").expect("valid");
+        let reported = report_failed(operation, None, "it failed", "exit 1").expect("valid");
         let LeaseCommand::ReportFailed { reason, .. } = reported else { panic!("a report") };
         assert_eq!(reason.as_str(), "Unknown");
         let removed = set_custom_domain(Some("web"), Some("")).expect("valid");

@@ -12,6 +12,15 @@
 //! (other than a request or a restore) is `NotFound`. A command the table does not list for a
 //! status is `InvalidState`.
 //!
+//! Every piece of backend work has an **operation id**: a provision and a restore name theirs,
+//! a restart or update uses its maintenance id. The lease's current operation is the last one
+//! started. Each report (ReportProvisioned, ReportFailed, ReportContainerDied,
+//! ConfirmDeprovisioned) names the operation it reports on, and one naming another than the
+//! current operation is `Fenced` before any row below applies: a superseded operation's
+//! report never settles a newer one, and the rows' "duplicate report" no-ops only ever see
+//! redeliveries within one operation. (A lease started before operations had ids has no
+//! current operation and accepts any.)
+//!
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
 //! | none | RequestProvision | provisioning | ProvisionRequested | every SKU routes to a backend, else `NoBackend` |
@@ -73,8 +82,8 @@ use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 
 pub use events::{LeaseEvent, OPERATOR_ONLY_FIELDS, tenant_view};
 pub use values::{
-    FieldError, HostName, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperatorDetail,
-    PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
+    FieldError, HostName, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
+    OperatorDetail, PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
 };
 
 /// The name of a provisioning backend a lease is placed on.
@@ -273,6 +282,9 @@ pub struct Lease {
     pub fail_count: u32,
     /// Rises with every command that starts backend work.
     pub generation: u64,
+    /// The backend work whose reports are accepted now: the last provision, restore, restart
+    /// or update started (`None` for a lease started before operations had ids).
+    pub operation: Option<OperationId>,
     /// The restart or update in progress.
     pub pending: Option<Maintenance>,
     /// The last completion that settled a maintenance, so that a repeated report is a no-op.
@@ -331,11 +343,18 @@ pub enum LeaseCommand {
         items: LeaseItems,
         /// The manifest's hash.
         payload_hash: PayloadHash,
+        /// The id the backend's reports on this provision will name.
+        operation: OperationId,
     },
     /// The backend finished provisioning (or restoring).
-    ReportProvisioned,
+    ReportProvisioned {
+        /// The operation it settles.
+        operation: OperationId,
+    },
     /// The backend failed to provision, or a running lease failed, with its diagnosis.
     ReportFailed {
+        /// The operation it reports on.
+        operation: OperationId,
         /// Tenant-safe reason.
         reason: Reason,
         /// Tenant-safe message.
@@ -345,6 +364,8 @@ pub enum LeaseCommand {
     },
     /// A running lease's container exited.
     ReportContainerDied {
+        /// The operation it reports on.
+        operation: OperationId,
         /// Operator-only detail.
         detail: OperatorDetail,
     },
@@ -373,6 +394,8 @@ pub enum LeaseCommand {
     Deprovision,
     /// The backend released them, keeping the data or not.
     ConfirmDeprovisioned {
+        /// The operation it reports on (the last one the backend was given).
+        operation: OperationId,
         /// Whether the volumes were kept for a restore.
         retained: bool,
     },
@@ -386,6 +409,8 @@ pub enum LeaseCommand {
         provider: Option<ProviderId>,
         /// The items, which must keep the retained lease's shape.
         items: LeaseItems,
+        /// The id the backend's reports on this restore will name.
+        operation: OperationId,
     },
     /// On the retained lease: a restore into `into` begins.
     BeginRestore {
@@ -432,11 +457,22 @@ pub enum LeaseCommand {
 }
 
 impl LeaseCommand {
+    /// The operation a backend's report names; `None` for commands that are not reports.
+    pub fn reported_operation(&self) -> Option<OperationId> {
+        match self {
+            Self::ReportProvisioned { operation }
+            | Self::ReportFailed { operation, .. }
+            | Self::ReportContainerDied { operation, .. }
+            | Self::ConfirmDeprovisioned { operation, .. } => Some(*operation),
+            _ => None,
+        }
+    }
+
     /// The command's name, for refusals.
     pub fn name(&self) -> &'static str {
         match self {
             Self::RequestProvision { .. } => "RequestProvision",
-            Self::ReportProvisioned => "ReportProvisioned",
+            Self::ReportProvisioned { .. } => "ReportProvisioned",
             Self::ReportFailed { .. } => "ReportFailed",
             Self::ReportContainerDied { .. } => "ReportContainerDied",
             Self::Restart { .. } => "Restart",
@@ -545,7 +581,7 @@ impl Refusal for LeaseError {
 
 impl Aggregate for Lease {
     const STREAM_TYPE: &'static str = "lease";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = LeaseCommand;
     type Event = LeaseEvent;
     type Error = LeaseError;
@@ -561,6 +597,7 @@ impl Aggregate for Lease {
             last_error: None,
             fail_count: 0,
             generation: 0,
+            operation: None,
             pending: None,
             last_settled: None,
             retention: None,
@@ -610,7 +647,7 @@ impl Aggregate for Lease {
                 vec![(from.stream_id(), LeaseCommand::BeginRestore { into: *lease })]
             }
             (
-                LeaseCommand::ReportProvisioned | LeaseCommand::ReportFailed { .. },
+                LeaseCommand::ReportProvisioned { .. } | LeaseCommand::ReportFailed { .. },
                 Some(first),
                 Some((into, from)),
             ) if restoring => {

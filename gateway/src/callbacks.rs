@@ -1,14 +1,25 @@
-//! Backend callbacks: `POST /callbacks/leases/{lease_id}` reports a provision or a release,
-//! `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}` completes a restart or an
-//! update. A valid callback becomes the same fenced command as the agent mutation.
+//! Backend callbacks. Every callback URL names the operation it reports on, because a backend
+//! keeps the last callback URL it was given per lease and reports everything there:
+//!
+//! - `POST /callbacks/leases/{lease_id}/operations/{operation_id}` reports on a provision or a
+//!   restore: `success` (provisioned), `failed` (the provision failed, or the running lease
+//!   did), `deprovisioned` (released).
+//! - `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}` completes a restart or an
+//!   update when the body carries `maintenance_admitted_at`; without it, it reports on the
+//!   lease as above, the maintenance id being the operation.
+//!
+//! A valid callback becomes the same fenced command as the agent mutation: a report naming an
+//! operation older than the lease's current one is `FENCED` (409), so a late report of one
+//! provisioning cycle never settles the next one.
 //!
 //! Authentication (DOMAIN.md §3 rules 5 and 6): `X-Leasehold-Timestamp` (Unix seconds) and
 //! `X-Leasehold-Signature` (`sha256=` and the hex HMAC-SHA256 of
 //! `timestamp "\n" METHOD "\n" request-URI "\n" hex(sha256(body))` under the callback secret),
 //! compared in constant time; a timestamp more than 5 minutes old or 1 minute ahead is refused.
-//! Authority — which lease, which maintenance — comes from the signed URL only: the body's
+//! Authority — which lease, which operation — comes from the signed URL only: the body's
 //! `operation_id`, `lifecycle_id` and `backend` are never read, and a body naming another
-//! lease is refused. A redelivery of the same callback (same URL and body) is a duplicate.
+//! lease is refused. A redelivery of the same callback (same URL and body) is a duplicate; the
+//! same report for a new operation has a new URL, so it is not.
 
 use std::fmt;
 
@@ -20,7 +31,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
 use leasehold_commands::lease_input;
 use leasehold_domain::KeyNamespace;
-use leasehold_domain::lease::{LeaseCommand, LeaseFacts, LeaseId, MaintenanceId};
+use leasehold_domain::lease::{LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, OperationId};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -139,16 +150,35 @@ enum CallbackStatus {
     Deprovisioned,
 }
 
-/// `POST /callbacks/leases/{lease_id}`.
-pub(crate) async fn lease(
+/// Which operation a callback URL names.
+#[derive(Debug, Clone, Copy)]
+enum Named {
+    /// `/operations/{id}`: a provision or a restore.
+    Operation,
+    /// `/maintenance/{id}`: a restart or an update.
+    Maintenance,
+}
+
+/// `POST /callbacks/leases/{lease_id}`: the URL of an older protocol, which names no
+/// operation. Refused, with the URL to use.
+pub(crate) async fn unnamed() -> Response {
+    answer(Err(ApiError::new(
+        Code::NotFound,
+        "a callback URL names its operation: /callbacks/leases/{lease_id}/operations/{operation_id}",
+    )))
+}
+
+/// `POST /callbacks/leases/{lease_id}/operations/{operation_id}`.
+pub(crate) async fn operation(
     State(http): State<Http>,
-    Path(lease): Path<String>,
+    Path((lease, operation)): Path<(String, String)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(handle(&http, &lease, None, &method, &uri, &headers, &body).await)
+    let named = (Named::Operation, operation.as_str());
+    answer(handle(&http, &lease, named, &method, &uri, &headers, &body).await)
 }
 
 /// `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}`.
@@ -160,13 +190,14 @@ pub(crate) async fn maintenance(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(handle(&http, &lease, Some(&maintenance), &method, &uri, &headers, &body).await)
+    let named = (Named::Maintenance, maintenance.as_str());
+    answer(handle(&http, &lease, named, &method, &uri, &headers, &body).await)
 }
 
 async fn handle(
     http: &Http,
     lease: &str,
-    maintenance: Option<&str>,
+    (named, operation): (Named, &str),
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
@@ -178,8 +209,7 @@ async fn handle(
     })?;
     secret.verify(headers, method, uri, body)?;
     let lease = LeaseId(parse_uuid("lease id", lease)?);
-    let maintenance =
-        maintenance.map(|id| parse_uuid("maintenance id", id).map(MaintenanceId)).transpose()?;
+    let operation = parse_uuid("operation id", operation)?;
     let payload: CallbackPayload = serde_json::from_slice(body)
         .map_err(|error| ApiError::bad_input(format!("not a callback payload: {error}")))?;
     if payload
@@ -189,7 +219,7 @@ async fn handle(
     {
         return Err(ApiError::bad_input("the body names another lease than the signed URL"));
     }
-    let command = command_of(&payload, maintenance)?;
+    let command = command_of(&payload, named, operation)?;
     let principal = Principal {
         subject: "backend-callback".into(),
         role: Role::Agent,
@@ -224,19 +254,19 @@ async fn handle(
 }
 
 /// The command a callback stands for.
-fn command_of(
-    payload: &CallbackPayload,
-    maintenance: Option<MaintenanceId>,
-) -> Result<LeaseCommand, ApiError> {
+fn command_of(payload: &CallbackPayload, named: Named, id: Uuid) -> Result<LeaseCommand, ApiError> {
     let error = payload.error.as_deref().unwrap_or_default();
     let bad = |error: leasehold_domain::lease::FieldError| ApiError::bad_input(error.to_string());
-    Ok(match (maintenance, payload.status) {
-        (Some(maintenance_id), CallbackStatus::Success | CallbackStatus::Failed) => {
-            let admitted = payload.maintenance_admitted_at.as_deref().ok_or_else(|| {
-                ApiError::bad_input(
-                    "maintenance_admitted_at is required for a maintenance completion",
-                )
-            })?;
+    let completion = match (named, payload.status) {
+        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed) => {
+            payload.maintenance_admitted_at.as_deref()
+        }
+        _ => None,
+    };
+    let operation = OperationId(id);
+    Ok(match (completion, payload.status) {
+        (Some(admitted), _) => {
+            let maintenance_id = MaintenanceId(id);
             let admitted_at = DateTime::parse_from_rfc3339(admitted)
                 .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))?
                 .with_timezone(&Utc);
@@ -244,12 +274,12 @@ fn command_of(
             let outcome = crate::schema::maintenance_outcome(success, Some(error))?;
             LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }
         }
-        (_, CallbackStatus::Deprovisioned) => {
-            LeaseCommand::ConfirmDeprovisioned { retained: payload.retained }
+        (None, CallbackStatus::Deprovisioned) => {
+            LeaseCommand::ConfirmDeprovisioned { operation, retained: payload.retained }
         }
-        (None, CallbackStatus::Success) => LeaseCommand::ReportProvisioned,
+        (None, CallbackStatus::Success) => LeaseCommand::ReportProvisioned { operation },
         (None, CallbackStatus::Failed) => {
-            lease_input::report_failed(None, FAILED_MESSAGE, error).map_err(bad)?
+            lease_input::report_failed(operation, None, FAILED_MESSAGE, error).map_err(bad)?
         }
     })
 }

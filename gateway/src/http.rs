@@ -39,7 +39,11 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/graphql", get(graphiql).post(graphql))
         .route("/graphql/ws", get(crate::ws::upgrade))
-        .route("/callbacks/leases/{lease_id}", post(crate::callbacks::lease))
+        .route("/callbacks/leases/{lease_id}", post(crate::callbacks::unnamed))
+        .route(
+            "/callbacks/leases/{lease_id}/operations/{operation_id}",
+            post(crate::callbacks::operation),
+        )
         .route(
             "/callbacks/leases/{lease_id}/maintenance/{maintenance_id}",
             post(crate::callbacks::maintenance),

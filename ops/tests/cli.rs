@@ -211,14 +211,20 @@ async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
         payload_hash: "ab".repeat(32),
     };
     let limits = leasehold_commands::lease_input::LeaseInputLimits::default();
+    let operation = leasehold_domain::lease::OperationId(lease.0);
     let provision =
-        leasehold_commands::lease_input::request_provision(lease, &input, limits).expect("valid");
+        leasehold_commands::lease_input::request_provision(lease, operation, &input, limits)
+            .expect("valid");
     let backend =
         leasehold_domain::lease::ServiceName::parse("backend", "docker-1").expect("valid");
     let routed = LeaseFacts { backend: Some(backend), ..LeaseFacts::default() };
     pipeline.execute(request("req", provision, routed)).await.expect("requested");
     let ready = pipeline
-        .execute(request("up", LeaseCommand::ReportProvisioned, LeaseFacts::default()))
+        .execute(request(
+            "up",
+            LeaseCommand::ReportProvisioned { operation },
+            LeaseFacts::default(),
+        ))
         .await
         .expect("provisioned");
     let cursor = ready.cursor.expect("a cursor");

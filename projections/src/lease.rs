@@ -450,6 +450,7 @@ mod tests {
             generation: 1,
             release: 1,
             at: at(),
+            operation: None,
         }
     }
 

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 
 use super::{
     ChainState, Lease, LeaseCommand, LeaseError, LeaseEvent, LeaseFacts, LeaseItems, LeaseStatus,
-    MaintenanceId, MaintenanceOutcome, OperatorDetail, PayloadHash, ProviderId, Reason,
-    RetentionStatus, TenantMessage, TerminalVerdict,
+    MaintenanceId, MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash, ProviderId,
+    Reason, RetentionStatus, TenantMessage, TerminalVerdict,
 };
 use crate::aggregate::Context;
 use crate::lease::{CloseCause, HostName, LeaseId, MaintenanceKind, ReapCause, ServiceName};
@@ -23,16 +23,22 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
     {
         return Err(LeaseError::NotFound);
     }
+    if let Some(operation) = command.reported_operation()
+        && lease.operation.is_some_and(|current| current != operation)
+    {
+        return Err(LeaseError::Fenced);
+    }
     let refuse = || invalid(lease, command);
     match command {
-        LeaseCommand::RequestProvision { lease: id, provider, items, payload_hash } => {
-            request_provision(lease, command, (*id, *provider, items, payload_hash), ctx)
+        LeaseCommand::RequestProvision { lease: id, provider, items, payload_hash, operation } => {
+            let terms = (*id, *provider, items, payload_hash);
+            request_provision(lease, command, terms, *operation, ctx)
         }
-        LeaseCommand::ReportProvisioned => report_provisioned(lease, at).ok_or_else(refuse),
-        LeaseCommand::ReportFailed { reason, message, detail } => {
+        LeaseCommand::ReportProvisioned { .. } => report_provisioned(lease, at).ok_or_else(refuse),
+        LeaseCommand::ReportFailed { reason, message, detail, .. } => {
             report_failed(lease, (reason, message, detail), at).ok_or_else(refuse)
         }
-        LeaseCommand::ReportContainerDied { detail } => match lease.status {
+        LeaseCommand::ReportContainerDied { detail, .. } => match lease.status {
             LeaseStatus::Ready => Ok(vec![LeaseEvent::LeaseFailing { detail: detail.clone(), at }]),
             LeaseStatus::Failing | LeaseStatus::Failed => NO_CHANGE,
             status if status.is_gone() => NO_CHANGE,
@@ -54,11 +60,11 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
             let generation = lease.generation + 1;
             Ok(vec![LeaseEvent::LeaseDeprovisionRequested { generation, at }])
         }
-        LeaseCommand::ConfirmDeprovisioned { retained } => {
+        LeaseCommand::ConfirmDeprovisioned { retained, .. } => {
             confirm_deprovisioned(lease, command, *retained, ctx)
         }
-        LeaseCommand::Restore { lease: id, from, provider, items } => {
-            restore(lease, command, (*id, *from, *provider, items), ctx)
+        LeaseCommand::Restore { lease: id, from, provider, items, operation } => {
+            restore(lease, command, (*id, *from, *provider, items), *operation, ctx)
         }
         LeaseCommand::BeginRestore { into } => match lease.retention.map(|r| r.status) {
             Some(RetentionStatus::Active) => {
@@ -104,6 +110,7 @@ fn request_provision(
     lease: &Lease,
     command: &LeaseCommand,
     (id, provider, items, payload_hash): (LeaseId, ProviderId, &LeaseItems, &PayloadHash),
+    operation: OperationId,
     ctx: &Context<LeaseFacts>,
 ) -> Decision {
     let retry = match lease.status {
@@ -140,6 +147,7 @@ fn request_provision(
         generation: lease.generation + 1,
         release: lease.release_count + 1,
         at: ctx.now,
+        operation: Some(operation),
     }])
 }
 
@@ -285,6 +293,7 @@ fn restore(
     lease: &Lease,
     command: &LeaseCommand,
     (id, from, provider, items): (LeaseId, LeaseId, Option<ProviderId>, &LeaseItems),
+    operation: OperationId,
     ctx: &Context<LeaseFacts>,
 ) -> Decision {
     if lease.status != LeaseStatus::None {
@@ -323,6 +332,7 @@ fn restore(
         backend: terms.backend.clone(),
         generation: lease.generation + 1,
         at: ctx.now,
+        operation: Some(operation),
     }])
 }
 

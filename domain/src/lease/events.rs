@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::values::{
-    HostName, LeaseId, LeaseItems, MaintenanceId, OperatorDetail, PayloadHash, ProviderId, Reason,
-    ServiceName, TenantMessage,
+    HostName, LeaseId, LeaseItems, MaintenanceId, OperationId, OperatorDetail, PayloadHash,
+    ProviderId, Reason, ServiceName, TenantMessage,
 };
 use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
 use crate::aggregate::{DomainEvent, EventDecodeError};
@@ -27,6 +27,9 @@ pub enum LeaseEvent {
         generation: u64,
         release: u32,
         at: DateTime<Utc>,
+        /// Absent in events recorded before operations had ids.
+        #[serde(default)]
+        operation: Option<OperationId>,
     },
     /// The backend reported the provision (or restore) done.
     LeaseProvisioned { release: Option<u32>, at: DateTime<Utc> },
@@ -102,6 +105,9 @@ pub enum LeaseEvent {
         backend: BackendName,
         generation: u64,
         at: DateTime<Utc>,
+        /// Absent in events recorded before operations had ids.
+        #[serde(default)]
+        operation: Option<OperationId>,
     },
     /// This lease's retained data is being restored into another lease.
     LeaseRetentionRestoring { into: LeaseId, at: DateTime<Utc> },
@@ -213,10 +219,11 @@ impl LeaseEvent {
     ];
 }
 
-/// Payload fields only operators and auditors see: failure detail, the lifecycle generation
-/// and the terminal failure budget (DOMAIN.md §3, rules 3 and 4).
-pub const OPERATOR_ONLY_FIELDS: [&str; 4] =
-    ["detail", "generation", "verdict", "consecutive_failures"];
+/// Payload fields only operators and auditors see: failure detail, the lifecycle generation,
+/// the operation the backend reports against and the terminal failure budget (DOMAIN.md §3,
+/// rules 3 and 4).
+pub const OPERATOR_ONLY_FIELDS: [&str; 5] =
+    ["detail", "generation", "operation", "verdict", "consecutive_failures"];
 
 /// A lease event's payload as its tenant may see it: the operator-only fields removed.
 pub fn tenant_view(payload: &serde_json::Value) -> serde_json::Value {

@@ -151,8 +151,10 @@ fn started(mut lease: Lease, event: &LeaseEvent) -> Lease {
             generation,
             release,
             at,
+            operation,
         } => {
             raise_generation(&mut lease, *generation);
+            lease.operation = *operation;
             let created_at = lease.terms.as_ref().map_or(*at, |terms| terms.created_at);
             let restored_from = lease.terms.as_ref().and_then(|terms| terms.restored_from);
             lease.terms = Some(LeaseTerms {
@@ -177,8 +179,10 @@ fn started(mut lease: Lease, event: &LeaseEvent) -> Lease {
             backend,
             generation,
             at,
+            operation,
         } => {
             raise_generation(&mut lease, *generation);
+            lease.operation = *operation;
             lease.terms = Some(LeaseTerms {
                 id: *id,
                 provider: *provider,
@@ -241,6 +245,7 @@ fn failed(
 
 fn maintenance_started(lease: &mut Lease, pending: Maintenance, generation: u64) {
     raise_generation(lease, generation);
+    lease.operation = Some(pending.id.into());
     lease.status = match pending.kind {
         MaintenanceKind::Restart => LeaseStatus::Restarting,
         MaintenanceKind::Update => LeaseStatus::Updating,

@@ -307,6 +307,20 @@ uuid_type!(
     /// decides whether a completion settles the pending command.
     MaintenanceId
 );
+uuid_type!(
+    /// One piece of backend work a lease's reports settle: a provision, a restore, or a
+    /// restart or update (whose operation id is its maintenance id). The backend is given it
+    /// in the callback URL of the request and every report names it, so a report of an older
+    /// operation can never settle a newer one and a new operation's report is never taken for
+    /// a redelivery of an older one.
+    OperationId
+);
+
+impl From<MaintenanceId> for OperationId {
+    fn from(maintenance: MaintenanceId) -> Self {
+        Self(maintenance.0)
+    }
+}
 
 impl LeaseId {
     /// The lease's stream: `lease-<uuid>`.

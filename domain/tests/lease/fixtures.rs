@@ -4,8 +4,8 @@
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use leasehold_domain::lease::{
     CloseCause, Lease, LeaseCommand, LeaseError, LeaseEvent, LeaseFacts, LeaseId, LeaseItem,
-    LeaseItems, MaintenanceId, MaintenanceOutcome, OperatorDetail, PayloadHash, ProviderId, Reason,
-    RetainedSource, ServiceName, Sku, TenantMessage,
+    LeaseItems, MaintenanceId, MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash,
+    ProviderId, Reason, RetainedSource, ServiceName, Sku, TenantMessage,
 };
 use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, TenantId};
 use uuid::Uuid;
@@ -15,6 +15,10 @@ pub const SOURCE: LeaseId = LeaseId(Uuid::from_u128(0x2));
 pub const PROVIDER: ProviderId = ProviderId(Uuid::from_u128(0x10));
 pub const OTHER_PROVIDER: ProviderId = ProviderId(Uuid::from_u128(0x11));
 pub const MAINTENANCE: MaintenanceId = MaintenanceId(Uuid::from_u128(0x20));
+/// The operation of the first provision request.
+pub const OPERATION: OperationId = OperationId(Uuid::from_u128(0x30));
+/// The operation of a restore into LEASE.
+pub const RESTORE_OPERATION: OperationId = OperationId(Uuid::from_u128(0x31));
 
 pub fn t(minute: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 30, 12, minute, 0).single().expect("a valid time")
@@ -61,7 +65,18 @@ pub fn request() -> LeaseCommand {
         provider: PROVIDER,
         items: items(),
         payload_hash: hash(1),
+        operation: OPERATION,
     }
+}
+
+/// The backend's report that the first provision is done.
+pub fn provisioned() -> LeaseCommand {
+    provisioned_on(OPERATION)
+}
+
+/// The backend's report that `operation` is done.
+pub fn provisioned_on(operation: OperationId) -> LeaseCommand {
+    LeaseCommand::ReportProvisioned { operation }
 }
 
 pub fn failure() -> (Reason, TenantMessage, OperatorDetail) {
@@ -73,8 +88,12 @@ pub fn failure() -> (Reason, TenantMessage, OperatorDetail) {
 }
 
 pub fn report_failed() -> LeaseCommand {
+    report_failed_on(OPERATION)
+}
+
+pub fn report_failed_on(operation: OperationId) -> LeaseCommand {
     let (reason, message, detail) = failure();
-    LeaseCommand::ReportFailed { reason, message, detail }
+    LeaseCommand::ReportFailed { operation, reason, message, detail }
 }
 
 pub fn complete(admitted_minute: u32, outcome: MaintenanceOutcome) -> LeaseCommand {
@@ -121,14 +140,16 @@ pub fn provisioning() -> Vec<(LeaseCommand, LeaseFacts)> {
 
 pub fn ready() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = provisioning();
-    given.push(plain(LeaseCommand::ReportProvisioned));
+    given.push(plain(provisioned()));
     given
 }
 
 pub fn failing() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = ready();
-    given
-        .push(plain(LeaseCommand::ReportContainerDied { detail: OperatorDetail::new("exit 137") }));
+    given.push(plain(LeaseCommand::ReportContainerDied {
+        operation: OPERATION,
+        detail: OperatorDetail::new("exit 137"),
+    }));
     given
 }
 
@@ -160,14 +181,15 @@ pub fn deprovisioning() -> Vec<(LeaseCommand, LeaseFacts)> {
 
 pub fn deprovisioned() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = deprovisioning();
-    given.push(plain(LeaseCommand::ConfirmDeprovisioned { retained: false }));
+    given.push(plain(LeaseCommand::ConfirmDeprovisioned { operation: OPERATION, retained: false }));
     given
 }
 
 pub fn retained() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = deprovisioning();
     let facts = LeaseFacts { retention_max_age: Some(TimeDelta::days(7)), ..LeaseFacts::default() };
-    given.push((LeaseCommand::ConfirmDeprovisioned { retained: true }, facts));
+    given
+        .push((LeaseCommand::ConfirmDeprovisioned { operation: OPERATION, retained: true }, facts));
     given
 }
 

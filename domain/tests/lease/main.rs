@@ -59,6 +59,7 @@ fn request_provision() {
         provider: OTHER_PROVIDER,
         items: items(),
         payload_hash: hash(1),
+        operation: OPERATION,
     };
     check(&failed(), other, routed(), Refused(LeaseError::ProvisionMismatch));
     let other = C::RequestProvision {
@@ -66,18 +67,16 @@ fn request_provision() {
         provider: PROVIDER,
         items: items(),
         payload_hash: hash(9),
+        operation: OPERATION,
     };
     check(&failed(), other, routed(), Refused(LeaseError::ProvisionMismatch));
 }
 
 #[test]
 fn commands_on_a_lease_that_does_not_exist_are_not_found() {
-    for command in [
-        C::ReportProvisioned,
-        C::Deprovision,
-        C::Restart { maintenance_id: MAINTENANCE },
-        C::Expire,
-    ] {
+    for command in
+        [provisioned(), C::Deprovision, C::Restart { maintenance_id: MAINTENANCE }, C::Expire]
+    {
         check(&[], command, none(), Refused(LeaseError::NotFound));
     }
 }
@@ -86,7 +85,7 @@ fn commands_on_a_lease_that_does_not_exist_are_not_found() {
 fn report_provisioned() {
     let lease = check(
         &provisioning(),
-        C::ReportProvisioned,
+        provisioned(),
         none(),
         Events(&["LeaseProvisioned", "LeaseActivated"]),
     );
@@ -94,18 +93,18 @@ fn report_provisioned() {
         (lease.status, lease.chain, lease.active_release),
         (LeaseStatus::Ready, ChainState::Active, Some(1))
     );
-    check(&ready(), C::ReportProvisioned, none(), NoChange);
-    check(&deprovisioning(), C::ReportProvisioned, none(), NoChange);
-    check(&retained(), C::ReportProvisioned, none(), NoChange);
+    check(&ready(), provisioned(), none(), NoChange);
+    check(&deprovisioning(), provisioned(), none(), NoChange);
+    check(&retained(), provisioned(), none(), NoChange);
     check(
         &failed(),
-        C::ReportProvisioned,
+        provisioned(),
         none(),
         invalid("ReportProvisioned", LeaseStatus::Failed, ChainState::Active),
     );
     check(
         &restarting(),
-        C::ReportProvisioned,
+        provisioned_on(MAINTENANCE.into()),
         none(),
         invalid("ReportProvisioned", LeaseStatus::Restarting, ChainState::Active),
     );
@@ -139,7 +138,7 @@ fn report_failed_on_a_running_lease() {
     check(&deprovisioned(), report_failed(), none(), NoChange);
     check(
         &updating(),
-        report_failed(),
+        report_failed_on(MAINTENANCE.into()),
         none(),
         invalid("ReportFailed", LeaseStatus::Updating, ChainState::Active),
     );
@@ -147,7 +146,8 @@ fn report_failed_on_a_running_lease() {
 
 #[test]
 fn report_container_died() {
-    let died = || C::ReportContainerDied { detail: OperatorDetail::new("exit 1") };
+    let died =
+        || C::ReportContainerDied { operation: OPERATION, detail: OperatorDetail::new("exit 1") };
     let lease = check(&ready(), died(), none(), Events(&["LeaseFailing"]));
     assert_eq!(lease.status, LeaseStatus::Failing);
     check(&failing(), died(), none(), NoChange);
@@ -331,7 +331,7 @@ fn deprovision_is_idempotent() {
 fn confirm_deprovisioned() {
     let lease = check(
         &deprovisioning(),
-        C::ConfirmDeprovisioned { retained: false },
+        C::ConfirmDeprovisioned { operation: OPERATION, retained: false },
         none(),
         Events(&["LeaseDeprovisioned"]),
     );
@@ -339,7 +339,7 @@ fn confirm_deprovisioned() {
     let facts = LeaseFacts { retention_max_age: Some(chrono::TimeDelta::days(7)), ..none() };
     let lease = check(
         &deprovisioning(),
-        C::ConfirmDeprovisioned { retained: true },
+        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
         facts,
         Events(&["LeaseDeprovisioned"]),
     );
@@ -347,18 +347,28 @@ fn confirm_deprovisioned() {
     let retention = lease.retention.expect("retained");
     assert_eq!(retention.status, RetentionStatus::Active);
     assert_eq!(retention.retained_until, Some(t(0) + chrono::TimeDelta::days(7)));
-    check(&deprovisioned(), C::ConfirmDeprovisioned { retained: false }, none(), NoChange);
-    check(&retained(), C::ConfirmDeprovisioned { retained: true }, none(), NoChange);
+    check(
+        &deprovisioned(),
+        C::ConfirmDeprovisioned { operation: OPERATION, retained: false },
+        none(),
+        NoChange,
+    );
+    check(
+        &retained(),
+        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
+        none(),
+        NoChange,
+    );
     check(
         &ready(),
-        C::ConfirmDeprovisioned { retained: true },
+        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
         none(),
         invalid("ConfirmDeprovisioned", LeaseStatus::Ready, ChainState::Active),
     );
 }
 
 fn restore_command(provider: Option<leasehold_domain::lease::ProviderId>, items: LeaseItems) -> C {
-    C::Restore { lease: LEASE, from: SOURCE, provider, items }
+    C::Restore { lease: LEASE, from: SOURCE, provider, items, operation: RESTORE_OPERATION }
 }
 
 #[test]
@@ -374,9 +384,11 @@ fn restore_from_a_retained_lease() {
     assert_eq!((terms.restored_from, terms.backend.as_str()), (Some(SOURCE), "docker-1"));
     // Its completion is a provision report.
     let mut given = vec![(restore_command(None, items()), retained_source(true, retained()))];
-    check(&given, C::ReportProvisioned, none(), Events(&["LeaseProvisioned", "LeaseActivated"]));
-    check(&given, report_failed(), none(), Events(&["LeaseProvisionFailed", "LeaseRejected"]));
-    given.push((C::ReportProvisioned, none()));
+    let provisioned = provisioned_on(RESTORE_OPERATION);
+    check(&given, provisioned.clone(), none(), Events(&["LeaseProvisioned", "LeaseActivated"]));
+    let failed = report_failed_on(RESTORE_OPERATION);
+    check(&given, failed, none(), Events(&["LeaseProvisionFailed", "LeaseRejected"]));
+    given.push((provisioned, none()));
     check(
         &given,
         restore_command(None, items()),
@@ -438,7 +450,13 @@ fn restore_guards() {
         retained_source(true, retained()),
         Refused(LeaseError::DemoteUnverifiable),
     );
-    let wrong_id = C::Restore { lease: LEASE, from: LEASE, provider: None, items: items() };
+    let wrong_id = C::Restore {
+        lease: LEASE,
+        from: LEASE,
+        provider: None,
+        items: items(),
+        operation: RESTORE_OPERATION,
+    };
     check(&[], wrong_id, retained_source(true, retained()), Refused(LeaseError::RetainedNotFound));
 }
 
@@ -703,20 +721,65 @@ fn a_restore_is_linked_to_its_source() {
     let linked = before.linked(&restore_command(None, items()), &started);
     assert_eq!(linked, vec![(SOURCE.stream_id(), C::BeginRestore { into: LEASE })]);
     let ctx = ctx_at(40, none());
-    let provisioned = restoring.decide(&C::ReportProvisioned, &ctx).expect("accepted");
-    let linked = restoring.linked(&C::ReportProvisioned, &provisioned);
+    let report = provisioned_on(RESTORE_OPERATION);
+    let events = restoring.decide(&report, &ctx).expect("accepted");
+    let linked = restoring.linked(&report, &events);
     assert_eq!(
         linked,
         vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: true })]
     );
-    let failed = restoring.decide(&report_failed(), &ctx).expect("accepted");
-    let linked = restoring.linked(&report_failed(), &failed);
+    let report = report_failed_on(RESTORE_OPERATION);
+    let failed = restoring.decide(&report, &ctx).expect("accepted");
+    let linked = restoring.linked(&report, &failed);
     assert_eq!(
         linked,
         vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: false })]
     );
     // A lease that was provisioned the ordinary way links nothing.
     let lease: leasehold_domain::lease::Lease = Aggregate::replay(&history(&provisioning()));
-    let provisioned = lease.decide(&C::ReportProvisioned, &ctx).expect("accepted");
-    assert!(lease.linked(&C::ReportProvisioned, &provisioned).is_empty());
+    let events = lease.decide(&provisioned(), &ctx).expect("accepted");
+    assert!(lease.linked(&provisioned(), &events).is_empty());
+}
+
+/// Operation ids (the first row above the table): a report names the operation it settles.
+/// A second provisioning cycle's identical report settles it, and a report of a superseded
+/// operation is fenced wherever it arrives.
+#[test]
+fn reports_settle_only_the_current_operation() {
+    let second = leasehold_domain::lease::OperationId(uuid::Uuid::from_u128(0x40));
+    let retry = || match request() {
+        C::RequestProvision { lease, provider, items, payload_hash, .. } => {
+            C::RequestProvision { lease, provider, items, payload_hash, operation: second }
+        }
+        _ => unreachable!(),
+    };
+    let mut given = failed();
+    given.push((retry(), routed()));
+    let lease = check(&given, provisioned_on(second), none(), Events(&["LeaseProvisioned"]));
+    assert_eq!((lease.status, lease.operation), (LeaseStatus::Ready, Some(second)));
+    // The first cycle's reports arrive late: neither settles the second cycle.
+    check(&given, provisioned(), none(), Refused(LeaseError::Fenced));
+    check(&given, report_failed(), none(), Refused(LeaseError::Fenced));
+    // Once the second cycle is ready, the first cycle's failure cannot fail it either, while the
+    // second cycle's failure does, and its redelivery changes nothing.
+    given.push((provisioned_on(second), none()));
+    check(&given, report_failed(), none(), Refused(LeaseError::Fenced));
+    let died = C::ReportContainerDied { operation: OPERATION, detail: OperatorDetail::new("x") };
+    check(&given, died, none(), Refused(LeaseError::Fenced));
+    check(&given, report_failed_on(second), none(), Events(&["LeaseFailed"]));
+    given.push((report_failed_on(second), none()));
+    check(&given, report_failed_on(second), none(), NoChange);
+    // A restart's reports name its maintenance id; the provision's are superseded by it.
+    let mut restarted = ready();
+    restarted.push((C::Restart { maintenance_id: MAINTENANCE }, none()));
+    let complete = complete(2, MaintenanceOutcome::Succeeded);
+    restarted.push((complete, none()));
+    check(&restarted, report_failed(), none(), Refused(LeaseError::Fenced));
+    check(&restarted, report_failed_on(MAINTENANCE.into()), none(), Events(&["LeaseFailed"]));
+    // A release confirmation names the last operation the backend was given.
+    restarted.push((C::Deprovision, none()));
+    let confirm = |operation| C::ConfirmDeprovisioned { operation, retained: false };
+    check(&restarted, confirm(OPERATION), none(), Refused(LeaseError::Fenced));
+    check(&restarted, confirm(MAINTENANCE.into()), none(), Events(&["LeaseDeprovisioned"]));
+    assert_eq!(LeaseError::Fenced.kind(), RefusalKind::Fenced);
 }

@@ -4,22 +4,32 @@
 
 use leasehold_domain::lease::{
     CloseCause, Lease, LeaseCommand as C, LeaseEvent, LeaseFacts, LeaseStatus, MaintenanceId,
-    MaintenanceOutcome, OperatorDetail, ReapCause, TerminalVerdict,
+    MaintenanceOutcome, OperationId, OperatorDetail, ReapCause, TerminalVerdict,
 };
 use leasehold_domain::{Aggregate, DomainEvent};
 use proptest::prelude::*;
 use uuid::Uuid;
 
 use super::fixtures::{
-    LEASE, MAINTENANCE, SOURCE, ctx_at, failed, hash, history, items, maintenance_failed,
-    provisioning, ready, recovered, report_failed, request, restarting, retained, retained_source,
-    routed, t, updating,
+    LEASE, MAINTENANCE, OPERATION, RESTORE_OPERATION, SOURCE, ctx_at, failed, hash, history, items,
+    maintenance_failed, provisioned_on, provisioning, ready, recovered, report_failed_on, request,
+    restarting, retained, retained_source, routed, t, updating,
 };
 
 const STEPS_MAX: usize = 24;
 
 fn maintenance_id() -> impl Strategy<Value = MaintenanceId> {
     prop_oneof![Just(MAINTENANCE), Just(MaintenanceId(Uuid::from_u128(0x21)))]
+}
+
+/// The operations commands are started with, and one nothing started.
+fn operation() -> impl Strategy<Value = OperationId> {
+    prop_oneof![
+        Just(OPERATION),
+        Just(RESTORE_OPERATION),
+        Just(OperationId::from(MAINTENANCE)),
+        Just(OperationId(Uuid::from_u128(0x3f))),
+    ]
 }
 
 fn outcome() -> impl Strategy<Value = MaintenanceOutcome> {
@@ -30,9 +40,12 @@ fn command() -> impl Strategy<Value = C> {
     let minute = 0..u32::try_from(STEPS_MAX).expect("small");
     prop_oneof![
         Just(request()),
-        Just(C::ReportProvisioned),
-        Just(report_failed()),
-        Just(C::ReportContainerDied { detail: OperatorDetail::new("exit 137") }),
+        operation().prop_map(provisioned_on),
+        operation().prop_map(report_failed_on),
+        operation().prop_map(|operation| C::ReportContainerDied {
+            operation,
+            detail: OperatorDetail::new("exit 137")
+        }),
         maintenance_id().prop_map(|maintenance_id| C::Restart { maintenance_id }),
         (maintenance_id(), 1..4u8)
             .prop_map(|(maintenance_id, n)| C::Update { maintenance_id, payload_hash: hash(n) }),
@@ -40,8 +53,15 @@ fn command() -> impl Strategy<Value = C> {
             C::CompleteMaintenance { maintenance_id, admitted_at: t(m), outcome }
         }),
         Just(C::Deprovision),
-        any::<bool>().prop_map(|retained| C::ConfirmDeprovisioned { retained }),
-        Just(C::Restore { lease: LEASE, from: SOURCE, provider: None, items: items() }),
+        (operation(), any::<bool>())
+            .prop_map(|(operation, retained)| C::ConfirmDeprovisioned { operation, retained }),
+        Just(C::Restore {
+            lease: LEASE,
+            from: SOURCE,
+            provider: None,
+            items: items(),
+            operation: RESTORE_OPERATION
+        }),
         Just(C::BeginRestore { into: SOURCE }),
         any::<bool>().prop_map(|committed| C::FinishRestore { into: SOURCE, committed }),
         Just(C::Reap { cause: ReapCause::GraceExpired }),

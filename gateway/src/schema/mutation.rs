@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use leasehold_commands::lease_input::{self, ItemInput, RequestLeaseInput};
 use leasehold_domain::lease::{
     CloseCause, Lease, LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, MaintenanceOutcome,
-    OperatorDetail, ProviderId, Reason, RetainedSource, TenantMessage,
+    OperationId, OperatorDetail, ProviderId, Reason, RetainedSource, TenantMessage,
 };
 
 use super::command::{CommandResult, LeaseCall, minted_id, owner_of, payload_hash, run};
@@ -67,6 +67,18 @@ pub struct LeaseOperationInput {
     pub operation_key: String,
 }
 
+/// A backend's report on one operation of a lease (agent).
+#[derive(Debug, Clone, InputObject)]
+pub struct LeaseReportInput {
+    /// The lease.
+    pub lease_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The operation reported on: the provision, restore, restart or update the backend was
+    /// asked to carry out (a report on a superseded operation is `FENCED`).
+    pub operation_id: ID,
+}
+
 /// `updateLease`.
 #[derive(Debug, Clone, InputObject)]
 pub struct UpdateLeaseInput {
@@ -113,6 +125,8 @@ pub struct ReportLeaseFailedInput {
     pub lease_id: ID,
     /// Your idempotency key.
     pub operation_key: String,
+    /// The operation reported on (see `LeaseReportInput.operationId`).
+    pub operation_id: ID,
     /// Why, from an open set (`Unknown` when absent).
     pub reason: Option<String>,
     /// What the tenant may read.
@@ -169,8 +183,10 @@ impl MutationRoot {
             payload_hash: payload_hash(&input.payload),
         };
         let state = shared(ctx);
-        let command = lease_input::request_provision(lease, &request, state.config.lease_limits)
-            .map_err(bad)?;
+        let operation = OperationId(minted_id("provision", &tenant, &input.operation_key));
+        let limits = state.config.lease_limits;
+        let command =
+            lease_input::request_provision(lease, operation, &request, limits).map_err(bad)?;
         let facts = LeaseFacts { backend: state.config.backend.clone(), ..LeaseFacts::default() };
         let key = &input.operation_key;
         run(ctx, LeaseCall { tenant, lease, operation_key: key, command, facts }).await
@@ -229,7 +245,9 @@ impl MutationRoot {
         let state = shared(ctx);
         let items =
             lease_input::items(&items_of(input.items), state.config.lease_limits).map_err(bad)?;
-        let command = LeaseCommand::Restore { lease, from, provider: provider.transpose()?, items };
+        let operation = OperationId(minted_id("restore", &tenant, &input.operation_key));
+        let provider = provider.transpose()?;
+        let command = LeaseCommand::Restore { lease, from, provider, items, operation };
         let found = state.pipeline.state::<Lease>(&from.stream_id()).await?;
         let retained_source =
             found.map(|(owner, _, lease)| RetainedSource { same_tenant: owner == tenant, lease });
@@ -256,10 +274,11 @@ impl MutationRoot {
     async fn report_lease_provisioned(
         &self,
         ctx: &Context<'_>,
-        input: LeaseOperationInput,
+        input: LeaseReportInput,
     ) -> ApiResult<CommandResult> {
         require(ctx, &[Role::Agent], "report on leases")?;
-        let command = LeaseCommand::ReportProvisioned;
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
+        let command = LeaseCommand::ReportProvisioned { operation };
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await
     }
 
@@ -271,8 +290,10 @@ impl MutationRoot {
     ) -> ApiResult<CommandResult> {
         require(ctx, &[Role::Agent], "report on leases")?;
         let detail = input.detail.as_deref().unwrap_or_default();
-        let command = lease_input::report_failed(input.reason.as_deref(), &input.message, detail)
-            .map_err(bad)?;
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
+        let reason = input.reason.as_deref();
+        let command =
+            lease_input::report_failed(operation, reason, &input.message, detail).map_err(bad)?;
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await
     }
 

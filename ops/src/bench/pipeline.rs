@@ -11,7 +11,7 @@ use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, Request
 use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
 use leasehold_domain::lease::{
     BackendName, HostName, Lease, LeaseCommand, LeaseEvent, LeaseFacts, LeaseId, LeaseItems,
-    PayloadHash, ProviderId,
+    OperationId, PayloadHash, ProviderId,
 };
 use leasehold_domain::{
     Actor, DomainEvent, EventId, EventStore, EventType, ExpectedVersion, Metadata, NewEvent,
@@ -115,12 +115,15 @@ fn lifecycle(lease: LeaseId) -> anyhow::Result<[(LeaseCommand, LeaseFacts); 4]> 
         ],
         payload_hash: "9f".repeat(32),
     };
-    let provision = lease_input::request_provision(lease, &input, LeaseInputLimits::default())?;
+    // Each lease is provisioned once here: its id serves as the operation's.
+    let operation = OperationId(lease.0);
+    let limits = LeaseInputLimits::default();
+    let provision = lease_input::request_provision(lease, operation, &input, limits)?;
     let domain = lease_input::set_custom_domain(Some("web"), Some("app.example.com"))?;
     let routed = LeaseFacts { backend: Some(backend()), ..LeaseFacts::default() };
     Ok([
         (provision, routed),
-        (LeaseCommand::ReportProvisioned, LeaseFacts::default()),
+        (LeaseCommand::ReportProvisioned { operation }, LeaseFacts::default()),
         (domain, LeaseFacts::default()),
         (LeaseCommand::Deprovision, LeaseFacts::default()),
     ])
@@ -171,6 +174,7 @@ fn lease_events(
             generation: 1,
             release: 1,
             at,
+            operation: Some(OperationId(lease.0)),
         },
         LeaseEvent::LeaseProvisioned { release: Some(1), at },
         LeaseEvent::LeaseActivated { at },

@@ -44,14 +44,15 @@ async fn roles_are_held_to_their_mutations() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
     let lease = request_lease(&server, &acme, "req-1").await;
-    let report = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    let report = report_input(&server, &lease["id"], "up-1").await;
     let by_tenant = server.graphql(&acme, REPORT_PROVISIONED, report.clone()).await;
     assert_eq!(code(&by_tenant), Some("FORBIDDEN"), "{by_tenant}");
     let agent = role_token(Role::Agent, None);
     let by_agent = server.graphql(&agent, REQUEST_LEASE, lease_request("req-2")).await;
     assert_eq!(code(&by_agent), Some("FORBIDDEN"), "{by_agent}");
     let close = "mutation($input: LeaseOperationInput!) { closeLease(input: $input) { id } }";
-    let closed_by_tenant = server.graphql(&acme, close, report.clone()).await;
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "close-1" } });
+    let closed_by_tenant = server.graphql(&acme, close, input).await;
     assert_eq!(code(&closed_by_tenant), Some("FORBIDDEN"));
     // Nothing the refused calls asked for happened.
     let read = json!({
@@ -98,7 +99,7 @@ async fn an_agent_bound_to_a_provider_finds_only_its_providers_leases() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
     let lease = request_lease(&server, &acme, "req-1").await;
-    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    let input = report_input(&server, &lease["id"], "up-1").await;
     // An agent token that names no provider (and lacks the explicit grant) is refused.
     let unbound = secret().mint_for("agent", Role::Agent, None, None, TimeDelta::hours(1));
     let answer = server.graphql(&unbound, REPORT_PROVISIONED, input.clone()).await;

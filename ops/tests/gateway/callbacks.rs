@@ -42,6 +42,17 @@ impl Callback {
     }
 }
 
+/// The callback URL of the lease's current operation, as the backend was given it.
+async fn operation_path(server: &Server, lease: &Value) -> String {
+    let operation = current_operation(server, &lease["id"]).await;
+    format!("/callbacks/leases/{}/operations/{operation}", lease["id"].as_str().expect("an id"))
+}
+
+/// Sends a callback signed now; the status and the answer.
+async fn send(server: &Server, path: &str, body: &Value) -> (u16, Value) {
+    Callback::now(path, body).send(server).await
+}
+
 /// How many events the lease's stream holds.
 async fn version_of(server: &Server, lease: &Value) -> i64 {
     let client = server.db.client().await;
@@ -56,7 +67,7 @@ async fn a_signed_callback_provisions_and_its_redelivery_is_a_duplicate() {
     let server = Server::start().await;
     let lease = request_lease(&server, &tenant_token("acme"), "req-1").await;
     let id = lease["id"].as_str().expect("an id");
-    let path = format!("/callbacks/leases/{id}");
+    let path = operation_path(&server, &lease).await;
     // `operation_id`, `lifecycle_id` and `backend` in the body carry no authority: ignored.
     let body = json!({ "lease_uuid": id, "status": "success", "operation_id": "forged", "lifecycle_id": "forged", "backend": "elsewhere" });
     let (status, answer) = Callback::now(&path, &body).send(&server).await;
@@ -77,7 +88,7 @@ async fn forged_stale_swapped_and_replayed_callbacks_append_nothing() {
     let lease = request_lease(&server, &acme, "req-1").await;
     let other = request_lease(&server, &acme, "req-2").await;
     let id = lease["id"].as_str().expect("an id");
-    let path = format!("/callbacks/leases/{id}");
+    let path = operation_path(&server, &lease).await;
     let body = json!({ "lease_uuid": id, "status": "success" });
 
     let mut forged = Callback::now(&path, &body);
@@ -97,7 +108,7 @@ async fn forged_stale_swapped_and_replayed_callbacks_append_nothing() {
 
     // Signed for this lease's URL, sent to the other lease's.
     let mut replayed = Callback::now(&path, &body);
-    replayed.path = format!("/callbacks/leases/{}", other["id"].as_str().expect("an id"));
+    replayed.path = operation_path(&server, &other).await;
     assert_eq!(replayed.send(&server).await.0, 401);
 
     let mut unsigned = Callback::now(&path, &body);
@@ -120,10 +131,8 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     let lease = request_lease(&server, &acme, "req-1").await;
     let id = lease["id"].as_str().expect("an id");
     let provisioned = json!({ "lease_uuid": id, "status": "success" });
-    assert_eq!(
-        Callback::now(&format!("/callbacks/leases/{id}"), &provisioned).send(&server).await.0,
-        200
-    );
+    let path = operation_path(&server, &lease).await;
+    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
     let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { cursor events { type } } }";
     let restarted = server
         .graphql(&acme, restart, json!({ "input": { "leaseId": id, "operationKey": "restart-1" } }))
@@ -157,7 +166,7 @@ async fn a_tenant_cannot_take_the_keys_its_backend_or_agents_will_use() {
     let acme = tenant_token("acme");
     let lease = request_lease(&server, &acme, "req-1").await;
     let id = lease["id"].as_str().expect("an id");
-    let path = format!("/callbacks/leases/{id}");
+    let path = operation_path(&server, &lease).await;
     let body = json!({ "lease_uuid": id, "status": "success" });
     // The tenant knows how a callback's key is made and uses it first, and the key its
     // provider's agent will use for the report.
@@ -176,8 +185,52 @@ async fn a_tenant_cannot_take_the_keys_its_backend_or_agents_will_use() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["duplicate"], false);
     let other = request_lease(&server, &acme, "req-2").await;
-    let input = json!({ "input": { "leaseId": other["id"], "operationKey": "up-1" } });
+    let input = report_input(&server, &other["id"], "up-1").await;
     let reported = server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
     let events = &data(&reported)["reportLeaseProvisioned"]["events"];
     assert_eq!(events, &json!([{ "type": "LeaseProvisioned" }, { "type": "LeaseActivated" }]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_report_for_a_new_provisioning_cycle_settles_it_and_a_superseded_one_is_fenced() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let first = operation_path(&server, &lease).await;
+    let success = json!({ "lease_uuid": id, "status": "success" });
+    let failed = json!({ "lease_uuid": id, "status": "failed", "error": "exit 1" });
+    assert_eq!(send(&server, &first, &success).await.1["events"][0], "LeaseProvisioned");
+    assert_eq!(send(&server, &first, &failed).await.1["events"], json!(["LeaseFailed"]));
+
+    // The tenant asks again: a new operation, and the backend is given a new callback URL.
+    let mut again = lease_request("req-2");
+    again["input"]["leaseId"] = lease["id"].clone();
+    let retried = server.graphql(&acme, REQUEST_LEASE, again).await;
+    assert_eq!(data(&retried)["requestLease"]["events"][0]["type"], "LeaseProvisionRequested");
+    let second = operation_path(&server, &lease).await;
+    assert_ne!(first, second, "each provision has its own operation");
+
+    // The backend's report of the new cycle has the very same body as the first one's: it
+    // settles the new cycle instead of being taken for a redelivery.
+    let (status, answer) = send(&server, &second, &success).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (&answer["duplicate"], &answer["events"]),
+        (&json!(false), &json!(["LeaseProvisioned"]))
+    );
+    // And so does a failure identical to the first cycle's.
+    let (status, answer) = send(&server, &second, &failed).await;
+    assert_eq!((status, &answer["events"]), (200, &json!(["LeaseFailed"])), "{answer}");
+    // A redelivery within the second cycle is a duplicate.
+    let (status, answer) = send(&server, &second, &failed).await;
+    assert_eq!((status, &answer["duplicate"]), (200, &json!(true)), "{answer}");
+    // A report on the superseded first cycle that was never delivered before is fenced.
+    let late = json!({ "lease_uuid": id, "status": "failed", "error": "exit 2" });
+    let (status, answer) = send(&server, &first, &late).await;
+    assert_eq!((status, answer["code"].as_str()), (409, Some("FENCED")), "{answer}");
+    // The URL of the older protocol names no operation: refused, nothing appended.
+    let (status, answer) = send(&server, &format!("/callbacks/leases/{id}"), &success).await;
+    assert_eq!((status, answer["code"].as_str()), (404, Some("NOT_FOUND")), "{answer}");
+    assert_eq!(version_of(&server, &lease).await, 7);
 }

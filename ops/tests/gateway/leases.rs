@@ -25,7 +25,7 @@ async fn a_tenant_reads_its_own_write_without_waiting() {
     assert_eq!(edges[0]["node"]["items"], json!([{ "sku": "gpu.h100.1x", "quantity": 1 }]));
 
     let agent = role_token(Role::Agent, None);
-    let input = json!({ "input": { "leaseId": requested["id"], "operationKey": "up-1" } });
+    let input = report_input(&server, &requested["id"], "up-1").await;
     let reported = server.graphql(&agent, REPORT_PROVISIONED, input).await;
     assert_eq!(data(&reported)["reportLeaseProvisioned"]["version"], 3);
     let usage = server
@@ -89,7 +89,7 @@ async fn an_operator_closes_a_lease_for_its_tenant() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
     let lease = request_lease(&server, &acme, "req-1").await;
-    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    let input = report_input(&server, &lease["id"], "up-1").await;
     server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
     let close = "mutation($input: LeaseOperationInput!) { closeLease(input: $input) { id events { type } } }";
     let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "close-1" } });

@@ -16,7 +16,7 @@ async fn a_lease_requested_and_provisioned_arrives_in_order_and_reads_back() {
     socket.subscribe("live", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
 
     let lease = request_lease(&server, &acme, "req-1").await;
-    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "up-1" } });
+    let input = report_input(&server, &lease["id"], "up-1").await;
     let reported = server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
     assert!(reported.get("errors").is_none(), "{reported}");
 
@@ -201,23 +201,40 @@ async fn a_stopping_server_closes_sockets_with_1012() {
     assert!(status.expect("exits in time").expect("waited").success());
 }
 
+/// Whether `/metrics` shows exactly `open` WebSockets.
+async fn websockets_open(server: &Server, open: usize) -> bool {
+    let (_, text) = server.get("/metrics").await;
+    text.lines().any(|line| line == format!("leasehold_websockets_open {open}"))
+}
+
+/// A client that stops reading is given up on once a send to it has waited
+/// `--ws-send-timeout-ms`, and the others are served all along.
+///
+/// How much a stuck client absorbs before a send blocks is not fixed: the kernel grows the
+/// server's send buffer up to `net.ipv4.tcp_wmem`'s maximum (4 MiB here). A fixed amount of
+/// traffic may fit, and then the server rightly never closes the socket (this test once
+/// waited for that, and failed when the buffer grew). So the writer goes on until the server
+/// has closed the stuck socket, as `/metrics` shows, and the reading socket must have every
+/// event written by then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use leasehold_commands::lease_input;
 
-    const LEASES: usize = 300;
+    /// Far more than any send buffer holds (8 KiB a lease): reaching it means no send ever
+    /// blocked.
+    const LEASES_MAX: usize = 3_000;
     let server = Server::start_with(&["--ws-send-timeout-ms", "1000"]).await;
     let operator = role_token(Role::Operator, None);
-    let seen = request_lease(&server, &tenant_token("acme"), "req-0").await;
-    // Operators see failure detail: 8 KiB per failure report, so the stuck socket's buffers
-    // fill after a few dozen events.
+    request_lease(&server, &tenant_token("acme"), "req-0").await;
+    // Operators see failure detail: 8 KiB per failure report.
     let operator_seen = {
         let page = "{ events(first: 1) { edges { cursor } } }";
-        let read = json!({ "query": page });
-        let answer = server.graphql_with(&operator, read).await;
+        let answer = server.graphql_with(&operator, json!({ "query": page })).await;
         data(&answer)["events"]["edges"][0]["cursor"].clone()
     };
-    assert!(seen["cursor"].is_string());
     let mut stuck = Socket::open_small(&server, "graphql-transport-ws").await;
     stuck.init(&operator).await;
     assert_eq!(stuck.message().await["type"], "connection_ack");
@@ -225,25 +242,57 @@ async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
     let mut reader = Socket::connect(&server, "graphql-transport-ws", &operator).await;
     reader.subscribe("r", LIFECYCLE, json!({ "after": operator_seen })).await;
 
+    let stop = Arc::new(AtomicBool::new(false));
     let direct = DirectWriter::on(&server);
-    let detail = "x".repeat(8 * 1024);
-    let writer = tokio::spawn(async move {
-        for n in 0..LEASES {
-            let lease = direct.request(&format!("slow-req-{n}")).await;
-            let failed = lease_input::report_failed(None, "it failed", &detail).expect("valid");
-            direct.execute(lease, &format!("slow-fail-{n}"), failed).await;
+    let writing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let detail = "x".repeat(8 * 1024);
+            let mut leases = 0;
+            while !stop.load(Ordering::SeqCst) && leases < LEASES_MAX {
+                let lease = direct.request(&format!("slow-req-{leases}")).await;
+                let operation = leasehold_domain::lease::OperationId(lease.0);
+                let failed = lease_input::report_failed(operation, None, "it failed", &detail)
+                    .expect("valid");
+                direct.execute(lease, &format!("slow-fail-{leases}"), failed).await;
+                leases += 1;
+            }
+            leases
+        })
+    };
+    // The reading socket is read all along; once told how many events were written, it has
+    // to have had each of them.
+    let (written_tx, mut written_rx) = tokio::sync::watch::channel(None::<usize>);
+    let reading = tokio::spawn(async move {
+        let mut events = 0;
+        loop {
+            if *written_rx.borrow_and_update() == Some(events) {
+                return events;
+            }
+            tokio::select! {
+                event = reader.event("r") => {
+                    assert_eq!(event["streamType"], "lease");
+                    events += 1;
+                }
+                _ = written_rx.changed() => {}
+            }
         }
     });
-    // The reading socket gets every event while the other one is stuck.
-    for _ in 0..2 * LEASES {
-        let event = reader.event("r").await;
-        assert_eq!(event["streamType"], "lease");
+    // The server gives up on the stuck socket while the writer goes on.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(240);
+    while !websockets_open(&server, 1).await {
+        assert!(!writing.is_finished(), "{LEASES_MAX} leases written and the stuck socket is open");
+        assert!(tokio::time::Instant::now() < deadline, "the stuck socket is still open");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    writer.await.expect("the writer finishes");
-    // The stuck socket was sent far more than its buffers hold: once a send has waited
-    // --ws-send-timeout-ms, the server gives up on it (1013 when the closing frame still
-    // fits, otherwise the connection is dropped: 1006) and the client must resume from its
-    // last cursor.
+    stop.store(true, Ordering::SeqCst);
+    let leases = writing.await.expect("the writer finishes");
+    // Each lease: requested, then its provision failed and the pending lease was rejected.
+    written_tx.send(Some(3 * leases)).expect("the reader waits");
+    let read = tokio::time::timeout(std::time::Duration::from_secs(60), reading).await;
+    assert_eq!(read.expect("every event reaches the reader").expect("it reads"), 3 * leases);
+    // It was closed with 1013 when the closing frame still fitted, otherwise dropped (1006);
+    // either way the client resumes from its last cursor.
     let code = stuck.close_code().await;
     assert!(matches!(code, 1013 | 1006), "closed with {code}");
 }

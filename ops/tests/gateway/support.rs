@@ -194,9 +194,33 @@ pub const REQUEST_LEASE: &str = "mutation($input: RequestLeaseInput!) {
     requestLease(input: $input) { id streamId version cursor duplicate events { type } }
 }";
 
-pub const REPORT_PROVISIONED: &str = "mutation($input: LeaseOperationInput!) {
+pub const REPORT_PROVISIONED: &str = "mutation($input: LeaseReportInput!) {
     reportLeaseProvisioned(input: $input) { id version cursor events { type } }
 }";
+
+/// The operation the lease's backend reports on now (the last provision, restore, restart or
+/// update started), read from the log as the dispatcher hands it to the backend.
+pub async fn current_operation(server: &Server, lease_id: &Value) -> String {
+    let stream = format!("lease-{}", lease_id.as_str().expect("a lease id"));
+    let client = server.db.client().await;
+    let row = client
+        .query_one(
+            "SELECT coalesce(payload->>'operation', payload->>'maintenance_id') FROM events \
+             WHERE stream_id = $1 AND event_type IN ('LeaseProvisionRequested', \
+             'LeaseRestoreStarted', 'LeaseRestartStarted', 'LeaseUpdateStarted') \
+             ORDER BY version DESC LIMIT 1",
+            &[&stream],
+        )
+        .await
+        .expect("the lease has started an operation");
+    row.get(0)
+}
+
+/// The input of an agent's report on the lease's current operation, under `key`.
+pub async fn report_input(server: &Server, lease_id: &Value, key: &str) -> Value {
+    let operation = current_operation(server, lease_id).await;
+    json!({ "input": { "leaseId": lease_id, "operationKey": key, "operationId": operation } })
+}
 
 /// The input of a one-item lease request under `key`.
 pub fn lease_request(key: &str) -> Value {
@@ -297,8 +321,10 @@ impl DirectWriter {
             items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 1, service_name: None }],
             payload_hash: "ab".repeat(32),
         };
-        let command = lease_input::request_provision(lease, &input, LeaseInputLimits::default())
-            .expect("valid input");
+        let operation = leasehold_domain::lease::OperationId(lease.0);
+        let limits = LeaseInputLimits::default();
+        let command =
+            lease_input::request_provision(lease, operation, &input, limits).expect("valid input");
         self.execute(lease, key, command).await;
         lease
     }

@@ -186,7 +186,9 @@ async fn write(gateway: &Gateway, load: &Load) -> anyhow::Result<HashMap<String,
             items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 1, service_name: None }],
             payload_hash: "ab".repeat(32),
         };
-        let command = lease_input::request_provision(lease, &input, LeaseInputLimits::default())?;
+        let operation = leasehold_domain::lease::OperationId(lease.0);
+        let limits = LeaseInputLimits::default();
+        let command = lease_input::request_provision(lease, operation, &input, limits)?;
         let request = CommandRequest::<Lease>::new(
             tenant.clone(),
             Actor { subject: "bench-writer".into(), role: "tenant".into() },

@@ -69,13 +69,7 @@ async fn a_retry_gets_its_outcome_even_after_the_state_moved_on() {
         .await
         .expect("accepted");
     pipeline
-        .execute(request(
-            "acme",
-            lease,
-            "op-2",
-            LeaseCommand::ReportProvisioned,
-            LeaseFacts::default(),
-        ))
+        .execute(request("acme", lease, "op-2", provisioned(lease), LeaseFacts::default()))
         .await
         .expect("ready");
     // Deciding the request again would now be refused (the lease is ready); the ledger answers.

@@ -15,7 +15,8 @@ async fn retained_lease(pipeline: &Pipeline, tenant_name: &str) -> LeaseId {
     let plain =
         |key: &str, command| request(tenant_name, lease, key, command, LeaseFacts::default());
     pipeline.execute(plain("down", LeaseCommand::Deprovision)).await.expect("deprovisioning");
-    let retained = LeaseCommand::ConfirmDeprovisioned { retained: true };
+    let retained =
+        LeaseCommand::ConfirmDeprovisioned { operation: operation_of(lease), retained: true };
     pipeline.execute(plain("gone", retained)).await.expect("retained");
     lease
 }
@@ -32,7 +33,7 @@ async fn source_facts(pipeline: &Pipeline, tenant_name: &str, source: LeaseId) -
 
 fn restore(lease: LeaseId, from: LeaseId) -> LeaseCommand {
     let LeaseCommand::RequestProvision { items, .. } = provision(lease, 1) else { unreachable!() };
-    LeaseCommand::Restore { lease, from, provider: None, items }
+    LeaseCommand::Restore { lease, from, provider: None, items, operation: operation_of(lease) }
 }
 
 #[tokio::test]
@@ -52,8 +53,7 @@ async fn a_restore_moves_the_retained_record_with_it() {
     assert_eq!(marked.event_type.as_str(), "LeaseRetentionRestoring");
     assert_eq!(Some(marked.cursor.tx_id), started.cursor.map(|c| c.tx_id), "one transaction");
 
-    let done =
-        request("acme", target, "up", LeaseCommand::ReportProvisioned, LeaseFacts::default());
+    let done = request("acme", target, "up", provisioned(target), LeaseFacts::default());
     let provisioned = pipeline.execute(done).await.expect("provisioned");
     assert_eq!(provisioned.event_types, ["LeaseProvisioned", "LeaseActivated"]);
     assert_eq!(

@@ -3,7 +3,7 @@
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::lease_input::{self, ItemInput, LeaseInputLimits, RequestLeaseInput};
 use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
-use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId, ServiceName};
+use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId, OperationId, ServiceName};
 use leasehold_domain::{Actor, EventStore, OperationKey, RecordedEvent, TenantId};
 use leasehold_tests::TestDb;
 use uuid::Uuid;
@@ -59,7 +59,18 @@ pub fn provision(lease: LeaseId, payload: u8) -> LeaseCommand {
         ],
         payload_hash: format!("{payload:02x}").repeat(32),
     };
-    lease_input::request_provision(lease, &input, LeaseInputLimits::default()).expect("valid input")
+    let limits = LeaseInputLimits::default();
+    lease_input::request_provision(lease, operation_of(lease), &input, limits).expect("valid input")
+}
+
+/// The operation a lease's first provision (or restore) is given in these tests.
+pub fn operation_of(lease: LeaseId) -> OperationId {
+    OperationId(lease.0)
+}
+
+/// The backend's report that the lease's first provision (or restore) is done.
+pub fn provisioned(lease: LeaseId) -> LeaseCommand {
+    LeaseCommand::ReportProvisioned { operation: operation_of(lease) }
 }
 
 pub fn new_lease() -> LeaseId {
@@ -76,13 +87,7 @@ pub async fn ready_lease(pipeline: &Pipeline, tenant: &str) -> LeaseId {
         .expect("requested");
     let key = format!("up-{}", lease.0.simple());
     pipeline
-        .execute(request(
-            tenant,
-            lease,
-            &key,
-            LeaseCommand::ReportProvisioned,
-            LeaseFacts::default(),
-        ))
+        .execute(request(tenant, lease, &key, provisioned(lease), LeaseFacts::default()))
         .await
         .expect("provisioned");
     lease

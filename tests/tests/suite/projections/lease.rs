@@ -54,6 +54,7 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         .await
         .expect("requested");
     let failed = lease_input::report_failed(
+        commands::operation_of(b),
         Some("ImagePullFailed"),
         "the image could not be pulled",
         "401 from registry.internal at /var/lib/secret-path",
@@ -67,7 +68,15 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         .await
         .expect("deprovisioning");
     pipeline
-        .execute(plain("acme", c, "c-gone", LeaseCommand::ConfirmDeprovisioned { retained: true }))
+        .execute(plain(
+            "acme",
+            c,
+            "c-gone",
+            LeaseCommand::ConfirmDeprovisioned {
+                operation: commands::operation_of(c),
+                retained: true,
+            },
+        ))
         .await
         .expect("retained");
 
