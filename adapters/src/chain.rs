@@ -78,6 +78,15 @@ pub fn chain_hash(prev_hash: &[u8; 32], canonical_text: &str) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// A seal's digest: `sha256(prev_digest || hashes)`, `hashes` being the covered events'
+/// hashes concatenated in log order (the first seal's `prev_digest` is [`GENESIS_HASH`]).
+pub fn seal_digest(prev_digest: &[u8; 32], hashes: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_digest);
+    hasher.update(hashes);
+    hasher.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ const FILES: &[(&str, &str)] = &[
     ("0003_idempotency.sql", include_str!("../../schema/postgres/0003_idempotency.sql")),
     ("0004_read_models.sql", include_str!("../../schema/postgres/0004_read_models.sql")),
     ("0005_review_fixes.sql", include_str!("../../schema/postgres/0005_review_fixes.sql")),
+    ("0006_seals.sql", include_str!("../../schema/postgres/0006_seals.sql")),
 ];
 
 /// The table recording applied migrations.

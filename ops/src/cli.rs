@@ -50,8 +50,21 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum EventsCommand {
-    /// Recompute every stream's hash chain and report where it breaks.
+    /// Check the log: recompute every stream's hash chain, compare each stream's last event
+    /// with the `streams` table, check every seal against the events it covers, and check
+    /// the order of the events after the last seal. Prints each fault (payload altered, event
+    /// missing, stream missing, reordered, seal mismatch, ...) and the first bad position;
+    /// exits with status 1 on any fault.
     Verify(DatabaseArgs),
+    /// Seal every committed event not sealed yet now, the last seal over fewer events if need
+    /// be (`leasehold serve` seals by itself every `--seal-every` events and at shutdown).
+    Seal {
+        #[command(flatten)]
+        database: DatabaseArgs,
+        /// Events per seal.
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        every: u64,
+    },
     /// Raise the log epoch, after a logical restore (pg_dump/pg_restore) into another
     /// cluster: that cluster's transaction ids may be lower than the restored events', and
     /// without a new epoch new events would sort before them and readers resuming from a
@@ -118,6 +131,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
         Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,
+        Command::Events(EventsCommand::Seal { database, every }) => {
+            events::seal(&database.parse()?, every).await
+        }
         Command::Projections(ProjectionsCommand::Status { database, json }) => {
             projections::status(&database, json).await
         }

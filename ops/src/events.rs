@@ -2,9 +2,10 @@
 
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use leasehold_adapters::verify::ChainBreak;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 
-/// Recomputes every hash chain; fails when any chain breaks.
+/// Checks the chains, the stream heads, the seals and the order; fails on any fault.
 pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
     let store = PgEventStore::new(url, StoreConfig { pool_size: 2, ..Default::default() })?;
     let total = count_events(&store).await?;
@@ -12,24 +13,46 @@ pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
         ProgressStyle::with_template("verifying {bar:40} {pos}/{len} events, {per_sec}, eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = store.verify_chains(|checked| bar.set_position(checked)).await?;
+    let report = store.verify_log(|checked| bar.set_position(checked)).await?;
     bar.finish_and_clear();
     for found in &report.breaks {
-        println!(
-            "BROKEN stream {} version {} (position {}): {:?}",
-            found.stream_id, found.version, found.position, found.kind
-        );
+        println!("BROKEN {}", describe(found));
     }
     println!(
-        "{} events in {} streams checked, {} breaks{}",
+        "{} events in {} streams checked, {} seals checked, {} events after the last seal, {} \
+         breaks{}",
         report.events_checked,
         report.streams_checked,
+        report.seals_checked,
+        report.unsealed_events,
         report.breaks.len(),
         if report.breaks_truncated { " (more not listed)" } else { "" }
     );
+    if let Some(first) = report.first_break() {
+        println!("first bad position: {}", describe(first));
+    }
     if !report.breaks.is_empty() {
         bail!("the log does not verify");
     }
+    Ok(())
+}
+
+/// One fault, for a person: where, and what.
+fn describe(found: &ChainBreak) -> String {
+    let place = if found.stream_id.is_empty() {
+        format!("position {} (its event is gone; its stream is not known)", found.position)
+    } else {
+        format!("position {}, stream {} version {}", found.position, found.stream_id, found.version)
+    };
+    format!("{place}: {:?}", found.kind)
+}
+
+/// Seals what is not sealed yet and prints how many seals were written.
+pub async fn seal(url: &DatabaseUrl, every: u64) -> anyhow::Result<()> {
+    let store = PgEventStore::new(url, StoreConfig { pool_size: 1, ..Default::default() })?;
+    let every = usize::try_from(every).unwrap_or(1_000);
+    let seals = store.seal_all(every, true).await.context("sealing the log")?;
+    println!("{seals} seals written");
     Ok(())
 }
 

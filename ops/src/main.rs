@@ -6,6 +6,7 @@ mod cluster;
 mod database;
 mod events;
 mod projections;
+mod sealer;
 mod secrets;
 mod serve;
 mod token;

@@ -1,5 +1,5 @@
-//! `leasehold serve`: migrate, then run the projectors and the GraphQL gateway until SIGINT or
-//! SIGTERM. A stop lets requests in flight finish and the projector's batch commit or roll
+//! `leasehold serve`: migrate, then run the projectors, the sealer and the GraphQL gateway
+//! until SIGINT or SIGTERM. A stop lets requests in flight finish and the projector's batch commit or roll
 //! back whole, so no checkpoint is lost and no event is applied twice.
 
 use std::io::Write as _;
@@ -65,6 +65,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_WS_SEND_TIMEOUT_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     ws_send_timeout_ms: u64,
+    /// Events per seal: the sealer writes a digest over every this many committed events, and
+    /// over the rest at shutdown (`leasehold events verify` checks them).
+    #[arg(long, env = "LEASEHOLD_SEAL_EVERY", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    seal_every: u64,
 }
 
 /// Runs until a stop signal.
@@ -99,6 +104,8 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
 
     let projector = tokio::spawn(runner.run(stopped.clone()));
     let lag = tokio::spawn(log_lag(store.clone(), stopped.clone()));
+    let seal_every = usize::try_from(args.seal_every).unwrap_or(1_000);
+    let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, stopped.clone()));
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
         "leasehold serve: {} at {}; projector {} running; listening on http://{address}/graphql. \
@@ -117,8 +124,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let served = tokio::time::timeout(wait, gateway).await;
     let finished = tokio::time::timeout(wait, projector).await;
     lag.abort();
+    // Last, so that the final seal covers what the gateway's last requests appended.
+    let sealed = tokio::time::timeout(wait, sealer).await;
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
     finished.context("the projector did not stop in time")?.context("the projector failed")?;
+    sealed.context("the sealer did not stop in time")?.context("the sealer failed")?;
     let stopped = match store.checkpoint(LeaseProjection::NAME).await? {
         Some(cursor) => format!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
         None => format!("stopped; {} has applied nothing yet", LeaseProjection::NAME),

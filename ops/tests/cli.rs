@@ -124,8 +124,11 @@ async fn verify_names_a_tampered_event_and_fails() {
     let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("BROKEN stream lease-7 version 2"), "{stdout}");
-    assert!(stdout.contains("3 events in 1 streams checked, 1 breaks"), "{stdout}");
+    assert!(stdout.contains("stream lease-7 version 2: HashMismatch"), "{stdout}");
+    let summary = "3 events in 1 streams checked, 0 seals checked, 3 events after the last seal, 1 \
+                   breaks";
+    assert!(stdout.contains(summary), "{stdout}");
+    assert!(stdout.contains("first bad position: position"), "{stdout}");
 }
 
 #[tokio::test]
@@ -147,10 +150,48 @@ async fn verify_finds_a_deleted_tail_and_a_stream_whose_events_are_gone() {
     let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("BROKEN stream lease-1 version 3"), "{stdout}");
-    assert!(stdout.contains("EventsMissing { recorded: 3 }"), "{stdout}");
-    assert!(stdout.contains("BROKEN stream lease-2 version 1"), "{stdout}");
-    assert!(stdout.contains("StreamMissing"), "{stdout}");
+    assert!(stdout.contains("stream lease-1 version 3: EventsMissing { recorded: 3 }"), "{stdout}");
+    assert!(stdout.contains("stream lease-2 version 1: StreamMissing"), "{stdout}");
+}
+
+#[tokio::test]
+async fn verify_holds_the_log_to_its_seals_and_names_the_first_bad_position() {
+    let db = TestDb::migrated().await;
+    for stream in ["lease-1", "lease-2", "lease-3"] {
+        three_charges(&db, stream).await;
+    }
+    // Sealing covers what every reader can see: wait until that is all nine events.
+    let store = db.store();
+    let page = store
+        .wait_for_log(leasehold_domain::Cursor::START, 9, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(page.events.len(), 9, "the events are visible in time");
+    let sealed =
+        leasehold(&["events", "seal", "--every", "4", "--database-url", &url_of(&db)]).await;
+    assert!(sealed.status.success(), "{sealed:?}");
+    assert!(String::from_utf8_lossy(&sealed.stdout).contains("3 seals written"));
+    let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("3 seals checked, 0 events after"));
+
+    // A whole stream deleted from both tables leaves every chain and head intact: the seals
+    // tell, at the deleted stream's first position.
+    let first_of_lease_2 = page.events[3].cursor.position;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "DELETE FROM events WHERE stream_id = 'lease-2'; \
+             DELETE FROM streams WHERE stream_id = 'lease-2'",
+        )
+        .await
+        .unwrap();
+    let output = leasehold(&["events", "verify", "--database-url", &url_of(&db)]).await;
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let first = format!("first bad position: position {first_of_lease_2} (its event is gone");
+    assert!(stdout.contains(&first), "{stdout}");
+    assert!(stdout.contains("SealedEventMissing"), "{stdout}");
 }
 
 /// Reads the child's standard output until a line contains `needle` (bounded wait).

@@ -15,6 +15,7 @@ mod heads;
 mod ledger;
 mod prepare;
 mod rows;
+mod seal;
 mod single;
 mod tail;
 mod xid8;
@@ -37,6 +38,7 @@ use errors::from_pool;
 use heads::HeadCache;
 use prepare::{Head, Prepared, render};
 pub(crate) use rows::{EVENT_COLUMNS, cursor_of};
+pub use seal::Seal;
 pub(crate) use xid8::Xid8;
 
 // ORDER BY names the table's columns, so that no select-list expression of the same name can

@@ -51,7 +51,7 @@ async fn the_chain_verifies_and_can_be_recomputed_from_what_is_read() {
         assert_eq!(recompute(event), event.hash, "hash of version {}", event.version);
     }
 
-    let report = store.verify_chains(|_| {}).await.unwrap();
+    let report = store.verify_log(|_| {}).await.unwrap();
     assert_eq!(report.events_checked, 7);
     assert_eq!(report.streams_checked, 3);
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
@@ -76,7 +76,7 @@ async fn a_byte_changed_in_sql_is_found_at_its_position() {
         .unwrap();
     assert_eq!(changed, 1);
 
-    let report = store.verify_chains(|_| {}).await.unwrap();
+    let report = store.verify_log(|_| {}).await.unwrap();
     assert_eq!(
         report.breaks,
         vec![ChainBreak {
@@ -96,7 +96,7 @@ async fn a_deleted_event_is_found_as_a_gap() {
     let client = db.client().await;
     client.execute("DELETE FROM events WHERE stream_id = 's2' AND version = 2", &[]).await.unwrap();
 
-    let report = store.verify_chains(|_| {}).await.unwrap();
+    let report = store.verify_log(|_| {}).await.unwrap();
     assert_eq!(report.breaks.len(), 1, "{:?}", report.breaks);
     assert_eq!(report.breaks[0].version, 3);
     assert_eq!(report.breaks[0].kind, BreakKind::VersionGap { expected: 2 });

@@ -75,7 +75,7 @@ async fn grouped_appends_succeed_or_fail_one_by_one() {
     for n in 0..RESENT {
         assert_eq!(read_whole_stream(&store, &stream(&format!("resent-{n}")), 10).await.len(), 1);
     }
-    let report = store.verify_chains(|_| {}).await.unwrap();
+    let report = store.verify_log(|_| {}).await.unwrap();
     assert_eq!(report.events_checked, (GOOD + RESENT) as u64);
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
 }

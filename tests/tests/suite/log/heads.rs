@@ -35,7 +35,7 @@ async fn stale_heads_from_another_process_are_refreshed_not_written() {
     let events = read_whole_stream(&first, &stream("shared"), 10).await;
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["A", "A", "A", "B", "C"]);
-    let report = first.verify_chains(|_| {}).await.unwrap();
+    let report = first.verify_log(|_| {}).await.unwrap();
     assert!(report.breaks.is_empty(), "{:?}", report.breaks);
 }
 
@@ -57,5 +57,5 @@ async fn appends_inside_a_caller_transaction_see_their_own_earlier_appends() {
     let events = read_whole_stream(&store, &stream("in-tx"), 10).await;
     assert_eq!(events.len(), 3);
     assert!(events.windows(2).all(|w| w[0].cursor.tx_id == w[1].cursor.tx_id));
-    assert!(store.verify_chains(|_| {}).await.unwrap().breaks.is_empty());
+    assert!(store.verify_log(|_| {}).await.unwrap().breaks.is_empty());
 }

@@ -11,5 +11,6 @@ mod idempotency;
 mod ledger_order;
 mod order;
 mod paging;
+mod seals;
 mod snapshots;
 mod validation;

@@ -2,8 +2,10 @@
 //! `prev_hash` is its predecessor's `hash`, every `hash` equals
 //! `sha256(prev_hash || canonical JSON)` recomputed from the stored fields, and every stream's
 //! last event is the head the `streams` table records (so a deleted tail or a stream whose
-//! events were all deleted is found). A stream deleted from both tables, and a reordering of
-//! the log, need the seals (not built yet).
+//! events were all deleted is found). Then the seals (`seals.rs`): a stream deleted from both
+//! tables, or events moved in the log's order, no longer match the seal of their range.
+
+mod seals;
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::StoreError;
@@ -39,6 +41,23 @@ pub enum BreakKind {
     /// beyond the recorded head, or its hash differs): the tail was rewritten or extended
     /// outside the append path.
     HeadMismatch,
+    /// The event is not where the log's order had it: within a sealed range, not where its
+    /// seal lists it; after the last seal, not after its stream's previous version.
+    Reordered,
+    /// An event a seal lists is not in the sealed range any more (deleted, alone or with its
+    /// whole stream). Its stream is not known: a seal keeps positions and hashes.
+    SealedEventMissing,
+    /// Another event stands where a sealed one stood: it was altered and re-hashed, or moved
+    /// there from another range.
+    SealedEventReplaced,
+    /// The log holds an event inside a sealed range that its seal does not list.
+    InsertedIntoSealedRange,
+    /// The seal does not chain from the previous one, or its digest is not the hash of what
+    /// it lists (the seals themselves were altered).
+    SealMismatch {
+        /// The seal.
+        seal_no: u64,
+    },
 }
 
 /// One place where a chain does not hold.
@@ -54,6 +73,13 @@ pub struct ChainBreak {
     pub kind: BreakKind,
 }
 
+impl VerifyReport {
+    /// The break at the lowest log position: where an auditor starts looking.
+    pub fn first_break(&self) -> Option<&ChainBreak> {
+        self.breaks.iter().min_by_key(|found| found.position)
+    }
+}
+
 /// The result of a verification run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -61,6 +87,10 @@ pub struct VerifyReport {
     pub events_checked: u64,
     /// Streams seen.
     pub streams_checked: u64,
+    /// Seals checked against the log.
+    pub seals_checked: u64,
+    /// Events after the last seal, which only their chains and order vouch for.
+    pub unsealed_events: u64,
     /// The breaks found, in stream order; at most [`VERIFY_BREAKS_MAX`] are listed.
     pub breaks: Vec<ChainBreak>,
     /// True when more breaks were found than are listed.
@@ -88,9 +118,10 @@ const HEADS_SQL: &str = "SELECT s.stream_id, s.version, e.version, e.position, \
 impl PgEventStore {
     /// Walks every stream in stream-id order and checks its chain, then checks every stream's
     /// last event against the head the `streams` table records (a deleted tail or a deleted
-    /// stream's events leave intact chains behind). `progress` is called after each page with
-    /// the number of events checked so far.
-    pub async fn verify_chains(
+    /// stream's events leave intact chains behind), then every seal against its range of the
+    /// log and the unsealed tail's order. `progress` is called after each page with the number
+    /// of events checked so far.
+    pub async fn verify_log(
         &self,
         mut progress: impl FnMut(u64),
     ) -> Result<VerifyReport, StoreError> {
@@ -122,6 +153,8 @@ impl PgEventStore {
         for row in &heads {
             check_head(row, &mut report);
         }
+        drop(client);
+        self.verify_seals(&mut report).await?;
         Ok(report)
     }
 }
