@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 
-pub use events::{LeaseEvent, OPERATOR_ONLY_FIELDS, tenant_view};
+pub use events::{KIND, LeaseEvent};
 pub use values::{
     FieldError, HostName, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
     OperatorDetail, PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
@@ -580,7 +580,7 @@ impl Refusal for LeaseError {
 }
 
 impl Aggregate for Lease {
-    const STREAM_TYPE: &'static str = "lease";
+    const STREAM_TYPE: &'static str = KIND.stream_type;
     const STATE_SCHEMA: u32 = 2;
     type Command = LeaseCommand;
     type Event = LeaseEvent;

@@ -12,6 +12,7 @@ mod ids;
 pub mod lease;
 mod ledger;
 pub mod limits;
+pub mod registry;
 mod store;
 mod version;
 
@@ -20,5 +21,6 @@ pub use cursor::{Cursor, CursorParseError};
 pub use event::{Actor, Metadata, NewEvent, RecordedEvent, StreamAppend};
 pub use ids::{EventId, EventType, IdError, OperationKey, StreamId, StreamType, TenantId};
 pub use ledger::{KeyNamespace, LedgerEntry, RequestHash};
+pub use registry::{AggregateKind, EventView};
 pub use store::{AppendOutcome, EventStore, LogPage, StoreError, ValidationError};
 pub use version::ExpectedVersion;

@@ -1,6 +1,6 @@
 //! The lease's stored events. Names are past tense and stable once shipped; each payload is
-//! the variant's fields as JSON. The manifest never enters an event (only its hash), and
-//! `detail` fields are operator-only: a tenant's view of the log drops them.
+//! the variant's fields as JSON. The manifest never enters an event (only its hash); what a
+//! tenant sees of each event is declared in [`KIND`], field by field.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,7 @@ use super::values::{
 };
 use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
 use crate::aggregate::{DomainEvent, EventDecodeError};
+use crate::registry::{AggregateKind, EventView};
 
 /// Everything that can happen to a lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,19 +220,65 @@ impl LeaseEvent {
     ];
 }
 
-/// Payload fields only operators and auditors see: failure detail, the lifecycle generation,
-/// the operation the backend reports against and the terminal failure budget (DOMAIN.md §3,
-/// rules 3 and 4).
-pub const OPERATOR_ONLY_FIELDS: [&str; 5] =
-    ["detail", "generation", "operation", "verdict", "consecutive_failures"];
+/// The lease kind, and what a tenant may see of each of its events (DOMAIN.md §3, rules 3
+/// and 4: failure detail, the lifecycle generation, the operation a backend reports against
+/// and the terminal failure budget are for operators and auditors only).
+pub const KIND: AggregateKind = AggregateKind { stream_type: "lease", events: &VIEWS };
 
-/// A lease event's payload as its tenant may see it: the operator-only fields removed.
-pub fn tenant_view(payload: &serde_json::Value) -> serde_json::Value {
-    let mut view = payload.clone();
-    if let Some(fields) = view.as_object_mut() {
-        for field in OPERATOR_ONLY_FIELDS {
-            fields.remove(field);
-        }
-    }
-    view
+const AT: &[&str] = &["at"];
+
+const VIEWS: [EventView; 25] = [
+    view(
+        "LeaseProvisionRequested",
+        &["lease", "provider", "items", "payload_hash", "backend", "release", "at"],
+        &["generation", "operation"],
+    ),
+    view("LeaseProvisioned", &["release", "at"], &[]),
+    view("LeaseActivated", AT, &[]),
+    view("LeaseProvisionFailed", &["reason", "message", "release", "at"], &["detail"]),
+    view("LeaseRejected", AT, &[]),
+    view("LeaseFailing", AT, &["detail"]),
+    view("LeaseFailed", &["reason", "message", "at"], &["detail"]),
+    view("LeaseRestartStarted", &["maintenance_id", "admitted_at"], &["generation"]),
+    view(
+        "LeaseUpdateStarted",
+        &["maintenance_id", "admitted_at", "payload_hash", "release"],
+        &["generation"],
+    ),
+    view("LeaseMaintenanceSucceeded", &["maintenance_id", "release", "at"], &[]),
+    view(
+        "LeaseMaintenanceRecovered",
+        &["maintenance_id", "reason", "message", "release", "at"],
+        &["detail"],
+    ),
+    view(
+        "LeaseMaintenanceFailed",
+        &["maintenance_id", "reason", "message", "release", "at"],
+        &["detail"],
+    ),
+    view("LeaseDeprovisionRequested", AT, &["generation"]),
+    view("LeaseDeprovisioned", &["retained", "retained_until", "at"], &[]),
+    view(
+        "LeaseRestoreStarted",
+        &["lease", "from", "provider", "items", "backend", "at"],
+        &["generation", "operation"],
+    ),
+    view("LeaseRetentionRestoring", &["into", "at"], &[]),
+    view("LeaseRetentionRestoreRolledBack", &["into", "at"], &[]),
+    view("LeaseRetentionConsumed", &["into", "at"], &[]),
+    view("LeaseRetentionReaping", &["cause", "at"], &[]),
+    view("LeaseRetentionDeleted", AT, &[]),
+    view("LeaseCustomDomainSet", &["service", "domain", "at"], &[]),
+    view("LeaseTerminalBudgetObserved", AT, &["verdict", "consecutive_failures"]),
+    view("LeaseClosedForFailure", AT, &["consecutive_failures"]),
+    view("LeaseClosed", &["cause", "at"], &[]),
+    view("LeaseExpired", AT, &[]),
+];
+
+const fn view(
+    event_type: &'static str,
+    tenant_fields: &'static [&'static str],
+    withheld: &'static [&'static str],
+) -> EventView {
+    EventView { event_type, tenant_fields, withheld }
 }

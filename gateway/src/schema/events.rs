@@ -105,7 +105,12 @@ pub(crate) fn view_of(
     let payload = if privileged {
         event.payload
     } else {
-        leasehold_domain::lease::tenant_view(&event.payload)
+        // Deny by default: only the fields the event type's registered view lists.
+        leasehold_domain::registry::tenant_view(
+            event.stream_type.as_str(),
+            event.event_type.as_str(),
+            &event.payload,
+        )
     };
     LifecycleEvent {
         cursor,

@@ -1,0 +1,189 @@
+//! The registry walked whole: every event type of every kind is registered once, and every
+//! field of every event type was decided for tenants (shown or withheld on purpose); what
+//! nobody decided, tenants never see.
+
+use std::collections::{BTreeSet, HashSet};
+
+use chrono::{TimeZone, Utc};
+use leasehold_domain::lease::{
+    CloseCause, LeaseEvent as E, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
+    OperatorDetail, PayloadHash, ProviderId, ReapCause, Reason, ServiceName, Sku, TenantMessage,
+    TerminalVerdict,
+};
+use leasehold_domain::registry::{self, KINDS};
+use leasehold_domain::{Aggregate, DomainEvent};
+use serde_json::json;
+use uuid::Uuid;
+
+/// One event of every lease event type, every optional field present.
+fn lease_samples() -> Vec<E> {
+    let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
+    let id = |n: u128| LeaseId(Uuid::from_u128(n));
+    let items = LeaseItems::new(vec![LeaseItem {
+        sku: Sku::parse("sku", "gpu.h100.1x").expect("valid"),
+        quantity: 1,
+        service_name: Some(ServiceName::parse("s", "web").expect("valid")),
+        custom_domain: None,
+    }])
+    .expect("valid");
+    let hash = || PayloadHash::parse("h", "ab".repeat(32)).expect("valid");
+    let backend = || ServiceName::parse("b", "east").expect("valid");
+    let (reason, message, detail) = (
+        || Reason::parse("r", "ImagePullFailed").expect("valid"),
+        || TenantMessage::parse("m", "failed").expect("valid"),
+        || OperatorDetail::new("registry.internal: 401"),
+    );
+    let maintenance_id = MaintenanceId(Uuid::from_u128(9));
+    let operation = Some(OperationId(Uuid::from_u128(8)));
+    let provider = ProviderId(Uuid::from_u128(7));
+    vec![
+        E::LeaseProvisionRequested {
+            lease: id(1),
+            provider,
+            items: items.clone(),
+            payload_hash: hash(),
+            backend: backend(),
+            generation: 1,
+            release: 1,
+            at,
+            operation,
+        },
+        E::LeaseProvisioned { release: Some(1), at },
+        E::LeaseActivated { at },
+        E::LeaseProvisionFailed {
+            reason: reason(),
+            message: message(),
+            detail: detail(),
+            release: Some(1),
+            at,
+        },
+        E::LeaseRejected { at },
+        E::LeaseFailing { detail: detail(), at },
+        E::LeaseFailed { reason: reason(), message: message(), detail: detail(), at },
+        E::LeaseRestartStarted { maintenance_id, admitted_at: at, generation: 2 },
+        E::LeaseUpdateStarted {
+            maintenance_id,
+            admitted_at: at,
+            generation: 2,
+            payload_hash: hash(),
+            release: 2,
+        },
+        E::LeaseMaintenanceSucceeded { maintenance_id, release: Some(2), at },
+        E::LeaseMaintenanceRecovered {
+            maintenance_id,
+            reason: reason(),
+            message: message(),
+            detail: detail(),
+            release: Some(2),
+            at,
+        },
+        E::LeaseMaintenanceFailed {
+            maintenance_id,
+            reason: reason(),
+            message: message(),
+            detail: detail(),
+            release: Some(2),
+            at,
+        },
+        E::LeaseDeprovisionRequested { generation: 3, at },
+        E::LeaseDeprovisioned { retained: true, retained_until: Some(at), at },
+        E::LeaseRestoreStarted {
+            lease: id(2),
+            from: id(1),
+            provider,
+            items,
+            backend: backend(),
+            generation: 1,
+            at,
+            operation,
+        },
+        E::LeaseRetentionRestoring { into: id(2), at },
+        E::LeaseRetentionRestoreRolledBack { into: id(2), at },
+        E::LeaseRetentionConsumed { into: id(2), at },
+        E::LeaseRetentionReaping { cause: ReapCause::GraceExpired, at },
+        E::LeaseRetentionDeleted { at },
+        E::LeaseCustomDomainSet {
+            service: Some(ServiceName::parse("s", "web").expect("valid")),
+            domain: None,
+            at,
+        },
+        E::LeaseTerminalBudgetObserved {
+            verdict: TerminalVerdict::Exhausted,
+            consecutive_failures: 3,
+            at,
+        },
+        E::LeaseClosedForFailure { consecutive_failures: 3, at },
+        E::LeaseClosed { cause: CloseCause::Tenant, at },
+        E::LeaseExpired { at },
+    ]
+}
+
+#[test]
+fn every_event_type_is_registered_once_across_every_kind() {
+    let mut stream_types = HashSet::new();
+    let mut event_types = HashSet::new();
+    for kind in KINDS {
+        assert!(stream_types.insert(kind.stream_type), "stream type {} twice", kind.stream_type);
+        for event_type in kind.event_types() {
+            assert!(event_types.insert(event_type), "event type {event_type} registered twice");
+        }
+    }
+    // The lease kind registers exactly the event types its decoder reads.
+    let registered: BTreeSet<_> = leasehold_domain::lease::KIND.event_types().collect();
+    let decoded: BTreeSet<_> = E::TYPES.into_iter().collect();
+    assert_eq!(registered, decoded);
+    assert_eq!(
+        leasehold_domain::lease::Lease::STREAM_TYPE,
+        leasehold_domain::lease::KIND.stream_type
+    );
+    assert!(registry::kind("lease").is_some());
+}
+
+#[test]
+fn every_field_of_every_event_was_decided_for_tenants() {
+    let samples = lease_samples();
+    let sampled: BTreeSet<_> = samples.iter().map(DomainEvent::event_type).collect();
+    let registered: BTreeSet<_> = leasehold_domain::lease::KIND.event_types().collect();
+    assert_eq!(sampled, registered, "one sample per registered event type");
+    for event in &samples {
+        let view = leasehold_domain::lease::KIND.view(event.event_type()).expect("registered");
+        let payload = event.to_payload();
+        let fields: BTreeSet<&str> =
+            payload.as_object().expect("an object").keys().map(String::as_str).collect();
+        let shown: BTreeSet<&str> = view.tenant_fields.iter().copied().collect();
+        let withheld: BTreeSet<&str> = view.withheld.iter().copied().collect();
+        assert!(
+            shown.is_disjoint(&withheld),
+            "{}: a field both shown and withheld",
+            view.event_type
+        );
+        let decided: BTreeSet<&str> = shown.union(&withheld).copied().collect();
+        assert_eq!(
+            fields, decided,
+            "{}: every payload field must be listed as shown or withheld, and nothing else",
+            view.event_type
+        );
+        // And the tenant sees exactly the shown ones.
+        let seen = registry::tenant_view("lease", event.event_type(), &payload);
+        let seen: BTreeSet<&str> =
+            seen.as_object().expect("an object").keys().map(String::as_str).collect();
+        assert_eq!(seen, shown, "{}", view.event_type);
+    }
+}
+
+#[test]
+fn what_nobody_decided_shows_tenants_nothing() {
+    let payload = json!({ "at": "2026-12-01T12:00:00Z", "secret": "hunter2", "detail": "x" });
+    // A field nobody listed is dropped, like a withheld one.
+    assert_eq!(
+        registry::tenant_view("lease", "LeaseActivated", &payload),
+        json!({ "at": "2026-12-01T12:00:00Z" })
+    );
+    // An event type nobody registered, or a kind nobody registered, shows nothing at all.
+    assert_eq!(registry::tenant_view("lease", "LeaseTeleported", &payload), json!({}));
+    assert_eq!(registry::tenant_view("vm", "VmCreated", &payload), json!({}));
+    assert_eq!(
+        registry::tenant_view("lease", "LeaseActivated", &json!("not an object")),
+        json!({})
+    );
+}
