@@ -81,9 +81,12 @@ use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 
 pub use events::{KIND, LeaseEvent};
-pub use values::{
-    FieldError, HostName, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
-    OperatorDetail, PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
+pub use values::{LeaseId, LeaseItem, LeaseItems, MaintenanceId, PayloadHash};
+
+// The values every kind shares, re-exported where the lease's callers have always found them.
+pub use crate::values::{
+    FieldError, HostName, OperationId, OperatorDetail, Problem, ProviderId, Reason, ServiceName,
+    Sku, TenantMessage,
 };
 
 /// The name of a provisioning backend a lease is placed on.

@@ -14,6 +14,7 @@ mod ledger;
 pub mod limits;
 pub mod registry;
 mod store;
+pub mod values;
 mod version;
 
 pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, RefusalKind};

@@ -5,13 +5,13 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::values::{
-    HostName, LeaseId, LeaseItems, MaintenanceId, OperationId, OperatorDetail, PayloadHash,
-    ProviderId, Reason, ServiceName, TenantMessage,
-};
+use super::values::{LeaseId, LeaseItems, MaintenanceId, PayloadHash};
 use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
 use crate::aggregate::{DomainEvent, EventDecodeError};
 use crate::registry::{AggregateKind, EventView};
+use crate::values::{
+    HostName, OperationId, OperatorDetail, ProviderId, Reason, ServiceName, TenantMessage,
+};
 
 /// Everything that can happen to a lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
