@@ -8,6 +8,7 @@
 
 mod cache;
 pub mod lease_input;
+pub mod lease_service;
 pub mod limits;
 mod linked;
 mod load;

@@ -30,17 +30,17 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
 use hmac::{Hmac, Mac};
 use leasehold_commands::lease_input;
-use leasehold_domain::KeyNamespace;
-use leasehold_domain::lease::{LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, OperationId};
+use leasehold_commands::lease_service::{Caller, LeaseOutcome};
+use leasehold_domain::lease::{LeaseCommand, LeaseId, MaintenanceId, OperationId};
+use leasehold_domain::{Actor, KeyNamespace};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::auth::{Principal, Role, SECRET_BYTES_MIN};
+use crate::auth::{Role, SECRET_BYTES_MIN};
 use crate::errors::{ApiError, Code};
 use crate::http::Http;
-use crate::schema::command::{LeaseCall, execute_in, owner_of};
 
 /// The header carrying the signing time, in Unix seconds.
 pub const TIMESTAMP_HEADER: &str = "x-leasehold-timestamp";
@@ -220,14 +220,14 @@ async fn handle(
         return Err(ApiError::bad_input("the body names another lease than the signed URL"));
     }
     let command = command_of(&payload, named, operation)?;
-    let principal = Principal {
-        subject: "backend-callback".into(),
-        role: Role::Agent,
+    // Callbacks have a key namespace of their own: no tenant, agent or operator can take a
+    // key a callback will use.
+    let caller = Caller {
+        actor: Actor { subject: "backend-callback".into(), role: Role::Agent.as_str().into() },
         tenant: None,
         provider: None,
-        expires_at: Utc::now(),
+        namespace: Some(KeyNamespace::callback()),
     };
-    let tenant = owner_of(inner, &principal, lease).await?;
     // Redeliveries of one callback carry the same URL and body: the same operation key.
     let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
     let mut digest = Sha256::new();
@@ -235,16 +235,8 @@ async fn handle(
     digest.update(b"\n");
     digest.update(body);
     let operation_key = format!("callback-{}", &hex::encode(digest.finalize())[..40]);
-    let call = LeaseCall {
-        tenant,
-        lease,
-        operation_key: &operation_key,
-        command,
-        facts: LeaseFacts::default(),
-    };
-    // Callbacks have a key namespace of their own: no tenant, agent or operator can take a
-    // key a callback will use.
-    let outcome = execute_in(inner, &principal, call, Some(KeyNamespace::callback())).await?;
+    let LeaseOutcome { outcome, .. } =
+        inner.leases.for_owner(&caller, &operation_key, lease, command).await?;
     Ok(json!({
         "streamId": outcome.stream_id.as_str(),
         "version": outcome.version,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::lease_input::LeaseInputLimits;
+use leasehold_commands::lease_service::LeaseService;
 use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::Cursor;
 use leasehold_domain::lease::BackendName;
@@ -80,7 +81,8 @@ pub struct AppState {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: PgEventStore,
-    pub(crate) pipeline: CommandPipeline<PgEventStore>,
+    /// Every lease command runs through it (resolvers and callbacks alike).
+    pub(crate) leases: LeaseService<PgEventStore>,
     pub(crate) jwt: JwtSecret,
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
@@ -147,7 +149,7 @@ impl AppState {
         let sockets = Gauge::default();
         let inner = Inner {
             store,
-            pipeline,
+            leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits),
             jwt,
             cursors,
             config,

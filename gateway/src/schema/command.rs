@@ -1,17 +1,17 @@
-//! Running a lease command for a caller, and what a mutation answers.
+//! What a mutation answers, and the caller a resolver hands the lease command service
+//! (`leasehold_commands::lease_service`), which does the rest.
 
 use async_graphql::{Context, ID, SimpleObject};
-use leasehold_commands::{CommandOutcome, CommandRequest, lease_input};
-use leasehold_domain::lease::{Lease, LeaseCommand, LeaseFacts, LeaseId};
-use leasehold_domain::{Actor, KeyNamespace, TenantId};
-use sha2::{Digest, Sha256};
+use leasehold_commands::lease_service::{Caller, LeaseOutcome};
+use leasehold_commands::{CommandError, CommandOutcome};
+use leasehold_domain::lease::LeaseError;
+use leasehold_domain::{Actor, KeyNamespace};
 use uuid::Uuid;
 
 use super::{caller, shared};
 use crate::auth::Principal;
 use crate::cursor::CursorKind;
-use crate::errors::{ApiError, ApiResult};
-use crate::state::Inner;
+use crate::errors::ApiResult;
 
 /// One event a command appended.
 #[derive(Debug, Clone, SimpleObject)]
@@ -40,77 +40,25 @@ pub struct CommandResult {
     pub events: Vec<CommandEvent>,
 }
 
-/// A lease command on its way to the pipeline.
-pub(crate) struct LeaseCall<'a> {
-    /// For whom: the caller's tenant, or the lease's owner for agents and operators.
-    pub tenant: TenantId,
-    /// The lease.
-    pub lease: LeaseId,
-    /// The caller's operation key, unparsed.
-    pub operation_key: &'a str,
-    /// The command.
-    pub command: LeaseCommand,
-    /// Facts looked up for it.
-    pub facts: LeaseFacts,
+/// The command service's view of `principal`: its actor, tenant and provider binding, its
+/// keys in its own namespace unless `namespace` says otherwise.
+pub(crate) fn caller_of(principal: &Principal, namespace: Option<KeyNamespace>) -> Caller {
+    Caller {
+        actor: Actor { subject: principal.subject.clone(), role: principal.role.as_str().into() },
+        tenant: principal.tenant.clone(),
+        provider: principal.provider,
+        namespace,
+    }
 }
 
-/// Runs `call` as the caller and answers its result.
-pub(crate) async fn run(ctx: &Context<'_>, call: LeaseCall<'_>) -> ApiResult<CommandResult> {
+/// Answers a lease command's result to the caller.
+pub(crate) async fn answer(
+    ctx: &Context<'_>,
+    run: impl std::future::Future<Output = Result<LeaseOutcome, CommandError<LeaseError>>>,
+) -> ApiResult<CommandResult> {
     let principal = caller(ctx)?;
-    let lease = call.lease.0;
-    let outcome = execute(shared(ctx), principal, call).await?;
-    Ok(result_of(ctx, principal, lease, outcome))
-}
-
-/// Runs `call` for `principal` through the pipeline, its operation key in the caller's own
-/// namespace.
-pub(crate) async fn execute(
-    state: &Inner,
-    principal: &Principal,
-    call: LeaseCall<'_>,
-) -> ApiResult<CommandOutcome> {
-    execute_in(state, principal, call, None).await
-}
-
-/// Runs `call` with its operation key in `namespace` (default: the caller's own).
-pub(crate) async fn execute_in(
-    state: &Inner,
-    principal: &Principal,
-    call: LeaseCall<'_>,
-    namespace: Option<KeyNamespace>,
-) -> ApiResult<CommandOutcome> {
-    let key = lease_input::operation_key(Some(call.operation_key))
-        .map_err(|error| ApiError::bad_input(error.to_string()))?;
-    let actor = Actor { subject: principal.subject.clone(), role: principal.role.as_str().into() };
-    let mut request = CommandRequest::<Lease>::new(
-        call.tenant,
-        actor,
-        call.lease.stream_id(),
-        key,
-        call.command,
-        call.facts,
-    );
-    if let Some(namespace) = namespace {
-        request.namespace = namespace;
-    }
-    request.correlation_id = Some(Uuid::now_v7());
-    Ok(state.pipeline.execute(request).await?)
-}
-
-/// The lease's owner, for a caller who acts for it (agents, operators, callbacks). An agent
-/// bound to a provider finds only that provider's leases.
-pub(crate) async fn owner_of(
-    state: &Inner,
-    principal: &Principal,
-    lease: LeaseId,
-) -> ApiResult<TenantId> {
-    let found = state.pipeline.state::<Lease>(&lease.stream_id()).await?;
-    let (owner, _, stored) = found.ok_or_else(|| ApiError::not_found("lease"))?;
-    let provider = stored.terms.as_ref().map(|terms| terms.provider);
-    match principal.provider {
-        Some(bound) if provider != Some(bound) => Err(ApiError::not_found("lease")),
-        _ => Ok(owner),
-    }
+    let LeaseOutcome { lease, outcome } = run.await?;
+    Ok(result_of(ctx, principal, lease.0, outcome))
 }
 
 fn result_of(
@@ -133,23 +81,4 @@ fn result_of(
             .map(|event_type| CommandEvent { event_type })
             .collect(),
     }
-}
-
-/// An id minted from the tenant and the operation key, so that a retry of the same request
-/// names the same lease (or maintenance) and hashes the same.
-pub(crate) fn minted_id(purpose: &str, tenant: &TenantId, operation_key: &str) -> Uuid {
-    let mut hash = Sha256::new();
-    for part in ["leasehold", purpose, tenant.as_str(), operation_key] {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part.as_bytes());
-    }
-    let digest = hash.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    Uuid::new_v8(bytes)
-}
-
-/// The SHA-256 of a manifest, hex: the manifest itself may hold secrets and is not stored.
-pub(crate) fn payload_hash(payload: &str) -> String {
-    hex::encode(Sha256::digest(payload.as_bytes()))
 }

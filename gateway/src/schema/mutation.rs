@@ -5,12 +5,13 @@
 use async_graphql::{Context, ID, InputObject, Object};
 use chrono::{DateTime, Utc};
 use leasehold_commands::lease_input::{self, ItemInput, RequestLeaseInput};
+use leasehold_commands::lease_service::{Caller, payload_hash};
 use leasehold_domain::lease::{
-    CloseCause, Lease, LeaseCommand, LeaseFacts, LeaseId, MaintenanceId, MaintenanceOutcome,
-    OperationId, OperatorDetail, ProviderId, Reason, RetainedSource, TenantMessage,
+    CloseCause, LeaseCommand, LeaseId, MaintenanceId, MaintenanceOutcome, OperationId,
+    OperatorDetail, ProviderId, Reason, TenantMessage,
 };
 
-use super::command::{CommandResult, LeaseCall, minted_id, owner_of, payload_hash, run};
+use super::command::{CommandResult, answer, caller_of};
 use super::query::uuid_arg;
 use super::{require, shared, tenant_of};
 use crate::auth::Role;
@@ -172,24 +173,15 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: RequestLeaseInputGql,
     ) -> ApiResult<CommandResult> {
-        let tenant = tenant_of(ctx, "request leases")?.clone();
-        let lease = match &input.lease_id {
-            Some(id) => lease_id("leaseId", id)?,
-            None => LeaseId(minted_id("lease", &tenant, &input.operation_key)),
-        };
+        let caller = tenant_caller(ctx, "request leases")?;
+        let lease = input.lease_id.as_ref().map(|id| lease_id("leaseId", id)).transpose()?;
         let request = RequestLeaseInput {
             provider_id: input.provider_id.to_string(),
             items: items_of(input.items),
             payload_hash: payload_hash(&input.payload),
         };
-        let state = shared(ctx);
-        let operation = OperationId(minted_id("provision", &tenant, &input.operation_key));
-        let limits = state.config.lease_limits;
-        let command =
-            lease_input::request_provision(lease, operation, &request, limits).map_err(bad)?;
-        let facts = LeaseFacts { backend: state.config.backend.clone(), ..LeaseFacts::default() };
-        let key = &input.operation_key;
-        run(ctx, LeaseCall { tenant, lease, operation_key: key, command, facts }).await
+        let leases = &shared(ctx).leases;
+        answer(ctx, leases.request(&caller, &input.operation_key, lease, &request)).await
     }
 
     /// Release a lease; idempotent (tenant).
@@ -198,7 +190,11 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: LeaseOperationInput,
     ) -> ApiResult<CommandResult> {
-        tenant_call(ctx, &input.lease_id, &input.operation_key, LeaseCommand::Deprovision).await
+        let caller = tenant_caller(ctx, "change leases")?;
+        let lease = lease_id("leaseId", &input.lease_id)?;
+        let command = LeaseCommand::Deprovision;
+        let leases = &shared(ctx).leases;
+        answer(ctx, leases.on_own(&caller, &input.operation_key, lease, command)).await
     }
 
     /// Restart a lease's workload (tenant).
@@ -207,10 +203,9 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: LeaseOperationInput,
     ) -> ApiResult<CommandResult> {
-        let tenant = tenant_of(ctx, "restart leases")?;
-        let maintenance = minted_id("restart", tenant, &input.operation_key);
-        let command = lease_input::restart(maintenance);
-        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+        let caller = tenant_caller(ctx, "restart leases")?;
+        let lease = lease_id("leaseId", &input.lease_id)?;
+        answer(ctx, shared(ctx).leases.restart(&caller, &input.operation_key, lease)).await
     }
 
     /// Move a lease to a new manifest (tenant).
@@ -219,13 +214,11 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: UpdateLeaseInput,
     ) -> ApiResult<CommandResult> {
-        let tenant = tenant_of(ctx, "update leases")?;
-        let payload_hash =
-            leasehold_domain::lease::PayloadHash::parse("payload", payload_hash(&input.payload))
-                .map_err(bad)?;
-        let maintenance_id = MaintenanceId(minted_id("update", tenant, &input.operation_key));
-        let command = LeaseCommand::Update { maintenance_id, payload_hash };
-        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+        let caller = tenant_caller(ctx, "update leases")?;
+        let lease = lease_id("leaseId", &input.lease_id)?;
+        let hash = payload_hash(&input.payload);
+        let leases = &shared(ctx).leases;
+        answer(ctx, leases.update(&caller, &input.operation_key, lease, &hash)).await
     }
 
     /// Start a new lease from a retained one's data (tenant).
@@ -234,26 +227,18 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: RestoreLeaseInput,
     ) -> ApiResult<CommandResult> {
-        let tenant = tenant_of(ctx, "restore leases")?.clone();
-        let lease = match &input.lease_id {
-            Some(id) => lease_id("leaseId", id)?,
-            None => LeaseId(minted_id("lease", &tenant, &input.operation_key)),
-        };
+        let caller = tenant_caller(ctx, "restore leases")?;
+        let lease = input.lease_id.as_ref().map(|id| lease_id("leaseId", id)).transpose()?;
         let from = lease_id("fromLeaseId", &input.from_lease_id)?;
-        let provider =
-            input.provider_id.as_ref().map(|id| uuid_arg("providerId", id).map(ProviderId));
-        let state = shared(ctx);
-        let items =
-            lease_input::items(&items_of(input.items), state.config.lease_limits).map_err(bad)?;
-        let operation = OperationId(minted_id("restore", &tenant, &input.operation_key));
-        let provider = provider.transpose()?;
-        let command = LeaseCommand::Restore { lease, from, provider, items, operation };
-        let found = state.pipeline.state::<Lease>(&from.stream_id()).await?;
-        let retained_source =
-            found.map(|(owner, _, lease)| RetainedSource { same_tenant: owner == tenant, lease });
-        let facts = LeaseFacts { retained_source, ..LeaseFacts::default() };
+        let provider = input
+            .provider_id
+            .as_ref()
+            .map(|id| uuid_arg("providerId", id).map(ProviderId))
+            .transpose()?;
+        let items = items_of(input.items);
+        let leases = &shared(ctx).leases;
         let key = &input.operation_key;
-        run(ctx, LeaseCall { tenant, lease, operation_key: key, command, facts }).await
+        answer(ctx, leases.restore(&caller, key, (lease, from), provider, &items)).await
     }
 
     /// Route a host name to an item, or remove it; idempotent (tenant).
@@ -262,12 +247,15 @@ impl MutationRoot {
         ctx: &Context<'_>,
         input: SetLeaseCustomDomainInput,
     ) -> ApiResult<CommandResult> {
+        let caller = tenant_caller(ctx, "change leases")?;
+        let lease = lease_id("leaseId", &input.lease_id)?;
         let command = lease_input::set_custom_domain(
             input.service_name.as_deref(),
             input.custom_domain.as_deref(),
         )
         .map_err(bad)?;
-        tenant_call(ctx, &input.lease_id, &input.operation_key, command).await
+        let leases = &shared(ctx).leases;
+        answer(ctx, leases.on_own(&caller, &input.operation_key, lease, command)).await
     }
 
     /// The backend provisioned the lease (agent).
@@ -340,17 +328,10 @@ pub(crate) fn maintenance_outcome(
     })
 }
 
-/// A tenant's command on its own lease.
-async fn tenant_call(
-    ctx: &Context<'_>,
-    id: &ID,
-    operation_key: &str,
-    command: LeaseCommand,
-) -> ApiResult<CommandResult> {
-    let tenant = tenant_of(ctx, "change leases")?.clone();
-    let lease = lease_id("leaseId", id)?;
-    let facts = LeaseFacts::default();
-    run(ctx, LeaseCall { tenant, lease, operation_key, command, facts }).await
+/// The calling tenant, refused with `FORBIDDEN` ("may not `action`") for any other role.
+fn tenant_caller(ctx: &Context<'_>, action: &str) -> ApiResult<Caller> {
+    tenant_of(ctx, action)?;
+    Ok(caller_of(super::caller(ctx)?, None))
 }
 
 /// An agent's or operator's command, for the lease's owner.
@@ -361,7 +342,6 @@ async fn owner_call(
     command: LeaseCommand,
 ) -> ApiResult<CommandResult> {
     let lease = lease_id("leaseId", id)?;
-    let tenant = owner_of(shared(ctx), super::caller(ctx)?, lease).await?;
-    let facts = LeaseFacts::default();
-    run(ctx, LeaseCall { tenant, lease, operation_key, command, facts }).await
+    let caller = caller_of(super::caller(ctx)?, None);
+    answer(ctx, shared(ctx).leases.for_owner(&caller, operation_key, lease, command)).await
 }

@@ -5,4 +5,5 @@ mod concurrency;
 mod idempotency;
 mod lease;
 mod restore;
+mod service;
 pub(crate) mod support;
