@@ -136,6 +136,41 @@ impl LeaseStatus {
     pub fn is_gone(self) -> bool {
         matches!(self, Self::Deprovisioning | Self::Deprovisioned | Self::Retained)
     }
+
+    /// Every status.
+    pub const ALL: [Self; 10] = [
+        Self::None,
+        Self::Provisioning,
+        Self::Ready,
+        Self::Failing,
+        Self::Failed,
+        Self::Restarting,
+        Self::Updating,
+        Self::Deprovisioning,
+        Self::Deprovisioned,
+        Self::Retained,
+    ];
+
+    /// Its name, the one spelling read models, clients and events use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Provisioning => "provisioning",
+            Self::Ready => "ready",
+            Self::Failing => "failing",
+            Self::Failed => "failed",
+            Self::Restarting => "restarting",
+            Self::Updating => "updating",
+            Self::Deprovisioning => "deprovisioning",
+            Self::Deprovisioned => "deprovisioned",
+            Self::Retained => "retained",
+        }
+    }
+
+    /// The status named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.name() == name)
+    }
 }
 
 /// The lease's standing on the chain.
@@ -158,6 +193,26 @@ impl ChainState {
     /// Whether the chain state can no longer change.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Closed | Self::Rejected | Self::Expired)
+    }
+
+    /// Every chain state.
+    pub const ALL: [Self; 5] =
+        [Self::Pending, Self::Active, Self::Closed, Self::Rejected, Self::Expired];
+
+    /// Its name, the one spelling read models, clients and events use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Active => "active",
+            Self::Closed => "closed",
+            Self::Rejected => "rejected",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// The chain state named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|chain| chain.name() == name)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::lease::{
-    ChainState, Lease, LeaseEvent, LeaseId, LeaseStatus, RetentionStatus, TerminalVerdict,
+    Lease, LeaseEvent, LeaseId, LeaseStatus, RetentionStatus, TerminalVerdict,
 };
 use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
@@ -304,7 +304,7 @@ pub fn rows_of(view: &LeaseView) -> LeaseRows {
     let terms = lease.terms.as_ref().expect("a lease stream starts by setting its terms");
     let updated_at = lease.updated_at.unwrap_or(terms.created_at);
     let items = serde_json::to_value(terms.items.as_slice()).expect("items serialize");
-    let status = status_name(lease.status);
+    let status = lease.status.name();
     // A failed lease with no authored reason reads `Unknown` (DOMAIN.md §3 rule 3).
     let reason = match (&lease.reason, lease.status) {
         (Some(reason), _) => Some(reason.to_string()),
@@ -320,7 +320,7 @@ pub fn rows_of(view: &LeaseView) -> LeaseRows {
             tenant_id: tenant_id.clone(),
             provider_id: terms.provider.0,
             status,
-            chain_state: chain_name(lease.chain),
+            chain_state: lease.chain.name(),
             reason,
             message: lease.message.as_ref().map(ToString::to_string),
             items: items.clone(),
@@ -366,33 +366,6 @@ pub fn rows_of(view: &LeaseView) -> LeaseRows {
             retained_until,
             updated_at,
         }),
-    }
-}
-
-/// The status as the read models spell it.
-pub fn status_name(status: LeaseStatus) -> &'static str {
-    match status {
-        LeaseStatus::None => "unknown",
-        LeaseStatus::Provisioning => "provisioning",
-        LeaseStatus::Ready => "ready",
-        LeaseStatus::Failing => "failing",
-        LeaseStatus::Failed => "failed",
-        LeaseStatus::Restarting => "restarting",
-        LeaseStatus::Updating => "updating",
-        LeaseStatus::Deprovisioning => "deprovisioning",
-        LeaseStatus::Deprovisioned => "deprovisioned",
-        LeaseStatus::Retained => "retained",
-    }
-}
-
-/// The chain state as the read models spell it.
-pub fn chain_name(chain: ChainState) -> &'static str {
-    match chain {
-        ChainState::Pending => "pending",
-        ChainState::Active => "active",
-        ChainState::Closed => "closed",
-        ChainState::Rejected => "rejected",
-        ChainState::Expired => "expired",
     }
 }
 

@@ -783,3 +783,16 @@ fn reports_settle_only_the_current_operation() {
     check(&restarted, confirm(MAINTENANCE.into()), none(), Events(&["LeaseDeprovisioned"]));
     assert_eq!(LeaseError::Fenced.kind(), RefusalKind::Fenced);
 }
+
+#[test]
+fn each_status_is_spelled_once_and_round_trips() {
+    for status in LeaseStatus::ALL {
+        assert_eq!(LeaseStatus::from_name(status.name()), Some(status));
+        assert_eq!(serde_json::to_value(status).expect("serializes"), status.name());
+    }
+    for chain in ChainState::ALL {
+        assert_eq!(ChainState::from_name(chain.name()), Some(chain));
+        assert_eq!(serde_json::to_value(chain).expect("serializes"), chain.name());
+    }
+    assert_eq!(LeaseStatus::from_name("teleporting"), None);
+}

@@ -4,7 +4,7 @@
 use async_graphql::{Enum, ID, InputObject, SimpleObject};
 use chrono::{DateTime, Utc};
 use leasehold_adapters::read_models::{LeaseSummary, QuotaUsage};
-use leasehold_domain::lease::LeaseItem;
+use leasehold_domain::lease::{self as domain, LeaseItem};
 
 /// What the backend is doing with a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
@@ -32,37 +32,38 @@ pub enum LeaseStatus {
 }
 
 impl LeaseStatus {
-    /// The read model's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Provisioning => "provisioning",
-            Self::Ready => "ready",
-            Self::Failing => "failing",
-            Self::Failed => "failed",
-            Self::Restarting => "restarting",
-            Self::Updating => "updating",
-            Self::Deprovisioning => "deprovisioning",
-            Self::Deprovisioned => "deprovisioned",
-            Self::Retained => "retained",
-            Self::Unknown => "unknown",
-        }
+    /// The domain's status this one shows (`None` for `Unknown`).
+    pub fn domain(self) -> Option<domain::LeaseStatus> {
+        use domain::LeaseStatus as D;
+        Some(match self {
+            Self::Provisioning => D::Provisioning,
+            Self::Ready => D::Ready,
+            Self::Failing => D::Failing,
+            Self::Failed => D::Failed,
+            Self::Restarting => D::Restarting,
+            Self::Updating => D::Updating,
+            Self::Deprovisioning => D::Deprovisioning,
+            Self::Deprovisioned => D::Deprovisioned,
+            Self::Retained => D::Retained,
+            Self::Unknown => return None,
+        })
     }
 
+    /// The status a read model stores as `name` (its spelling is the domain's).
     fn of_name(name: &str) -> Self {
-        [
-            Self::Provisioning,
-            Self::Ready,
-            Self::Failing,
-            Self::Failed,
-            Self::Restarting,
-            Self::Updating,
-            Self::Deprovisioning,
-            Self::Deprovisioned,
-            Self::Retained,
-        ]
-        .into_iter()
-        .find(|status| status.name() == name)
-        .unwrap_or(Self::Unknown)
+        use domain::LeaseStatus as D;
+        match D::from_name(name) {
+            Some(D::Provisioning) => Self::Provisioning,
+            Some(D::Ready) => Self::Ready,
+            Some(D::Failing) => Self::Failing,
+            Some(D::Failed) => Self::Failed,
+            Some(D::Restarting) => Self::Restarting,
+            Some(D::Updating) => Self::Updating,
+            Some(D::Deprovisioning) => Self::Deprovisioning,
+            Some(D::Deprovisioned) => Self::Deprovisioned,
+            Some(D::Retained) => Self::Retained,
+            Some(D::None) | None => Self::Unknown,
+        }
     }
 }
 
@@ -82,13 +83,15 @@ pub enum ChainState {
 }
 
 impl ChainState {
+    /// The chain state a read model stores as `name` (its spelling is the domain's).
     fn of_name(name: &str) -> Self {
-        match name {
-            "active" => Self::Active,
-            "closed" => Self::Closed,
-            "rejected" => Self::Rejected,
-            "expired" => Self::Expired,
-            _ => Self::Pending,
+        use domain::ChainState as D;
+        match D::from_name(name) {
+            Some(D::Active) => Self::Active,
+            Some(D::Closed) => Self::Closed,
+            Some(D::Rejected) => Self::Rejected,
+            Some(D::Expired) => Self::Expired,
+            Some(D::Pending) | None => Self::Pending,
         }
     }
 }

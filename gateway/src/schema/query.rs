@@ -73,8 +73,13 @@ impl QueryRoot {
                 )
             })
             .transpose()?;
-        let status =
-            filter.and_then(|filter| filter.status).map(|status| status.name().to_string());
+        // `Unknown` names no stored status: it matches nothing.
+        let status = filter.and_then(|filter| filter.status).map(|status| {
+            status
+                .domain()
+                .map_or("unknown", leasehold_domain::lease::LeaseStatus::name)
+                .to_string()
+        });
         // One row more than asked says whether there is a next page.
         let listing = LeaseListing { status, after, first: first + 1 };
         let mut rows = state.store.leases(tenant, &listing).await?;
