@@ -1,27 +1,40 @@
-//! The GraphQL schema: tenant queries over the read models, lease mutations through the
-//! command pipeline. Resolvers find the shared [`AppState`] in the schema's data and the
+//! The GraphQL schema: queries over the read models and the log, each kind's mutations
+//! through its command service, merged from one module per kind (`lease/`) and the
+//! cross-kind ones (`query.rs`, `subscription.rs`). Resolvers find the shared [`AppState`] in the schema's data and the
 //! verified [`Principal`] in the request's.
 
 pub(crate) mod command;
 mod events;
 mod lease;
-mod mutation;
 mod projections;
 mod query;
 mod subscription;
 mod workloads;
 
-use async_graphql::{Context, Schema};
+use async_graphql::{Context, MergedObject, MergedSubscription, Schema};
 use leasehold_domain::TenantId;
 
 use crate::auth::{Principal, Role};
 use crate::errors::{ApiError, ApiResult};
 use crate::state::{AppState, Inner};
 
-pub use mutation::MutationRoot;
-pub(crate) use mutation::maintenance_outcome;
-pub use query::QueryRoot;
-pub use subscription::SubscriptionRoot;
+pub(crate) use lease::maintenance_outcome;
+
+// Every query: those over every kind, then each kind's own; a new kind adds its module's
+// query type here. (Plain comments: a doc comment would become the type's description.)
+#[derive(Debug, Default, MergedObject)]
+#[graphql(name = "Query")]
+pub struct QueryRoot(query::LogQuery, lease::LeaseQuery);
+
+// Every mutation: each kind's own; a new kind adds its module's mutation type here.
+#[derive(Debug, Default, MergedObject)]
+#[graphql(name = "Mutation")]
+pub struct MutationRoot(lease::LeaseMutation);
+
+// Every subscription.
+#[derive(Debug, Default, MergedSubscription)]
+#[graphql(name = "Subscription")]
+pub struct SubscriptionRoot(subscription::LogSubscription);
 
 /// The gateway's schema.
 pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -29,7 +42,7 @@ pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 /// The schema, with `state` available to every resolver and the configured limits.
 pub fn build(state: &AppState) -> LeaseholdSchema {
     let config = &state.inner.config;
-    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
+    Schema::build(QueryRoot::default(), MutationRoot::default(), SubscriptionRoot::default())
         .data(state.clone())
         .limit_depth(config.depth_max)
         .limit_complexity(config.complexity_max)
@@ -39,9 +52,11 @@ pub fn build(state: &AppState) -> LeaseholdSchema {
 
 /// The schema's SDL, as committed in `schema/graphql/schema.graphql`.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot).finish().sdl_with_options(
-        async_graphql::SDLExportOptions::new().sorted_fields().sorted_enum_items(),
-    )
+    Schema::build(QueryRoot::default(), MutationRoot::default(), SubscriptionRoot::default())
+        .finish()
+        .sdl_with_options(
+            async_graphql::SDLExportOptions::new().sorted_fields().sorted_enum_items(),
+        )
 }
 
 /// The shared state.

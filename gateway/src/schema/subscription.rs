@@ -10,12 +10,12 @@ use super::{caller, shared};
 use crate::errors::ApiError;
 use crate::live::feed::Feed;
 
-/// The root of every subscription.
+/// The subscriptions over every kind at once.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SubscriptionRoot;
+pub struct LogSubscription;
 
-#[Subscription(name = "Subscription")]
-impl SubscriptionRoot {
+#[Subscription]
+impl LogSubscription {
     /// Events in log order, each with its `cursor`. With `after` (a cursor you were given),
     /// every later event is replayed first; without it, events from now on. A consumer that
     /// falls behind is caught up from the log, never skipped.

@@ -11,11 +11,11 @@ use leasehold_domain::lease::{
     OperatorDetail, ProviderId, Reason, TenantMessage,
 };
 
-use super::command::{CommandResult, answer, caller_of};
-use super::query::uuid_arg;
-use super::{require, shared, tenant_of};
 use crate::auth::Role;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::command::{CommandResult, answer, caller_of};
+use crate::schema::query::uuid_arg;
+use crate::schema::{require, shared, tenant_of};
 
 /// What a tenant sees when a maintenance failed and the backend said nothing it may see.
 const MAINTENANCE_FAILED_MESSAGE: &str = "the restart or update failed";
@@ -161,12 +161,12 @@ fn lease_id(field: &str, id: &ID) -> ApiResult<LeaseId> {
     Ok(LeaseId(uuid_arg(field, id)?))
 }
 
-/// The root of every mutation.
+/// The lease's mutations, merged into the `Mutation` root.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct MutationRoot;
+pub struct LeaseMutation;
 
-#[Object(name = "Mutation")]
-impl MutationRoot {
+#[Object]
+impl LeaseMutation {
     /// Rent compute from a provider (tenant).
     async fn request_lease(
         &self,
@@ -331,7 +331,7 @@ pub(crate) fn maintenance_outcome(
 /// The calling tenant, refused with `FORBIDDEN` ("may not `action`") for any other role.
 fn tenant_caller(ctx: &Context<'_>, action: &str) -> ApiResult<Caller> {
     tenant_of(ctx, action)?;
-    Ok(caller_of(super::caller(ctx)?, None))
+    Ok(caller_of(crate::schema::caller(ctx)?, None))
 }
 
 /// An agent's or operator's command, for the lease's owner.
@@ -342,6 +342,6 @@ async fn owner_call(
     command: LeaseCommand,
 ) -> ApiResult<CommandResult> {
     let lease = lease_id("leaseId", id)?;
-    let caller = caller_of(super::caller(ctx)?, None);
+    let caller = caller_of(crate::schema::caller(ctx)?, None);
     answer(ctx, shared(ctx).leases.for_owner(&caller, operation_key, lease, command)).await
 }

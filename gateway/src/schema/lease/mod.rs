@@ -1,0 +1,11 @@
+//! The lease kind in GraphQL: its types, queries and mutations, merged into the schema's
+//! roots (`schema/mod.rs`). Every kind has a module like this one.
+
+mod mutation;
+mod query;
+mod types;
+
+pub use mutation::LeaseMutation;
+pub(crate) use mutation::maintenance_outcome;
+pub use query::LeaseQuery;
+pub use types::*;

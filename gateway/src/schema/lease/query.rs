@@ -1,0 +1,73 @@
+//! The lease's queries, merged into the `Query` root.
+
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::{Context, ID, Object};
+use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::LeaseListing;
+use leasehold_domain::lease::LeaseId;
+use uuid::Uuid;
+
+use super::types::{LeaseFilter, LeaseView};
+use crate::cursor::CursorKind;
+use crate::errors::{ApiError, ApiResult};
+use crate::schema::query::{page_rows, uuid_arg};
+use crate::schema::{caller, shared, tenant_of};
+
+/// The lease's queries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LeaseQuery;
+
+#[Object]
+impl LeaseQuery {
+    /// One of your leases by id (`NOT_FOUND` when you have none with that id).
+    async fn lease(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseView> {
+        let tenant = tenant_of(ctx, "read leases")?;
+        let lease = LeaseId(uuid_arg("id", &id)?);
+        let found = shared(ctx).store.lease(tenant, lease).await?;
+        found.map(LeaseView::from).ok_or_else(|| ApiError::not_found("lease"))
+    }
+
+    /// Your leases, newest first.
+    #[graphql(complexity = "first.unwrap_or(20).max(1) as usize * child_complexity")]
+    async fn leases(
+        &self,
+        ctx: &Context<'_>,
+        #[graphql(desc = "Leases wanted, 1 to 100 (default 20).")] first: Option<i32>,
+        #[graphql(desc = "The `endCursor` of the previous page.")] after: Option<String>,
+        filter: Option<LeaseFilter>,
+    ) -> ApiResult<Connection<String, LeaseView>> {
+        let tenant = tenant_of(ctx, "read leases")?;
+        let state = shared(ctx);
+        let scope = caller(ctx)?.cursor_scope();
+        let first = page_rows(first)?;
+        let after = after
+            .map(|text| {
+                state.cursors.open::<(DateTime<Utc>, Uuid)>(
+                    CursorKind::Leases,
+                    &scope,
+                    "after",
+                    &text,
+                )
+            })
+            .transpose()?;
+        // `Unknown` names no stored status: it matches nothing.
+        let status = filter.and_then(|filter| filter.status).map(|status| {
+            status
+                .domain()
+                .map_or("unknown", leasehold_domain::lease::LeaseStatus::name)
+                .to_string()
+        });
+        // One row more than asked says whether there is a next page.
+        let listing = LeaseListing { status, after, first: first + 1 };
+        let mut rows = state.store.leases(tenant, &listing).await?;
+        let has_next = rows.len() > first;
+        rows.truncate(first);
+        let mut connection = Connection::new(after.is_some(), has_next);
+        for row in rows {
+            let key = (row.created_at, row.lease_id.0);
+            let cursor = state.cursors.seal(CursorKind::Leases, &scope, &key);
+            connection.edges.push(Edge::new(cursor, LeaseView::from(row)));
+        }
+        Ok(connection)
+    }
+}
