@@ -160,7 +160,7 @@ async fn read_your_writes(
     let text: String = inner.cursors.open(CursorKind::Log, &scope, field, text)?;
     let cursor: Cursor =
         text.parse().map_err(|_| ApiError::bad_input(format!("{field}: malformed")))?;
-    inner.projections.reached(&inner.store, cursor, inner.config.consistency_wait).await
+    inner.projections.reached(&inner.read_models, cursor, inner.config.consistency_wait).await
 }
 
 fn refuse(status: StatusCode, error: ApiError) -> Response {

@@ -109,7 +109,7 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         subscriptions,
     );
     // Estimates that never read the log: a scrape must not cost a count over the backlog.
-    match inner.store.projection_lag_estimates().await {
+    match inner.read_models.projection_lag_estimates().await {
         Ok(statuses) => {
             out.push_str("# HELP leasehold_projection_events_behind Log positions after a projection's checkpoint (an estimate: rolled-back appends take positions too).\n");
             out.push_str("# TYPE leasehold_projection_events_behind gauge\n");
@@ -132,7 +132,7 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         }
         Err(error) => tracing::warn!(%error, "projection status unavailable for /metrics"),
     }
-    if let Ok(horizon) = inner.store.horizon_lag_seconds().await {
+    if let Ok(horizon) = inner.read_models.horizon_lag_seconds().await {
         let help = "How long the oldest open transaction has held back readers of the log.";
         gauge(&mut out, "leasehold_horizon_lag_seconds", help, horizon);
     }

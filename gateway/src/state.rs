@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_adapters::PgEventStore;
+use leasehold_adapters::{PgEventStore, PgReadModels};
 use leasehold_commands::lease_input::LeaseInputLimits;
 use leasehold_commands::lease_service::LeaseService;
 use leasehold_commands::{CommandPipeline, PipelineConfig};
@@ -81,6 +81,8 @@ pub struct AppState {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: PgEventStore,
+    /// The read models' queries (and the projections' progress).
+    pub(crate) read_models: PgReadModels,
     /// Every lease command runs through it (resolvers and callbacks alike).
     pub(crate) leases: LeaseService<PgEventStore>,
     pub(crate) jwt: JwtSecret,
@@ -148,6 +150,7 @@ impl AppState {
         let hub = Hub::start(store.clone(), config.live_poll, stopped);
         let sockets = Gauge::default();
         let inner = Inner {
+            read_models: PgReadModels::of(&store),
             store,
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits),
             jwt,
@@ -212,7 +215,7 @@ impl ProjectionProgress {
     /// `STALE` when it has not within `wait`; `INTERNAL` when the checkpoint cannot be read.
     pub(crate) async fn reached(
         &self,
-        store: &PgEventStore,
+        read_models: &PgReadModels,
         cursor: Cursor,
         wait: Duration,
     ) -> Result<(), ApiError> {
@@ -226,7 +229,7 @@ impl ProjectionProgress {
                 // The projector stopped publishing; its checkpoint is still in the database.
             }
             loop {
-                if reached(&store.checkpoint(self.name).await?) {
+                if reached(&read_models.checkpoint(self.name).await?) {
                     return Ok::<_, ApiError>(());
                 }
                 tokio::time::sleep(CHECKPOINT_POLL).await;

@@ -9,8 +9,8 @@ use crate::cli::DatabaseArgs;
 pub async fn status(database: &DatabaseArgs, as_json: bool) -> anyhow::Result<()> {
     let url = database.parse()?;
     let store = PgEventStore::new(&url, StoreConfig { pool_size: 2, ..StoreConfig::default() })?;
-    let statuses = store.projection_status().await?;
-    let horizon = store.horizon_lag_seconds().await?;
+    let statuses = leasehold_adapters::PgReadModels::of(&store).projection_status().await?;
+    let horizon = leasehold_adapters::PgReadModels::of(&store).horizon_lag_seconds().await?;
     if as_json {
         for status in &statuses {
             let line = json!({

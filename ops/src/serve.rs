@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::TimeDelta;
 use clap::Args;
-use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
+use leasehold_adapters::{DatabaseUrl, PgEventStore, PgProjectionStore, PgReadModels, StoreConfig};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::BackendName;
 use leasehold_gateway::{AppState, GatewayConfig, JwtSecret, ProjectionProgress, Role};
@@ -88,7 +88,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let batch_events = usize::try_from(args.projection_batch).unwrap_or(1_000);
     let runner = Runner::new(
         LeaseProjection,
-        store.clone(),
+        PgProjectionStore::new(store.clone()),
         RunnerConfig { batch_events, ..RunnerConfig::default() },
     );
     let progress = ProjectionProgress::published(LeaseProjection::NAME, runner.checkpoints());
@@ -129,7 +129,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
     finished.context("the projector did not stop in time")?.context("the projector failed")?;
     sealed.context("the sealer did not stop in time")?.context("the sealer failed")?;
-    let stopped = match store.checkpoint(LeaseProjection::NAME).await? {
+    let stopped = match PgReadModels::of(&store).checkpoint(LeaseProjection::NAME).await? {
         Some(cursor) => format!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
         None => format!("stopped; {} has applied nothing yet", LeaseProjection::NAME),
     };
@@ -191,8 +191,8 @@ async fn log_lag(store: PgEventStore, mut stopped: watch::Receiver<bool>) {
             _ = interval.tick() => {}
             _ = stopped.changed() => return,
         }
-        let horizon = store.horizon_lag_seconds().await.unwrap_or_default();
-        match store.projection_status().await {
+        let horizon = PgReadModels::of(&store).horizon_lag_seconds().await.unwrap_or_default();
+        match PgReadModels::of(&store).projection_status().await {
             Ok(statuses) => {
                 for status in statuses {
                     tracing::info!(

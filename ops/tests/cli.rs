@@ -273,7 +273,11 @@ async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
     // The serving process (not this one) projects the events: wait for its checkpoint.
     let caught_up = async {
         loop {
-            if store.checkpoint("lease_views").await.expect("readable").is_some_and(|c| c >= cursor)
+            if leasehold_adapters::PgReadModels::of(&store)
+                .checkpoint("lease_views")
+                .await
+                .expect("readable")
+                .is_some_and(|c| c >= cursor)
             {
                 return;
             }
@@ -295,9 +299,19 @@ async fn serve_projects_the_log_and_stops_on_sigterm_keeping_its_checkpoint() {
         .expect("exits in time")
         .expect("exit status");
     assert!(status.success(), "{status:?}");
-    assert_eq!(store.checkpoint("lease_views").await.expect("readable"), Some(cursor));
+    assert_eq!(
+        leasehold_adapters::PgReadModels::of(&store)
+            .checkpoint("lease_views")
+            .await
+            .expect("readable"),
+        Some(cursor)
+    );
     let tenant = leasehold_domain::TenantId::parse("acme").expect("valid");
-    let summary = store.lease(&tenant, lease).await.expect("readable").expect("projected");
+    let summary = leasehold_adapters::PgReadModels::of(&store)
+        .lease(&tenant, lease)
+        .await
+        .expect("readable")
+        .expect("projected");
     assert_eq!(summary.status, "ready");
 }
 

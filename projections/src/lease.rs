@@ -14,6 +14,8 @@ use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use crate::shared::{QuotaDelta, WorkloadRow};
+
 use crate::projection::{Projection, ProjectionError};
 
 /// The workload kind of leases in the unified listings.
@@ -107,20 +109,6 @@ pub struct DiagnosticsRow {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A row of `workloads`.
-#[derive(Debug, Clone, PartialEq)]
-#[allow(missing_docs)] // The columns of 0004_read_models.sql.
-pub struct WorkloadRow {
-    pub kind: &'static str,
-    pub workload_id: Uuid,
-    pub tenant_id: String,
-    pub status: &'static str,
-    pub backend_name: Option<String>,
-    pub items: serde_json::Value,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
 /// A row of `retained_leases`.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
@@ -142,19 +130,6 @@ pub struct ReleaseRow {
     pub tenant_id: String,
     pub payload_hash: String,
     pub created_at: DateTime<Utc>,
-}
-
-/// What a tenant's usage gains (positive) or loses (negative).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuotaDelta {
-    /// The tenant.
-    pub tenant_id: String,
-    /// The workload kind.
-    pub kind: &'static str,
-    /// Workloads holding resources.
-    pub active: i64,
-    /// Quantities by SKU.
-    pub skus: Vec<(String, i64)>,
 }
 
 /// Revisions of what the lease projection derives from its view (rows, deltas). Its version

@@ -8,6 +8,7 @@ pub mod limits;
 mod port;
 mod projection;
 mod runtime;
+pub mod shared;
 
 pub use port::{ProjectionSession, ProjectionStore};
 pub use projection::{Projection, ProjectionError, apply_batch, keys_of};

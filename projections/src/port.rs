@@ -4,13 +4,14 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use leasehold_domain::{Cursor, EventStore, StoreError};
+use leasehold_domain::{Cursor, LogPage, StoreError};
 use tokio::sync::Notify;
 
 use crate::projection::Projection;
 
-/// Storage for one projection's runner: the log, its lock, its views and its checkpoint.
-pub trait ProjectionStore<P: Projection>: EventStore + Clone + 'static {
+/// Storage for one projection's runner: the log it reads, its lock, its views and its
+/// checkpoint.
+pub trait ProjectionStore<P: Projection>: Clone + Send + Sync + 'static {
     /// A connection holding the projection's lock.
     type Session: ProjectionSession<P>;
 
@@ -20,6 +21,14 @@ pub trait ProjectionStore<P: Projection>: EventStore + Clone + 'static {
 
     /// Notified after this process appends to the log.
     fn appended(&self) -> Arc<Notify>;
+
+    /// Up to `limit` events of the whole log after `after`, in commit order, never skipping
+    /// one (as [`leasehold_domain::EventStore::read_log`]).
+    fn read_log(
+        &self,
+        after: Cursor,
+        limit: usize,
+    ) -> impl Future<Output = Result<LogPage, StoreError>> + Send;
 }
 
 /// A locked connection of one runner.

@@ -6,19 +6,17 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::lease::LeaseId;
-use leasehold_domain::{Cursor, StoreError};
+use leasehold_domain::{Cursor, EventStore as _, LogPage, StoreError};
 use leasehold_projections::lease::{
     LeaseChange, LeaseProjection, LeaseRows, LeaseView, ReleaseRow,
 };
 use leasehold_projections::{Projection, ProjectionSession, ProjectionStore};
 use tokio::sync::Notify;
-use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use super::PgProjectionSession;
-use crate::store::{PgEventStore, to_i64};
-
-type Param<'a> = &'a (dyn ToSql + Sync);
+use super::shared::SharedWrites;
+use super::{Param, PgProjectionSession, PgProjectionStore, WriteError, execute};
+use crate::store::to_i64;
 
 const VIEWS_SQL: &str =
     "SELECT lease_id, tenant_id, state FROM lease_view_states WHERE lease_id = ANY($1)";
@@ -48,14 +46,6 @@ const PUT_DIAGNOSTICS_SQL: &str = "INSERT INTO lease_diagnostics (lease_id, tena
      generation = excluded.generation, budget_verdict = excluded.budget_verdict, \
      consecutive_failures = excluded.consecutive_failures, updated_at = excluded.updated_at";
 
-const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads (kind, workload_id, tenant_id, status, \
-     backend_name, items, created_at, updated_at) \
-     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
-     $6::jsonb[], $7::timestamptz[], $8::timestamptz[]) \
-     ON CONFLICT (kind, workload_id) DO UPDATE SET status = excluded.status, \
-     backend_name = excluded.backend_name, items = excluded.items, \
-     updated_at = excluded.updated_at";
-
 const PUT_RETAINED_SQL: &str = "INSERT INTO retained_leases (lease_id, tenant_id, provider_id, \
      status, retained_until, updated_at) \
      SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::timestamptz[], \
@@ -77,17 +67,7 @@ const SET_RELEASES_SQL: &str = "UPDATE releases r SET status = u.s, reason = u.r
      $6::timestamptz[]) AS u(l, v, s, r, m, at) \
      WHERE r.lease_id = u.l AND r.version = u.v";
 
-const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage (tenant_id, kind, active_count) \
-     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
-     ON CONFLICT (tenant_id, kind) DO UPDATE \
-     SET active_count = quota_usage.active_count + excluded.active_count";
-
-const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus (tenant_id, kind, sku, quantity) \
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
-     ON CONFLICT (tenant_id, kind, sku) DO UPDATE \
-     SET quantity = quota_usage_skus.quantity + excluded.quantity";
-
-impl ProjectionStore<LeaseProjection> for PgEventStore {
+impl ProjectionStore<LeaseProjection> for PgProjectionStore {
     type Session = PgProjectionSession;
 
     async fn lock(&self) -> Result<Option<PgProjectionSession>, StoreError> {
@@ -95,7 +75,11 @@ impl ProjectionStore<LeaseProjection> for PgEventStore {
     }
 
     fn appended(&self) -> Arc<Notify> {
-        PgEventStore::appended(self)
+        self.log().appended()
+    }
+
+    async fn read_log(&self, after: Cursor, limit: usize) -> Result<LogPage, StoreError> {
+        self.log().read_log(after, limit).await
     }
 }
 
@@ -144,17 +128,6 @@ impl ProjectionSession<LeaseProjection> for PgProjectionSession {
     }
 }
 
-enum WriteError {
-    Driver(tokio_postgres::Error),
-    Store(StoreError),
-}
-
-impl From<tokio_postgres::Error> for WriteError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        Self::Driver(error)
-    }
-}
-
 /// Sorts a batch's changes by table and writes each table once.
 async fn write_changes(
     tx: &deadpool_postgres::Transaction<'_>,
@@ -164,8 +137,7 @@ async fn write_changes(
     let mut starts = Vec::new();
     // Later settlements of the same release win: only the final status is written.
     let mut settled: Settled = BTreeMap::new();
-    let mut usage: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
-    let mut sku_usage: BTreeMap<(String, &'static str, String), i64> = BTreeMap::new();
+    let mut shared = SharedWrites::default();
     for change in changes {
         match change {
             LeaseChange::Put(rows) => puts.push(*rows),
@@ -173,29 +145,15 @@ async fn write_changes(
             LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
                 settled.insert((lease_id, version), (status, reason, message, at));
             }
-            LeaseChange::Quota(delta) => {
-                *usage.entry((delta.tenant_id.clone(), delta.kind)).or_default() += delta.active;
-                for (sku, quantity) in delta.skus {
-                    *sku_usage.entry((delta.tenant_id.clone(), delta.kind, sku)).or_default() +=
-                        quantity;
-                }
-            }
+            LeaseChange::Quota(delta) => shared.quota(delta),
         }
     }
     write_puts(tx, &puts).await?;
+    for rows in &puts {
+        shared.workload(rows.workload.clone());
+    }
     write_releases(tx, &starts, &settled).await?;
-    write_usage(tx, &usage, &sku_usage).await?;
-    Ok(())
-}
-
-async fn execute(
-    tx: &deadpool_postgres::Transaction<'_>,
-    sql: &str,
-    params: &[Param<'_>],
-) -> Result<(), WriteError> {
-    let statement = tx.prepare_cached(sql).await?;
-    tx.execute(&statement, params).await?;
-    Ok(())
+    shared.write(tx).await
 }
 
 async fn write_puts(
@@ -219,7 +177,6 @@ async fn write_puts(
     execute(tx, PUT_VIEWS_SQL, &[&ids, &tenants, &states]).await?;
     write_leases(tx, puts).await?;
     write_diagnostics(tx, puts).await?;
-    write_workloads(tx, puts).await?;
     write_retained(tx, puts).await
 }
 
@@ -288,24 +245,6 @@ async fn write_diagnostics(
     execute(tx, PUT_DIAGNOSTICS_SQL, &params).await
 }
 
-async fn write_workloads(
-    tx: &deadpool_postgres::Transaction<'_>,
-    puts: &[LeaseRows],
-) -> Result<(), WriteError> {
-    let rows: Vec<_> = puts.iter().map(|r| &r.workload).collect();
-    let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.workload_id).collect();
-    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
-    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
-    let backends: Vec<Option<&str>> = rows.iter().map(|r| r.backend_name.as_deref()).collect();
-    let items: Vec<&serde_json::Value> = rows.iter().map(|r| &r.items).collect();
-    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
-    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
-    let params: [Param<'_>; 8] =
-        [&kinds, &ids, &tenants, &statuses, &backends, &items, &created, &updated];
-    execute(tx, PUT_WORKLOADS_SQL, &params).await
-}
-
 async fn write_retained(
     tx: &deadpool_postgres::Transaction<'_>,
     puts: &[LeaseRows],
@@ -353,29 +292,6 @@ async fn write_releases(
     let messages: Vec<Option<&str>> = settled.values().map(|s| s.2.as_deref()).collect();
     let at: Vec<DateTime<Utc>> = settled.values().map(|s| s.3).collect();
     execute(tx, SET_RELEASES_SQL, &[&ids, &versions, &statuses, &reasons, &messages, &at]).await
-}
-
-async fn write_usage(
-    tx: &deadpool_postgres::Transaction<'_>,
-    usage: &BTreeMap<(String, &'static str), i64>,
-    sku_usage: &BTreeMap<(String, &'static str, String), i64>,
-) -> Result<(), WriteError> {
-    let usage: Vec<_> = usage.iter().filter(|(_, delta)| **delta != 0).collect();
-    if !usage.is_empty() {
-        let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
-        let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
-        let deltas: Vec<i64> = usage.iter().map(|(_, d)| **d).collect();
-        execute(tx, ADD_USAGE_SQL, &[&tenants, &kinds, &deltas]).await?;
-    }
-    let sku_usage: Vec<_> = sku_usage.iter().filter(|(_, delta)| **delta != 0).collect();
-    if !sku_usage.is_empty() {
-        let tenants: Vec<&str> = sku_usage.iter().map(|((t, _, _), _)| t.as_str()).collect();
-        let kinds: Vec<&str> = sku_usage.iter().map(|((_, k, _), _)| *k).collect();
-        let skus: Vec<&str> = sku_usage.iter().map(|((_, _, s), _)| s.as_str()).collect();
-        let deltas: Vec<i64> = sku_usage.iter().map(|(_, d)| **d).collect();
-        execute(tx, ADD_SKU_USAGE_SQL, &[&tenants, &kinds, &skus, &deltas]).await?;
-    }
-    Ok(())
 }
 
 fn to_i32(value: u32) -> i32 {

@@ -2,6 +2,7 @@
 //! read-model writers of each projection (`lease.rs`).
 
 mod lease;
+mod shared;
 mod status;
 
 use deadpool_postgres::ClientWrapper;
@@ -14,6 +15,50 @@ use crate::store::{PgEventStore, Xid8, from_driver, to_i64};
 /// The first key of every projection lock ("LH" in ASCII); the second is the name's hash.
 const LOCK_CLASS: i32 = 0x4c48;
 
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
+/// Why writing a batch's changes failed.
+pub(crate) enum WriteError {
+    Driver(tokio_postgres::Error),
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for WriteError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Driver(error)
+    }
+}
+
+/// Runs one prepared (cached) statement in `tx`.
+pub(crate) async fn execute(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<(), WriteError> {
+    let statement = tx.prepare_cached(sql).await?;
+    tx.execute(&statement, params).await?;
+    Ok(())
+}
+
+/// The projections' storage: each projection's lock, checkpoint and read-model writers, over
+/// the log it reads (whose pool it shares).
+#[derive(Debug, Clone)]
+pub struct PgProjectionStore {
+    log: PgEventStore,
+}
+
+impl PgProjectionStore {
+    /// The projections' storage in the database `log` is in.
+    pub fn new(log: PgEventStore) -> Self {
+        Self { log }
+    }
+
+    /// The log the projections read.
+    pub fn log(&self) -> &PgEventStore {
+        &self.log
+    }
+}
+
 /// A runner's own connection (never returned to the pool: the lock is the session's).
 #[derive(Debug)]
 pub struct PgProjectionSession {
@@ -23,7 +68,7 @@ pub struct PgProjectionSession {
     version: u32,
 }
 
-impl PgEventStore {
+impl PgProjectionStore {
     /// A connection of its own holding projection `name`'s lock, or `None` if another
     /// session holds it.
     pub(crate) async fn lock_projection(
@@ -31,8 +76,8 @@ impl PgEventStore {
         name: &'static str,
         version: u32,
     ) -> Result<Option<PgProjectionSession>, StoreError> {
-        let client = deadpool_postgres::Object::take(self.client().await?);
-        let endpoint = self.endpoint().to_owned();
+        let client = deadpool_postgres::Object::take(self.log.client().await?);
+        let endpoint = self.log.endpoint().to_owned();
         let row = client
             .query_one("SELECT pg_try_advisory_lock($1, hashtext($2))", &[&LOCK_CLASS, &name])
             .await

@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 use leasehold_domain::{Cursor, StoreError};
 
-use crate::store::{HORIZON, PgEventStore, Xid8, cursor_of, to_i64};
+use crate::read_models::PgReadModels;
+use crate::store::{HORIZON, Xid8, cursor_of, to_i64};
 
 /// Events counted at most when measuring how far behind a projection is.
 const BEHIND_COUNT_MAX: i64 = 1_000_000;
@@ -27,7 +28,7 @@ pub struct ProjectionStatus {
     pub updated_at: DateTime<Utc>,
 }
 
-impl PgEventStore {
+impl PgReadModels {
     /// The progress of every projection with a checkpoint.
     ///
     /// # Errors

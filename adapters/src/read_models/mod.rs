@@ -8,11 +8,39 @@ use leasehold_domain::{Cursor, StoreError, TenantId};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::store::{PgEventStore, cursor_of};
+use deadpool_postgres::Pool;
+
+use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 
 mod workloads;
 
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
+
+/// The read models' queries, and the projections' progress: everything a reader asks of the
+/// database that is not the log. It shares the event store's pool.
+#[derive(Debug, Clone)]
+pub struct PgReadModels {
+    pool: Pool,
+    endpoint: String,
+}
+
+impl PgReadModels {
+    /// The read models of the database `store` writes to, over its pool.
+    pub fn of(store: &PgEventStore) -> Self {
+        Self { pool: store.pool().clone(), endpoint: store.endpoint().to_owned() }
+    }
+
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let client = self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))?;
+        let statement =
+            client.prepare_cached(sql).await.map_err(|e| from_driver(e, &self.endpoint))?;
+        client.query(&statement, params).await.map_err(|e| from_driver(e, &self.endpoint))
+    }
+}
 
 /// Most rows one page of a list returns.
 pub const PAGE_ROWS_MAX: usize = 100;
@@ -109,7 +137,7 @@ fn summary_of(row: &Row) -> Result<LeaseSummary, StoreError> {
     })
 }
 
-impl PgEventStore {
+impl PgReadModels {
     /// The tenant's lease, or `None` if it has no such lease (whoever else might).
     ///
     /// # Errors

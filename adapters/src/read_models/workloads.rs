@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::PAGE_ROWS_MAX;
-use crate::store::PgEventStore;
+use super::PgReadModels;
 
 /// One workload as its tenant sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +70,7 @@ fn summary_of(row: &Row) -> WorkloadSummary {
     }
 }
 
-impl PgEventStore {
+impl PgReadModels {
     /// One page of the tenant's workloads, newest first.
     ///
     /// # Errors

@@ -34,7 +34,7 @@ use tokio_postgres::Row;
 use crate::database::{DatabaseUrl, DatabaseUrlError};
 use crate::limits::{COMMITTERS_DEFAULT, GROUP_EVENTS_PER_APPEND_MAX, POOL_DEFAULT_SIZE};
 pub(crate) use errors::from_driver;
-use errors::from_pool;
+pub(crate) use errors::from_pool;
 use heads::HeadCache;
 use prepare::{Head, Prepared, render};
 pub(crate) use rows::{EVENT_COLUMNS, cursor_of};

@@ -33,10 +33,10 @@ pub struct ProjectionStatus {
 pub(crate) async fn statuses(ctx: &Context<'_>) -> ApiResult<Vec<ProjectionStatus>> {
     let principal = require(ctx, &[Role::Operator], "read projection status")?;
     let state = shared(ctx);
-    let horizon = state.store.horizon_lag_seconds().await?;
+    let horizon = state.read_models.horizon_lag_seconds().await?;
     let scope = principal.cursor_scope();
     Ok(state
-        .store
+        .read_models
         .projection_status()
         .await?
         .into_iter()

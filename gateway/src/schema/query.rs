@@ -78,7 +78,7 @@ impl LogQuery {
     /// What your workloads hold now, by kind and SKU.
     async fn quota_usage(&self, ctx: &Context<'_>) -> ApiResult<Vec<QuotaUsageView>> {
         let tenant = tenant_of(ctx, "read quota usage")?;
-        let usage = shared(ctx).store.quota_usage(tenant).await?;
+        let usage = shared(ctx).read_models.quota_usage(tenant).await?;
         Ok(usage.into_iter().map(QuotaUsageView::from).collect())
     }
 }

@@ -91,7 +91,7 @@ pub(crate) async fn page(
     let filter = filter.unwrap_or_default();
     let listing =
         WorkloadListing { kind: filter.kind, status: filter.status, after, first: first + 1 };
-    let mut rows = state.store.workloads(tenant, &listing).await?;
+    let mut rows = state.read_models.workloads(tenant, &listing).await?;
     let has_next = rows.len() > first;
     rows.truncate(first);
     let mut connection = Connection::new(after.is_some(), has_next);

@@ -255,7 +255,11 @@ async fn catch_up(store: &PgEventStore) -> anyhow::Result<f64> {
     let total = u64::try_from(row.get::<_, i64>(3))?;
     drop(client);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let runner = Runner::new(LeaseProjection, store.clone(), RunnerConfig::default());
+    let runner = Runner::new(
+        LeaseProjection,
+        leasehold_adapters::PgProjectionStore::new(store.clone()),
+        RunnerConfig::default(),
+    );
     let mut checkpoints = runner.checkpoints();
     let started = Instant::now();
     let task = tokio::spawn(runner.run(stopped));
@@ -267,7 +271,8 @@ async fn catch_up(store: &PgEventStore) -> anyhow::Result<f64> {
     stop.send_replace(true);
     task.await?;
     anyhow::ensure!(
-        store.checkpoint(LeaseProjection::NAME).await? == Some(last),
+        leasehold_adapters::PgReadModels::of(store).checkpoint(LeaseProjection::NAME).await?
+            == Some(last),
         "the projector's stored checkpoint is not the last event"
     );
     Ok(rate(total, elapsed))

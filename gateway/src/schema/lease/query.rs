@@ -23,7 +23,7 @@ impl LeaseQuery {
     async fn lease(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseView> {
         let tenant = tenant_of(ctx, "read leases")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
-        let found = shared(ctx).store.lease(tenant, lease).await?;
+        let found = shared(ctx).read_models.lease(tenant, lease).await?;
         found.map(LeaseView::from).ok_or_else(|| ApiError::not_found("lease"))
     }
 
@@ -59,7 +59,7 @@ impl LeaseQuery {
         });
         // One row more than asked says whether there is a next page.
         let listing = LeaseListing { status, after, first: first + 1 };
-        let mut rows = state.store.leases(tenant, &listing).await?;
+        let mut rows = state.read_models.leases(tenant, &listing).await?;
         let has_next = rows.len() > first;
         rows.truncate(first);
         let mut connection = Connection::new(after.is_some(), has_next);

@@ -85,18 +85,27 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
     running.stop().await;
 
     let acme = tenant("acme");
-    let lease_a = store.lease(&acme, a).await.expect("readable").expect("found");
+    let lease_a = leasehold_adapters::PgReadModels::of(&store)
+        .lease(&acme, a)
+        .await
+        .expect("readable")
+        .expect("found");
     assert_eq!((lease_a.status.as_str(), lease_a.chain_state.as_str()), ("ready", "active"));
     assert_eq!(
         lease_a.items[1].custom_domain.as_ref().map(|d| d.as_str()),
         Some("app.example.com")
     );
-    let releases = store.releases(&acme, a).await.expect("readable");
+    let releases =
+        leasehold_adapters::PgReadModels::of(&store).releases(&acme, a).await.expect("readable");
     let statuses: Vec<(u32, &str)> =
         releases.iter().map(|r| (r.version, r.status.as_str())).collect();
     assert_eq!(statuses, [(1, "superseded"), (2, "active")]);
 
-    let lease_b = store.lease(&acme, b).await.expect("readable").expect("found");
+    let lease_b = leasehold_adapters::PgReadModels::of(&store)
+        .lease(&acme, b)
+        .await
+        .expect("readable")
+        .expect("found");
     assert_eq!((lease_b.status.as_str(), lease_b.chain_state.as_str()), ("failed", "rejected"));
     assert_eq!(lease_b.reason.as_deref(), Some("ImagePullFailed"));
     assert_eq!(lease_b.message.as_deref(), Some("the image could not be pulled"));
@@ -104,41 +113,75 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         !format!("{lease_b:?}").contains("secret-path"),
         "the tenant view never holds the detail"
     );
-    let diagnostics = store.lease_diagnostics(b).await.expect("readable").expect("found");
+    let diagnostics = leasehold_adapters::PgReadModels::of(&store)
+        .lease_diagnostics(b)
+        .await
+        .expect("readable")
+        .expect("found");
     assert!(diagnostics.last_error.as_deref().is_some_and(|e| e.contains("secret-path")));
     assert_eq!(diagnostics.fail_count, 1);
 
-    let lease_c = store.lease(&acme, c).await.expect("readable").expect("found");
+    let lease_c = leasehold_adapters::PgReadModels::of(&store)
+        .lease(&acme, c)
+        .await
+        .expect("readable")
+        .expect("found");
     assert_eq!(lease_c.status, "retained");
 
     // Quota: A and B hold resources (B's allocation stays until it is released); C does not.
-    let usage = store.quota_usage(&acme).await.expect("readable");
+    let usage =
+        leasehold_adapters::PgReadModels::of(&store).quota_usage(&acme).await.expect("readable");
     assert_eq!(usage.len(), 1);
     assert_eq!(usage[0].active_count, 2);
     assert_eq!(usage[0].skus, [("cpu.standard.4x".to_owned(), 4), ("gpu.h100.1x".to_owned(), 2)]);
 
-    let listed = store
+    let listed = leasehold_adapters::PgReadModels::of(&store)
         .leases(&acme, &LeaseListing { first: 10, ..LeaseListing::default() })
         .await
         .expect("readable");
     assert_eq!(listed.len(), 3);
     let failed_only = LeaseListing { status: Some("failed".into()), first: 10, after: None };
-    assert_eq!(store.leases(&acme, &failed_only).await.expect("readable").len(), 1);
+    assert_eq!(
+        leasehold_adapters::PgReadModels::of(&store)
+            .leases(&acme, &failed_only)
+            .await
+            .expect("readable")
+            .len(),
+        1
+    );
 
     // Another tenant sees none of it.
     let globex = tenant("globex");
     for lease in [a, b, c] {
-        assert!(store.lease(&globex, lease).await.expect("readable").is_none());
-        assert!(store.releases(&globex, lease).await.expect("readable").is_empty());
+        assert!(
+            leasehold_adapters::PgReadModels::of(&store)
+                .lease(&globex, lease)
+                .await
+                .expect("readable")
+                .is_none()
+        );
+        assert!(
+            leasehold_adapters::PgReadModels::of(&store)
+                .releases(&globex, lease)
+                .await
+                .expect("readable")
+                .is_empty()
+        );
     }
     assert!(
-        store
+        leasehold_adapters::PgReadModels::of(&store)
             .leases(&globex, &LeaseListing { first: 10, ..LeaseListing::default() })
             .await
             .expect("readable")
             .is_empty()
     );
-    assert!(store.quota_usage(&globex).await.expect("readable").is_empty());
+    assert!(
+        leasehold_adapters::PgReadModels::of(&store)
+            .quota_usage(&globex)
+            .await
+            .expect("readable")
+            .is_empty()
+    );
 
     let client = db.client().await;
     let retained: i64 = client
@@ -195,9 +238,20 @@ async fn a_fenced_completion_changes_no_read_model() {
             .collect()
     };
     assert_eq!(of_lease(&after), of_lease(&before));
-    assert!(store.lease(&tenant("acme"), other).await.expect("readable").is_some());
+    assert!(
+        leasehold_adapters::PgReadModels::of(&store)
+            .lease(&tenant("acme"), other)
+            .await
+            .expect("readable")
+            .is_some()
+    );
     assert_eq!(
-        store.lease(&tenant("acme"), lease).await.expect("readable").expect("found").status,
+        leasehold_adapters::PgReadModels::of(&store)
+            .lease(&tenant("acme"), lease)
+            .await
+            .expect("readable")
+            .expect("found")
+            .status,
         "restarting"
     );
 }

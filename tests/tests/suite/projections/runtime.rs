@@ -151,7 +151,8 @@ async fn two_runners_apply_each_event_once() {
     let applied =
         one.stats.events.load(Ordering::Relaxed) + two.stats.events.load(Ordering::Relaxed);
     assert_eq!(applied, total, "every event applied by exactly one runner");
-    let status = store.projection_status().await.expect("readable");
+    let status =
+        leasehold_adapters::PgReadModels::of(&store).projection_status().await.expect("readable");
     assert_eq!(status[0].events_applied, total);
     assert_eq!(status[0].events_behind, 0);
     one.stop().await;
@@ -168,7 +169,13 @@ async fn a_stopped_runner_keeps_its_checkpoint_and_resumes_from_it() {
     let first = last_event(&db).await;
     running.reached(first).await;
     running.stop().await;
-    assert_eq!(store.checkpoint("lease_views").await.expect("readable"), Some(first));
+    assert_eq!(
+        leasehold_adapters::PgReadModels::of(&store)
+            .checkpoint("lease_views")
+            .await
+            .expect("readable"),
+        Some(first)
+    );
     // While it is stopped the log grows, and the lag says so.
     commands::ready_lease(&pipeline, "acme").await;
     let second = last_event(&db).await;
@@ -176,7 +183,10 @@ async fn a_stopped_runner_keeps_its_checkpoint_and_resumes_from_it() {
     // back for a moment.
     let lagging = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            let status = store.projection_status().await.expect("readable");
+            let status = leasehold_adapters::PgReadModels::of(&store)
+                .projection_status()
+                .await
+                .expect("readable");
             if status[0].events_behind == 3 {
                 return status;
             }
@@ -190,7 +200,11 @@ async fn a_stopped_runner_keeps_its_checkpoint_and_resumes_from_it() {
     let mut running = start(&store, quick());
     running.reached(second).await;
     running.stop().await;
-    let status = store.projection_status().await.expect("readable");
+    let status =
+        leasehold_adapters::PgReadModels::of(&store).projection_status().await.expect("readable");
     assert_eq!((status[0].events_applied, status[0].events_behind), (6, 0));
-    assert!(store.horizon_lag_seconds().await.expect("readable") >= 0.0);
+    assert!(
+        leasehold_adapters::PgReadModels::of(&store).horizon_lag_seconds().await.expect("readable")
+            >= 0.0
+    );
 }

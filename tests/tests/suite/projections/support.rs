@@ -32,7 +32,11 @@ pub fn quick() -> RunnerConfig {
 
 pub fn start(store: &PgEventStore, config: RunnerConfig) -> Running {
     let (shutdown, stop) = watch::channel(false);
-    let runner = Runner::new(LeaseProjection, store.clone(), config);
+    let runner = Runner::new(
+        LeaseProjection,
+        leasehold_adapters::PgProjectionStore::new(store.clone()),
+        config,
+    );
     let (stats, checkpoints) = (runner.stats(), runner.checkpoints());
     let task = tokio::spawn(runner.run(stop));
     Running { task, shutdown, stats, checkpoints }

@@ -1,0 +1,106 @@
+//! The one writer of the tables every kind's projection shares: `workloads` (one row per
+//! workload of any kind) and `quota_usage` / `quota_usage_skus` (each tenant's usage, kept by
+//! deltas). A kind's projection hands its rows and deltas to [`SharedWrites`] and writes its
+//! own tables itself, in the same transaction.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use leasehold_projections::shared::{QuotaDelta, WorkloadRow};
+use uuid::Uuid;
+
+use super::{Param, WriteError, execute};
+
+const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads (kind, workload_id, tenant_id, status, \
+     backend_name, items, created_at, updated_at) \
+     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
+     $6::jsonb[], $7::timestamptz[], $8::timestamptz[]) \
+     ON CONFLICT (kind, workload_id) DO UPDATE SET status = excluded.status, \
+     backend_name = excluded.backend_name, items = excluded.items, \
+     updated_at = excluded.updated_at";
+
+const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage (tenant_id, kind, active_count) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
+     ON CONFLICT (tenant_id, kind) DO UPDATE \
+     SET active_count = quota_usage.active_count + excluded.active_count";
+
+const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus (tenant_id, kind, sku, quantity) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
+     ON CONFLICT (tenant_id, kind, sku) DO UPDATE \
+     SET quantity = quota_usage_skus.quantity + excluded.quantity";
+
+/// A batch's writes to the shared tables, gathered so each table is written once.
+#[derive(Debug, Default)]
+pub(crate) struct SharedWrites {
+    workloads: Vec<WorkloadRow>,
+    usage: BTreeMap<(String, &'static str), i64>,
+    sku_usage: BTreeMap<(String, &'static str, String), i64>,
+}
+
+impl SharedWrites {
+    /// A workload's row, as of this batch.
+    pub(crate) fn workload(&mut self, row: WorkloadRow) {
+        self.workloads.push(row);
+    }
+
+    /// A change of a tenant's usage.
+    pub(crate) fn quota(&mut self, delta: QuotaDelta) {
+        *self.usage.entry((delta.tenant_id.clone(), delta.kind)).or_default() += delta.active;
+        for (sku, quantity) in delta.skus {
+            *self.sku_usage.entry((delta.tenant_id.clone(), delta.kind, sku)).or_default() +=
+                quantity;
+        }
+    }
+
+    /// Writes what was gathered, each table once.
+    pub(crate) async fn write(
+        self,
+        tx: &deadpool_postgres::Transaction<'_>,
+    ) -> Result<(), WriteError> {
+        write_workloads(tx, &self.workloads).await?;
+        write_usage(tx, &self.usage, &self.sku_usage).await
+    }
+}
+
+async fn write_workloads(
+    tx: &deadpool_postgres::Transaction<'_>,
+    rows: &[WorkloadRow],
+) -> Result<(), WriteError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.workload_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let backends: Vec<Option<&str>> = rows.iter().map(|r| r.backend_name.as_deref()).collect();
+    let items: Vec<&serde_json::Value> = rows.iter().map(|r| &r.items).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let params: [Param<'_>; 8] =
+        [&kinds, &ids, &tenants, &statuses, &backends, &items, &created, &updated];
+    execute(tx, PUT_WORKLOADS_SQL, &params).await
+}
+
+async fn write_usage(
+    tx: &deadpool_postgres::Transaction<'_>,
+    usage: &BTreeMap<(String, &'static str), i64>,
+    sku_usage: &BTreeMap<(String, &'static str, String), i64>,
+) -> Result<(), WriteError> {
+    let usage: Vec<_> = usage.iter().filter(|(_, delta)| **delta != 0).collect();
+    if !usage.is_empty() {
+        let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
+        let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
+        let deltas: Vec<i64> = usage.iter().map(|(_, d)| **d).collect();
+        execute(tx, ADD_USAGE_SQL, &[&tenants, &kinds, &deltas]).await?;
+    }
+    let sku_usage: Vec<_> = sku_usage.iter().filter(|(_, delta)| **delta != 0).collect();
+    if !sku_usage.is_empty() {
+        let tenants: Vec<&str> = sku_usage.iter().map(|((t, _, _), _)| t.as_str()).collect();
+        let kinds: Vec<&str> = sku_usage.iter().map(|((_, k, _), _)| *k).collect();
+        let skus: Vec<&str> = sku_usage.iter().map(|((_, _, s), _)| s.as_str()).collect();
+        let deltas: Vec<i64> = sku_usage.iter().map(|(_, d)| **d).collect();
+        execute(tx, ADD_SKU_USAGE_SQL, &[&tenants, &kinds, &skus, &deltas]).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! The rows every kind's projection contributes to the tables they share: one `workloads`
+//! row per workload of any kind, and deltas of each tenant's `quota_usage`. One writer in
+//! `leasehold-adapters` (`projections/shared.rs`) writes them for every projection.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// A row of `workloads`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0004_read_models.sql.
+pub struct WorkloadRow {
+    pub kind: &'static str,
+    pub workload_id: Uuid,
+    pub tenant_id: String,
+    pub status: &'static str,
+    pub backend_name: Option<String>,
+    pub items: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What a tenant's usage gains (positive) or loses (negative).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaDelta {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The workload kind.
+    pub kind: &'static str,
+    /// Workloads holding resources.
+    pub active: i64,
+    /// Quantities by SKU.
+    pub skus: Vec<(String, i64)>,
+}
