@@ -160,7 +160,10 @@ async fn read_your_writes(
     let text: String = inner.cursors.open(CursorKind::Log, &scope, field, text)?;
     let cursor: Cursor =
         text.parse().map_err(|_| ApiError::bad_input(format!("{field}: malformed")))?;
-    inner.projections.reached(&inner.read_models, cursor, inner.config.consistency_wait).await
+    let reads = crate::reads::reads_of(&request.query);
+    let wait = inner.config.consistency_wait;
+    let stores = (&inner.store, &inner.read_models);
+    inner.projections.reached(stores, cursor, wait, &reads).await
 }
 
 fn refuse(status: StatusCode, error: ApiError) -> Response {

@@ -12,6 +12,7 @@ pub mod errors;
 mod http;
 mod live;
 mod metrics;
+mod reads;
 mod schema;
 mod state;
 mod ws;

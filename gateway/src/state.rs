@@ -8,8 +8,8 @@ use leasehold_adapters::{PgEventStore, PgReadModels};
 use leasehold_commands::lease_input::LeaseInputLimits;
 use leasehold_commands::lease_service::LeaseService;
 use leasehold_commands::{CommandPipeline, PipelineConfig};
-use leasehold_domain::Cursor;
 use leasehold_domain::lease::BackendName;
+use leasehold_domain::{Cursor, EventStore as _};
 use tokio::sync::watch;
 
 use crate::auth::JwtSecret;
@@ -18,9 +18,10 @@ use crate::cursor::CursorKey;
 use crate::errors::{ApiError, Code};
 use crate::live::hub::Hub;
 use crate::metrics::Metrics;
+use crate::reads::Reads;
 
 /// How often a wait for the projections re-reads the checkpoint when no in-process projector
-/// publishes it.
+/// publishes it (and a wait for the log, its head).
 const CHECKPOINT_POLL: Duration = Duration::from_millis(20);
 
 /// The gateway's settings.
@@ -189,56 +190,110 @@ impl AppState {
     }
 }
 
-/// How far the read models have got, for read-your-writes.
-#[derive(Debug, Clone)]
+/// How far the read models have got, for read-your-writes: every projection's progress.
+#[derive(Debug, Clone, Default)]
 pub struct ProjectionProgress {
-    /// The projection whose checkpoint is awaited.
+    projections: Vec<Watched>,
+}
+
+/// One projection's progress.
+#[derive(Debug, Clone)]
+struct Watched {
     name: &'static str,
-    /// Published by an in-process projector; without one, the checkpoint is polled.
+    /// Published by an in-process runner; without one, the checkpoint is polled.
     published: Option<watch::Receiver<Option<Cursor>>>,
 }
 
 impl ProjectionProgress {
-    /// Progress published by an in-process runner of projection `name`.
-    pub fn published(name: &'static str, checkpoints: watch::Receiver<Option<Cursor>>) -> Self {
-        Self { name, published: Some(checkpoints) }
+    /// No projection yet.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Progress read from the database (the projector runs elsewhere).
-    pub fn polled(name: &'static str) -> Self {
-        Self { name, published: None }
+    /// With projection `name`, whose in-process runner publishes its checkpoints.
+    #[must_use]
+    pub fn published(
+        mut self,
+        name: &'static str,
+        checkpoints: watch::Receiver<Option<Cursor>>,
+    ) -> Self {
+        self.projections.push(Watched { name, published: Some(checkpoints) });
+        self
     }
 
-    /// Returns once the projection has applied everything up to `cursor`.
+    /// With projection `name`, run elsewhere: its checkpoint is read from the database.
+    #[must_use]
+    pub fn polled(mut self, name: &'static str) -> Self {
+        self.projections.push(Watched { name, published: None });
+        self
+    }
+
+    /// The projections watched.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.projections.iter().map(|watched| watched.name)
+    }
+
+    /// Returns once the log's readers can read up to `cursor` and every projection `reads`
+    /// names has applied everything up to it.
     ///
     /// # Errors
-    /// `STALE` when it has not within `wait`; `INTERNAL` when the checkpoint cannot be read.
+    /// `STALE` when one has not within `wait`; `INTERNAL` when a checkpoint cannot be read.
     pub(crate) async fn reached(
         &self,
-        read_models: &PgReadModels,
+        (log, read_models): (&PgEventStore, &PgReadModels),
         cursor: Cursor,
         wait: Duration,
+        reads: &Reads,
     ) -> Result<(), ApiError> {
-        let reached = |checkpoint: &Option<Cursor>| checkpoint.is_some_and(|at| at >= cursor);
+        let awaited: Vec<&Watched> = self
+            .projections
+            .iter()
+            .filter(|watched| match reads {
+                Reads::Some(names) => names.contains(&watched.name),
+                Reads::All => true,
+            })
+            .collect();
         let waited = tokio::time::timeout(wait, async {
-            if let Some(published) = &self.published {
-                let mut published = published.clone();
-                if published.wait_for(reached).await.is_ok() {
-                    return Ok(());
+            // A projection's checkpoint at the cursor implies the log's readers got there too;
+            // a query of the log alone waits for the horizon to let the cursor through.
+            if awaited.is_empty() {
+                let mut poll = tokio::time::interval(CHECKPOINT_POLL);
+                loop {
+                    poll.tick().await;
+                    if log.head().await? >= cursor {
+                        break;
+                    }
                 }
-                // The projector stopped publishing; its checkpoint is still in the database.
             }
-            loop {
-                if reached(&read_models.checkpoint(self.name).await?) {
-                    return Ok::<_, ApiError>(());
-                }
-                tokio::time::sleep(CHECKPOINT_POLL).await;
+            for watched in awaited {
+                watched.reached(read_models, cursor).await?;
             }
+            Ok::<_, ApiError>(())
         })
         .await;
         waited.unwrap_or_else(|_| {
             let message = format!("the read models did not reach the cursor within {wait:?}");
             Err(ApiError::new(Code::Stale, message))
         })
+    }
+}
+
+impl Watched {
+    async fn reached(&self, read_models: &PgReadModels, cursor: Cursor) -> Result<(), ApiError> {
+        let reached = |checkpoint: &Option<Cursor>| checkpoint.is_some_and(|at| at >= cursor);
+        if let Some(published) = &self.published {
+            let mut published = published.clone();
+            if published.wait_for(reached).await.is_ok() {
+                return Ok(());
+            }
+            // The runner stopped publishing; its checkpoint is still in the database.
+        }
+        let mut poll = tokio::time::interval(CHECKPOINT_POLL);
+        loop {
+            poll.tick().await;
+            if reached(&read_models.checkpoint(self.name).await?) {
+                return Ok(());
+            }
+        }
     }
 }

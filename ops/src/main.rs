@@ -6,6 +6,7 @@ mod cluster;
 mod database;
 mod events;
 mod projections;
+mod projectors;
 mod sealer;
 mod secrets;
 mod serve;

@@ -9,12 +9,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use chrono::TimeDelta;
 use clap::Args;
-use leasehold_adapters::{DatabaseUrl, PgEventStore, PgProjectionStore, PgReadModels, StoreConfig};
+use leasehold_adapters::{DatabaseUrl, PgEventStore, PgReadModels, StoreConfig};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::BackendName;
-use leasehold_gateway::{AppState, GatewayConfig, JwtSecret, ProjectionProgress, Role};
-use leasehold_projections::lease::LeaseProjection;
-use leasehold_projections::{Projection, Runner, RunnerConfig};
+use leasehold_gateway::{AppState, GatewayConfig, JwtSecret, Role};
+use leasehold_projections::RunnerConfig;
 use tokio::sync::watch;
 
 use crate::secrets::SecretArgs;
@@ -86,12 +85,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let store = PgEventStore::new(&url, StoreConfig::default()).context("--database-url")?;
     let (stop, stopped) = watch::channel(false);
     let batch_events = usize::try_from(args.projection_batch).unwrap_or(1_000);
-    let runner = Runner::new(
-        LeaseProjection,
-        PgProjectionStore::new(store.clone()),
-        RunnerConfig { batch_events, ..RunnerConfig::default() },
-    );
-    let progress = ProjectionProgress::published(LeaseProjection::NAME, runner.checkpoints());
+    let runner_config = RunnerConfig { batch_events, ..RunnerConfig::default() };
+    let projectors = crate::projectors::start(&store, runner_config, &stopped);
+    let progress = projectors.progress.clone();
     let secret = args.secret.secret()?;
     let state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
         .context("the JWT secret")?
@@ -102,17 +98,16 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {} (--listen)", args.listen))?;
     let address = listener.local_addr()?;
 
-    let projector = tokio::spawn(runner.run(stopped.clone()));
     let lag = tokio::spawn(log_lag(store.clone(), stopped.clone()));
     let seal_every = usize::try_from(args.seal_every).unwrap_or(1_000);
     let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, stopped.clone()));
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
-        "leasehold serve: {} at {}; projector {} running; listening on http://{address}/graphql. \
-         Stop with Ctrl-C or SIGTERM.",
+        "leasehold serve: {} at {}; projections {} running; listening on \
+         http://{address}/graphql. Stop with Ctrl-C or SIGTERM.",
         url.database(),
         url.endpoint(),
-        LeaseProjection::NAME
+        crate::projectors::NAMES.join(", ")
     );
     if args.secret.generated() {
         print_demo_tokens(&JwtSecret::new(&secret)?);
@@ -122,19 +117,29 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     stop.send_replace(true);
     let wait = Duration::from_secs(STOP_WAIT_SECONDS);
     let served = tokio::time::timeout(wait, gateway).await;
-    let finished = tokio::time::timeout(wait, projector).await;
+    let mut finished = Vec::new();
+    for (name, task) in projectors.tasks {
+        finished.push((name, tokio::time::timeout(wait, task).await));
+    }
     lag.abort();
     // Last, so that the final seal covers what the gateway's last requests appended.
     let sealed = tokio::time::timeout(wait, sealer).await;
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
-    finished.context("the projector did not stop in time")?.context("the projector failed")?;
+    for (name, finished) in finished {
+        let stopped_in_time =
+            finished.with_context(|| format!("projection {name} did not stop in time"))?;
+        stopped_in_time.with_context(|| format!("projection {name} failed"))?;
+    }
     sealed.context("the sealer did not stop in time")?.context("the sealer failed")?;
-    let stopped = match PgReadModels::of(&store).checkpoint(LeaseProjection::NAME).await? {
-        Some(cursor) => format!("stopped; {} checkpoint at {cursor}", LeaseProjection::NAME),
-        None => format!("stopped; {} has applied nothing yet", LeaseProjection::NAME),
-    };
-    // Whoever started us may have closed our standard output by now: not worth a panic.
-    let _ = writeln!(std::io::stdout(), "{stopped}");
+    let read_models = PgReadModels::of(&store);
+    for name in crate::projectors::NAMES {
+        let stopped = match read_models.checkpoint(name).await? {
+            Some(cursor) => format!("stopped; {name} checkpoint at {cursor}"),
+            None => format!("stopped; {name} has applied nothing yet"),
+        };
+        // Whoever started us may have closed our standard output by now: not worth a panic.
+        let _ = writeln!(std::io::stdout(), "{stopped}");
+    }
     Ok(())
 }
 

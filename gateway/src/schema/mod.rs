@@ -5,7 +5,7 @@
 
 pub(crate) mod command;
 mod events;
-mod lease;
+pub(crate) mod lease;
 mod projections;
 mod query;
 mod subscription;

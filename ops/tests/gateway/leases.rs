@@ -148,3 +148,72 @@ async fn a_tenants_events_page_scans_in_proportion_to_what_it_asks_for() {
     let next = server.graphql_with(&acme, read(events["pageInfo"]["endCursor"].clone())).await;
     assert_eq!(data(&next)["events"]["edges"][0]["node"]["streamId"], own["streamId"], "{next}");
 }
+
+/// Takes projection `name`'s lock from its runner: ends the runner's session until the lock is
+/// the test's (the runner waits and tries again while another session holds it).
+async fn take_projection_lock(server: &Server, name: &str) -> tokio_postgres::Client {
+    let holder = server.db.client().await;
+    let taken = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let row = holder
+                .query_one("SELECT pg_try_advisory_lock(19528, hashtext($1))", &[&name])
+                .await
+                .expect("tried");
+            if row.get::<_, bool>(0) {
+                return;
+            }
+            // Advisory locks are per database: only this server's runner is ended.
+            holder
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+                     AND classid = 19528 AND objid = hashtext($1)::oid AND granted \
+                     AND pid <> pg_backend_pid() \
+                     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    &[&name],
+                )
+                .await
+                .expect("terminated");
+        }
+    });
+    taken.await.expect("the lock is taken in time");
+    holder
+}
+
+/// The answer to `request` once it is not `STALE` (asked again until then, at most 60 s).
+async fn answered(server: &Server, token: &str, request: serde_json::Value) -> serde_json::Value {
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let answer = server.graphql_with(token, request.clone()).await;
+            if code(&answer) != Some("STALE") {
+                return answer;
+            }
+        }
+    });
+    answer.await.expect("answered in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_waits_only_for_the_projections_a_query_reads() {
+    let server = Server::start_with(&["--consistency-wait-ms", "300"]).await;
+    let acme = tenant_token("acme");
+    // The lease projection cannot advance while the test holds its lock.
+    let holder = take_projection_lock(&server, "lease_views").await;
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let with_min =
+        |query: &str| json!({ "query": query, "extensions": { "minCursor": lease["cursor"] } });
+    // The log's own queries read no projection: they answer once the log's readers can see
+    // the write (a transaction open elsewhere on the server may hold that back a moment).
+    let events = answered(&server, &acme, with_min("{ events(first: 1) { edges { cursor } } }"));
+    let events = events.await;
+    assert_eq!(data(&events)["events"]["edges"].as_array().map(Vec::len), Some(1), "{events}");
+    // Queries of the lease read model, and of the tables every kind writes, wait for it.
+    let leases = server.graphql_with(&acme, with_min("{ leases { edges { cursor } } }")).await;
+    assert_eq!(code(&leases), Some("STALE"), "{leases}");
+    let workloads =
+        server.graphql_with(&acme, with_min("{ workloads { edges { cursor } } }")).await;
+    assert_eq!(code(&workloads), Some("STALE"), "{workloads}");
+    // Given its lock back, the projection catches up and the same query answers.
+    drop(holder);
+    let fresh = answered(&server, &acme, with_min("{ leases { edges { cursor } } }")).await;
+    assert_eq!(data(&fresh)["leases"]["edges"].as_array().map(Vec::len), Some(1), "{fresh}");
+}

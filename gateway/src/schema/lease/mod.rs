@@ -9,3 +9,6 @@ pub use mutation::LeaseMutation;
 pub(crate) use mutation::maintenance_outcome;
 pub use query::LeaseQuery;
 pub use types::*;
+
+/// The projection the lease's fields read (`leasehold_projections::lease::LeaseProjection`).
+pub(crate) const LEASE_PROJECTION: &str = "lease_views";

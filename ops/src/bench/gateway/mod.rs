@@ -59,7 +59,7 @@ impl Gateway {
     async fn start(url: &DatabaseUrl) -> anyhow::Result<Gateway> {
         let store =
             PgEventStore::new(url, StoreConfig { pool_size: 20, ..StoreConfig::default() })?;
-        let progress = ProjectionProgress::polled("lease_views");
+        let progress = ProjectionProgress::new().polled("lease_views");
         let backend = leasehold_domain::lease::BackendName::parse("backend", "local")?;
         let config = GatewayConfig { backend: Some(backend), ..GatewayConfig::default() };
         let state = AppState::new(store.clone(), SECRET, config, progress)?;
