@@ -7,6 +7,7 @@
 //! command is validated, with the offending field named, before `decide` runs.
 
 mod cache;
+mod cross;
 pub mod lease_input;
 pub mod lease_service;
 pub mod limits;
@@ -17,6 +18,7 @@ mod pipeline;
 mod port;
 mod request;
 
+pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};
 pub use pipeline::{CommandPipeline, PipelineConfig};
 pub use port::{CommandStore, Recorded};

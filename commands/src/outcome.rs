@@ -53,6 +53,27 @@ pub enum CommandError<E: Refusal> {
     /// only that it was internal.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A command linked to this one, on an aggregate of another kind, was refused: so is this
+    /// one, whole.
+    #[error("the linked command on {stream} was refused: {reason}")]
+    LinkedRefused {
+        /// The linked stream.
+        stream: StreamId,
+        /// What its refusal means.
+        kind: RefusalKind,
+        /// Its message.
+        reason: String,
+    },
+}
+
+fn class_of(kind: RefusalKind) -> ErrorClass {
+    match kind {
+        RefusalKind::BadInput => ErrorClass::BadInput,
+        RefusalKind::NotFound => ErrorClass::NotFound,
+        RefusalKind::InvalidState => ErrorClass::InvalidState,
+        RefusalKind::Fenced => ErrorClass::Fenced,
+        RefusalKind::Conflict => ErrorClass::Conflict,
+    }
 }
 
 /// The fixed set of meanings a gateway maps to `extensions.code`.
@@ -79,13 +100,8 @@ impl<E: Refusal> CommandError<E> {
     pub fn class(&self) -> ErrorClass {
         match self {
             Self::Invalid(_) => ErrorClass::BadInput,
-            Self::Refused(refusal) => match refusal.kind() {
-                RefusalKind::BadInput => ErrorClass::BadInput,
-                RefusalKind::NotFound => ErrorClass::NotFound,
-                RefusalKind::InvalidState => ErrorClass::InvalidState,
-                RefusalKind::Fenced => ErrorClass::Fenced,
-                RefusalKind::Conflict => ErrorClass::Conflict,
-            },
+            Self::Refused(refusal) => class_of(refusal.kind()),
+            Self::LinkedRefused { kind, .. } => class_of(*kind),
             Self::NotFound => ErrorClass::NotFound,
             Self::IdempotencyConflict => ErrorClass::IdempotencyConflict,
             Self::ConcurrencyConflict { .. } | Self::RetriesExhausted { .. } => {

@@ -11,13 +11,16 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::{
-    Aggregate, AppendOutcome, Context, DomainEvent, EventId, EventType, ExpectedVersion,
-    LedgerEntry, Metadata, NewEvent, StoreError, StreamAppend, StreamId, StreamType,
+    Actor, Aggregate, AppendOutcome, Context, DomainEvent, EventId, EventType, ExpectedVersion,
+    LedgerEntry, Metadata, NewEvent, RequestHash, StoreError, StreamAppend, StreamId, StreamType,
+    TenantId,
 };
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::cache::{Cached, StateCache};
+use crate::cross::{Link, LinkError, Origin};
 use crate::limits::{COMMAND_RETRIES_MAX, SNAPSHOT_EVERY_EVENTS_DEFAULT, STATE_CACHE_STREAMS_MAX};
 use crate::load::Loaded;
 use crate::outcome::{CommandError, CommandOutcome};
@@ -105,11 +108,32 @@ impl<S: CommandStore> CommandPipeline<S> {
         A::Facts: Clone + Default + Send + Sync,
         A::Event: Send + Sync,
     {
+        self.execute_linked(request, &[]).await
+    }
+
+    /// Runs `request` together with `links`, commands on aggregates of other kinds (see
+    /// `cross.rs`): all the streams are appended atomically, each at the version it was
+    /// decided on, or nothing is. A refused link refuses the whole command
+    /// ([`CommandError::LinkedRefused`]). The request hash covers the links too.
+    ///
+    /// # Errors
+    /// [`CommandError`]; nothing was appended.
+    pub async fn execute_linked<A>(
+        &self,
+        request: CommandRequest<A>,
+        links: &[Box<dyn Link<S>>],
+    ) -> Result<CommandOutcome, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+        A::Command: Serialize + Sync,
+        A::Facts: Clone + Default + Send + Sync,
+        A::Event: Send + Sync,
+    {
         let ledger = LedgerEntry {
             tenant: request.tenant.clone(),
             namespace: request.namespace.clone(),
             operation_key: request.operation_key.clone(),
-            request_hash: request.request_hash(),
+            request_hash: hash_with_links(request.request_hash(), links),
             stream: request.stream.clone(),
         };
         let mut loaded = match self.cache.get::<A>(&request.stream) {
@@ -123,7 +147,7 @@ impl<S: CommandStore> CommandPipeline<S> {
             None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
         };
         for _ in 0..self.config.retries_max.max(1) {
-            match self.attempt(&request, &ledger, loaded).await? {
+            match self.attempt(&request, links, &ledger, loaded).await? {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Again(cached) => {
                     loaded = Loaded {
@@ -139,6 +163,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     async fn attempt<A>(
         &self,
         request: &CommandRequest<A>,
+        links: &[Box<dyn Link<S>>],
         ledger: &LedgerEntry,
         loaded: Loaded<A>,
     ) -> Result<Attempt<A>, A>
@@ -178,7 +203,7 @@ impl<S: CommandStore> CommandPipeline<S> {
         match decided {
             Err(refusal) => self.answer_recorded(ledger, CommandError::Refused(refusal)).await,
             Ok(events) if events.is_empty() => self.unchanged(ledger, cached).await,
-            Ok(events) => self.append(request, ledger, cached, events, now).await,
+            Ok(events) => self.append((request, links), ledger, cached, events, now).await,
         }
     }
 
@@ -205,7 +230,7 @@ impl<S: CommandStore> CommandPipeline<S> {
 
     async fn append<A>(
         &self,
-        request: &CommandRequest<A>,
+        (request, links): (&CommandRequest<A>, &[Box<dyn Link<S>>]),
         ledger: &LedgerEntry,
         cached: Cached<A>,
         events: Vec<A::Event>,
@@ -220,20 +245,42 @@ impl<S: CommandStore> CommandPipeline<S> {
             Err(CommandError::Store(error)) => return Err(error.into()),
             Err(refusal) => return self.answer_recorded(ledger, refusal).await,
         };
+        let base = MetadataBase::of(request);
+        let origin =
+            Origin { tenant: &request.tenant, actor: &request.actor, metadata: &base, now };
+        let mut elsewhere = Vec::with_capacity(links.len());
+        for link in links {
+            match link.decide(self, &origin).await {
+                Ok(Some(decision)) => elsewhere.push(decision),
+                Ok(None) => {}
+                Err(LinkError::Store(error)) => return Err(error.into()),
+                Err(LinkError::NotFound) => {
+                    return self.answer_recorded(ledger, CommandError::NotFound).await;
+                }
+                Err(LinkError::Refused { stream, kind, reason }) => {
+                    let refused = CommandError::LinkedRefused { stream, kind, reason };
+                    return self.answer_recorded(ledger, refused).await;
+                }
+            }
+        }
         let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
+        let tenant = &request.tenant;
         let mut appends =
-            vec![stream_append(request, &request.stream, cached.version, &state, &events)];
+            vec![stream_append(&base, tenant, &request.stream, cached.version, &state, &events)];
         for link in &linked {
-            appends.push(stream_append(
-                request,
-                &link.stream,
-                link.before.version,
-                &link.after,
-                &link.events,
-            ));
+            let (stream, version) = (&link.stream, link.before.version);
+            appends.push(stream_append(&base, tenant, stream, version, &link.after, &link.events));
+        }
+        let mut remember = Vec::with_capacity(elsewhere.len());
+        for decision in elsewhere {
+            appends.push(decision.append);
+            remember.push(decision.remember);
         }
         match self.store.append_recorded(appends, ledger.clone()).await {
             Ok(outcome) => {
+                for remembered in remember {
+                    remembered(&self.cache);
+                }
                 for link in linked {
                     let version = link.before.version + link.events.len() as u64;
                     let tenant = Some(request.tenant.clone());
@@ -340,26 +387,62 @@ fn duplicate_of<A: Aggregate>(
     })
 }
 
+/// What every event of one command carries in its metadata, whichever stream it is on.
+#[derive(Debug)]
+pub(crate) struct MetadataBase {
+    actor: Actor,
+    correlation_id: Option<Uuid>,
+    causation_id: Option<Uuid>,
+    operation_key: String,
+    trace_id: Option<String>,
+}
+
+impl MetadataBase {
+    fn of<A: Aggregate>(request: &CommandRequest<A>) -> Self {
+        Self {
+            actor: request.actor.clone(),
+            correlation_id: request.correlation_id,
+            causation_id: request.causation_id,
+            operation_key: request.operation_key.to_string(),
+            trace_id: request.trace_id.clone(),
+        }
+    }
+}
+
+/// The request hash, extended with the links' commands when there are any.
+fn hash_with_links<S>(primary: RequestHash, links: &[Box<dyn Link<S>>]) -> RequestHash {
+    if links.is_empty() {
+        return primary;
+    }
+    let mut hash = Sha256::new();
+    hash.update(primary.0);
+    for link in links {
+        hash.update(serde_json::to_vec(&link.hashed()).expect("links serialize"));
+    }
+    RequestHash(hash.finalize().into())
+}
+
 /// One stream's part of a command's append, at the version its events were decided on.
-fn stream_append<A: Aggregate>(
-    request: &CommandRequest<A>,
+pub(crate) fn stream_append<A: Aggregate>(
+    base: &MetadataBase,
+    tenant: &TenantId,
     stream: &StreamId,
     version: u64,
     after: &A,
     events: &[A::Event],
 ) -> StreamAppend {
     let metadata = Metadata {
-        actor: Some(request.actor.clone()),
-        correlation_id: request.correlation_id,
-        causation_id: request.causation_id,
-        operation_key: Some(request.operation_key.to_string()),
+        actor: Some(base.actor.clone()),
+        correlation_id: base.correlation_id,
+        causation_id: base.causation_id,
+        operation_key: Some(base.operation_key.clone()),
         generation: after.generation(),
-        trace_id: request.trace_id.clone(),
+        trace_id: base.trace_id.clone(),
     };
     StreamAppend {
         stream_id: stream.clone(),
         stream_type: StreamType::parse(A::STREAM_TYPE).expect("aggregate stream types are names"),
-        tenant_id: request.tenant.clone(),
+        tenant_id: tenant.clone(),
         expected: match version {
             0 => ExpectedVersion::NoStream,
             version => ExpectedVersion::Exact(version),

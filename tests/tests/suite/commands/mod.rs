@@ -2,6 +2,7 @@
 //! concurrent commands on one aggregate, tenants, snapshots.
 
 mod concurrency;
+mod cross;
 mod idempotency;
 mod lease;
 mod restore;

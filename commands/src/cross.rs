@@ -1,0 +1,167 @@
+//! Commands that link aggregates of different kinds: a VM's placement and its host's
+//! reservation, a snapshot and its tenant's quota. The command service that runs the primary
+//! command hands the pipeline its links ([`CommandPipeline::execute_linked`]); each link is
+//! decided on its own stream as stored now, by the primary command's tenant, and every stream
+//! is appended in one atomic multi-stream append with an expected version on each. A refusal
+//! of any link refuses the whole command, and a lost race on any stream decides everything
+//! again.
+//!
+//! Links of the same kind that an aggregate derives from its own decision stay with
+//! `Aggregate::linked` (`linked.rs`); these are the ones only an application service knows.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::{
+    Actor, Aggregate, Context, Refusal, RefusalKind, StoreError, StreamAppend, StreamId, TenantId,
+};
+use serde::Serialize;
+
+use crate::cache::{Cached, StateCache};
+use crate::pipeline::{CommandPipeline, MetadataBase, stream_append};
+use crate::port::CommandStore;
+
+/// A command on an aggregate of kind `B`, to commit with another command's events.
+#[derive(Debug, Clone)]
+pub struct LinkedCommand<B: Aggregate> {
+    /// The linked aggregate's stream.
+    pub stream: StreamId,
+    /// What is asked of it.
+    pub command: B::Command,
+    /// Facts it is decided with.
+    pub facts: B::Facts,
+}
+
+/// What a link inherits from the primary command (built by the pipeline only).
+#[derive(Debug)]
+pub struct Origin<'a> {
+    pub(crate) tenant: &'a TenantId,
+    pub(crate) actor: &'a Actor,
+    pub(crate) metadata: &'a MetadataBase,
+    pub(crate) now: DateTime<Utc>,
+}
+
+/// A link's decision, ready to append.
+pub struct LinkDecision {
+    pub(crate) append: StreamAppend,
+    /// Remembers the linked state once the append committed.
+    pub(crate) remember: Box<dyn FnOnce(&StateCache) + Send>,
+}
+
+impl std::fmt::Debug for LinkDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkDecision").field("append", &self.append).finish_non_exhaustive()
+    }
+}
+
+/// Why a link was not decided.
+#[derive(Debug)]
+pub enum LinkError {
+    /// The linked aggregate refused.
+    Refused {
+        /// Its stream.
+        stream: StreamId,
+        /// What the refusal means.
+        kind: RefusalKind,
+        /// Its message.
+        reason: String,
+    },
+    /// The linked stream belongs to another tenant or kind, or does not exist.
+    NotFound,
+    /// The store failed.
+    Store(StoreError),
+}
+
+type Decided<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<LinkDecision>, LinkError>> + Send + 'a>>;
+
+/// A link of any kind, as the pipeline over `S` decides it.
+pub trait Link<S>: Send + Sync {
+    /// The linked stream.
+    fn stream(&self) -> &StreamId;
+
+    /// What the request hash covers of it (the linked aggregate, stream and command).
+    fn hashed(&self) -> serde_json::Value;
+
+    /// Decides it on its stream as stored now; `None` when it changes nothing.
+    #[doc(hidden)]
+    fn decide<'a>(
+        &'a self,
+        pipeline: &'a CommandPipeline<S>,
+        origin: &'a Origin<'a>,
+    ) -> Decided<'a>;
+}
+
+impl<S, B> Link<S> for LinkedCommand<B>
+where
+    S: CommandStore + Send + Sync,
+    B: Aggregate + Send + Sync + 'static,
+    B::Command: Serialize + Send + Sync,
+    B::Facts: Clone + Send + Sync,
+    B::Event: Send + Sync,
+{
+    fn stream(&self) -> &StreamId {
+        &self.stream
+    }
+
+    fn hashed(&self) -> serde_json::Value {
+        serde_json::json!({
+            "aggregate": B::STREAM_TYPE,
+            "command": &self.command,
+            "stream": self.stream.as_str(),
+        })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        pipeline: &'a CommandPipeline<S>,
+        origin: &'a Origin<'a>,
+    ) -> Decided<'a> {
+        Box::pin(async move {
+            // Always the stored state: a refusal here must not come from a stale belief.
+            let before = pipeline.load::<B>(&self.stream).await.map_err(|error| match error {
+                crate::CommandError::Store(error) => LinkError::Store(error),
+                _ => LinkError::NotFound,
+            })?;
+            match &before.tenant {
+                Some(owner) if owner != origin.tenant => return Err(LinkError::NotFound),
+                None if !B::is_creation(&self.command) => return Err(LinkError::NotFound),
+                _ => {}
+            }
+            let ctx = Context {
+                now: origin.now,
+                tenant: origin.tenant.clone(),
+                actor: origin.actor.clone(),
+                new_ids: Vec::new(),
+                facts: self.facts.clone(),
+            };
+            let events =
+                before.state.decide(&self.command, &ctx).map_err(|refusal| LinkError::Refused {
+                    stream: self.stream.clone(),
+                    kind: refusal.kind(),
+                    reason: refusal.to_string(),
+                })?;
+            if events.is_empty() {
+                return Ok(None);
+            }
+            let after =
+                events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
+            let append = stream_append(
+                origin.metadata,
+                origin.tenant,
+                &self.stream,
+                before.version,
+                &after,
+                &events,
+            );
+            let version = before.version + events.len() as u64;
+            let remembered = Cached { tenant: Some(origin.tenant.clone()), version, state: after };
+            let stream = self.stream.clone();
+            Ok(Some(LinkDecision {
+                append,
+                remember: Box::new(move |cache: &StateCache| cache.put(&stream, remembered)),
+            }))
+        })
+    }
+}
