@@ -34,19 +34,38 @@ fn write_value(out: &mut String, value: &Value) {
             out.push(']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
             out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_value(out, item);
+            // Keys usually come sorted already (serde_json's map keeps byte order, which is
+            // UTF-16 order for all but a few code points): then no list is built and sorted.
+            let sorted = map.keys().zip(map.keys().skip(1)).all(|(a, b)| utf16_le(a, b));
+            if sorted {
+                write_entries(out, map.iter());
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+                write_entries(out, entries.into_iter());
             }
             out.push('}');
         }
+    }
+}
+
+/// Whether `a` sorts before (or as) `b` by UTF-16 code units.
+fn utf16_le(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a <= b;
+    }
+    a.encode_utf16().cmp(b.encode_utf16()).is_le()
+}
+
+fn write_entries<'a>(out: &mut String, entries: impl Iterator<Item = (&'a String, &'a Value)>) {
+    for (index, (key, item)) in entries.enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        write_string(out, key);
+        out.push(':');
+        write_value(out, item);
     }
 }
 
@@ -71,21 +90,28 @@ fn write_number(out: &mut String, number: &serde_json::Number) {
 /// Appends `text` as an RFC 8785 JSON string.
 pub fn write_string(out: &mut String, text: &str) {
     out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{09}' => out.push_str("\\t"),
-            '\u{0A}' => out.push_str("\\n"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\u{0D}' => out.push_str("\\r"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+    // Runs of characters that need no escape are copied whole.
+    let mut run_start = 0;
+    for (index, byte) in text.bytes().enumerate() {
+        if byte >= 0x20 && byte != b'"' && byte != b'\\' {
+            continue;
         }
+        out.push_str(&text[run_start..index]);
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            0x09 => out.push_str("\\t"),
+            0x0A => out.push_str("\\n"),
+            0x0C => out.push_str("\\f"),
+            0x0D => out.push_str("\\r"),
+            control => {
+                let _ = write!(out, "\\u{control:04x}");
+            }
+        }
+        run_start = index + 1;
     }
+    out.push_str(&text[run_start..]);
     out.push('"');
 }
 
