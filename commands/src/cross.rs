@@ -6,6 +6,11 @@
 //! of any link refuses the whole command, and a lost race on any stream decides everything
 //! again.
 //!
+//! Links are consequences of the primary command's events: a primary command that changes
+//! nothing decides no link. A link that decides no events is not part of the append, so its
+//! stream's version is not checked: a link that guards an invariant must record its decision
+//! as an event (a reservation, not a mere look at the quota).
+//!
 //! Links of the same kind that an aggregate derives from its own decision stay with
 //! `Aggregate::linked` (`linked.rs`); these are the ones only an application service knows.
 
@@ -119,6 +124,15 @@ where
         origin: &'a Origin<'a>,
     ) -> Decided<'a> {
         Box::pin(async move {
+            // A stream of another kind is not found (its events would not even decode as B's).
+            let is_kind = self
+                .stream
+                .as_str()
+                .strip_prefix(B::STREAM_TYPE)
+                .is_some_and(|rest| rest.starts_with('-'));
+            if !is_kind {
+                return Err(LinkError::NotFound);
+            }
             // Always the stored state: a refusal here must not come from a stale belief.
             let before = pipeline.load::<B>(&self.stream).await.map_err(|error| match error {
                 crate::CommandError::Store(error) => LinkError::Store(error),
@@ -133,7 +147,7 @@ where
                 now: origin.now,
                 tenant: origin.tenant.clone(),
                 actor: origin.actor.clone(),
-                new_ids: Vec::new(),
+                new_ids: (0..B::NEW_IDS_PER_COMMAND).map(|_| uuid::Uuid::now_v7()).collect(),
                 facts: self.facts.clone(),
             };
             let events =

@@ -40,6 +40,20 @@ pub struct LeaseOutcome {
     pub outcome: CommandOutcome,
 }
 
+/// What a lease's backend is carrying out now: the operation its reports must name and, while
+/// a restart or update is pending, the fence its completion must echo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentWork {
+    /// The lease.
+    pub lease: LeaseId,
+    /// Its status.
+    pub status: leasehold_domain::lease::LeaseStatus,
+    /// The operation its reports name (`None` for a lease started before operations had ids).
+    pub operation: Option<OperationId>,
+    /// The pending restart or update: its id and admission stamp.
+    pub maintenance: Option<(MaintenanceId, chrono::DateTime<chrono::Utc>)>,
+}
+
 /// Runs lease commands for callers.
 #[derive(Debug, Clone)]
 pub struct LeaseService<S> {
@@ -170,6 +184,23 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
     ) -> Result<LeaseOutcome> {
         let owner = self.owner_of(caller, lease).await?;
         self.run(caller, owner, lease, key, command, LeaseFacts::default()).await
+    }
+
+    /// The backend work the lease's reports must name now, for a machine actor or an operator
+    /// (a provider-bound actor finds only its provider's leases).
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a lease it may not see; a store failure.
+    pub async fn current_work(&self, caller: &Caller, lease: LeaseId) -> Result<CurrentWork> {
+        self.owner_of(caller, lease).await?;
+        let found = self.pipeline.state::<Lease>(&lease.stream_id()).await?;
+        let (_, _, stored) = found.ok_or(CommandError::NotFound)?;
+        Ok(CurrentWork {
+            lease,
+            status: stored.status,
+            operation: stored.operation,
+            maintenance: stored.pending.map(|pending| (pending.id, pending.admitted_at)),
+        })
     }
 
     /// The lease's owner, if `caller` may act on it.

@@ -14,11 +14,13 @@
 //!
 //! Every piece of backend work has an **operation id**: a provision and a restore name theirs,
 //! a restart or update uses its maintenance id. The lease's current operation is the last one
-//! started. Each report (ReportProvisioned, ReportFailed, ReportContainerDied,
-//! ConfirmDeprovisioned) names the operation it reports on, and one naming another than the
-//! current operation is `Fenced` before any row below applies: a superseded operation's
-//! report never settles a newer one, and the rows' "duplicate report" no-ops only ever see
-//! redeliveries within one operation. (A lease started before operations had ids has no
+//! started. Each report (ReportProvisioned, ReportFailed, ReportContainerDied) names the
+//! operation it reports on, and on a live lease one naming another than the current operation
+//! is `Fenced` before any row below applies: a superseded operation's report never settles a
+//! newer one, and the rows' "duplicate report" no-ops only ever see redeliveries within one
+//! operation. On a gone lease late reports are ignored, whichever operation they name, and a
+//! release confirmation (ConfirmDeprovisioned) is not fenced: a lease being released accepts
+//! it whichever callback URL it came on. (A lease started before operations had ids has no
 //! current operation and accepts any.)
 //!
 //! | from | command | to | events | guard |
@@ -452,8 +454,6 @@ pub enum LeaseCommand {
     Deprovision,
     /// The backend released them, keeping the data or not.
     ConfirmDeprovisioned {
-        /// The operation it reports on (the last one the backend was given).
-        operation: OperationId,
         /// Whether the volumes were kept for a restore.
         retained: bool,
     },
@@ -515,13 +515,13 @@ pub enum LeaseCommand {
 }
 
 impl LeaseCommand {
-    /// The operation a backend's report names; `None` for commands that are not reports.
+    /// The operation a backend's report names, which must be the lease's current one; `None`
+    /// for commands that are not fenced by an operation.
     pub fn reported_operation(&self) -> Option<OperationId> {
         match self {
             Self::ReportProvisioned { operation }
             | Self::ReportFailed { operation, .. }
-            | Self::ReportContainerDied { operation, .. }
-            | Self::ConfirmDeprovisioned { operation, .. } => Some(*operation),
+            | Self::ReportContainerDied { operation, .. } => Some(*operation),
             _ => None,
         }
     }

@@ -267,7 +267,7 @@ fn command_of(payload: &CallbackPayload, named: Named, id: Uuid) -> Result<Lease
             LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }
         }
         (None, CallbackStatus::Deprovisioned) => {
-            LeaseCommand::ConfirmDeprovisioned { operation, retained: payload.retained }
+            LeaseCommand::ConfirmDeprovisioned { retained: payload.retained }
         }
         (None, CallbackStatus::Success) => LeaseCommand::ReportProvisioned { operation },
         (None, CallbackStatus::Failed) => {

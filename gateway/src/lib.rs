@@ -12,7 +12,7 @@ pub mod errors;
 mod http;
 mod live;
 mod metrics;
-mod reads;
+pub mod reads;
 mod schema;
 mod state;
 mod ws;

@@ -7,6 +7,10 @@ use async_graphql::parser::types::{ExecutableDocument, Selection};
 
 use crate::schema::lease::LEASE_PROJECTION;
 
+/// Every projection a field names here: each must be one `serve` runs (a test in `ops` holds
+/// it to that), or a read-your-writes wait for it would wait for nothing.
+pub const PROJECTIONS_NAMED: &[&str] = &[LEASE_PROJECTION];
+
 /// What a query reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reads {

@@ -47,3 +47,16 @@ impl Projectors {
         self.tasks.push((P::NAME, tokio::spawn(runner.run(stopped.clone()))));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_projection_the_gateway_waits_for_is_run() {
+        for name in leasehold_gateway::reads::PROJECTIONS_NAMED {
+            assert!(
+                super::NAMES.contains(name),
+                "the gateway waits for {name}, which serve does not run"
+            );
+        }
+    }
+}

@@ -100,7 +100,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
 
     let lag = tokio::spawn(log_lag(store.clone(), stopped.clone()));
     let seal_every = usize::try_from(args.seal_every).unwrap_or(1_000);
-    let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, stopped.clone()));
+    // The sealer stops last, after the gateway and the projectors, so that its final seal
+    // covers what the gateway's last requests appended.
+    let (stop_sealer, sealer_stopped) = watch::channel(false);
+    let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, sealer_stopped));
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
         "leasehold serve: {} at {}; projections {} running; listening on \
@@ -122,7 +125,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         finished.push((name, tokio::time::timeout(wait, task).await));
     }
     lag.abort();
-    // Last, so that the final seal covers what the gateway's last requests appended.
+    stop_sealer.send_replace(true);
     let sealed = tokio::time::timeout(wait, sealer).await;
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
     for (name, finished) in finished {

@@ -74,9 +74,10 @@ pub struct ChainBreak {
 }
 
 impl VerifyReport {
-    /// The break at the lowest log position: where an auditor starts looking.
+    /// The break at the lowest log position: where an auditor starts looking. A stream whose
+    /// events are all gone has no position (0) and comes after every break that has one.
     pub fn first_break(&self) -> Option<&ChainBreak> {
-        self.breaks.iter().min_by_key(|found| found.position)
+        self.breaks.iter().min_by_key(|found| (found.position == 0, found.position))
     }
 }
 

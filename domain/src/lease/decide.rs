@@ -25,6 +25,7 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
     }
     if let Some(operation) = command.reported_operation()
         && lease.operation.is_some_and(|current| current != operation)
+        && !lease.status.is_gone()
     {
         return Err(LeaseError::Fenced);
     }

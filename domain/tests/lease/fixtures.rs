@@ -181,15 +181,14 @@ pub fn deprovisioning() -> Vec<(LeaseCommand, LeaseFacts)> {
 
 pub fn deprovisioned() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = deprovisioning();
-    given.push(plain(LeaseCommand::ConfirmDeprovisioned { operation: OPERATION, retained: false }));
+    given.push(plain(LeaseCommand::ConfirmDeprovisioned { retained: false }));
     given
 }
 
 pub fn retained() -> Vec<(LeaseCommand, LeaseFacts)> {
     let mut given = deprovisioning();
     let facts = LeaseFacts { retention_max_age: Some(TimeDelta::days(7)), ..LeaseFacts::default() };
-    given
-        .push((LeaseCommand::ConfirmDeprovisioned { operation: OPERATION, retained: true }, facts));
+    given.push((LeaseCommand::ConfirmDeprovisioned { retained: true }, facts));
     given
 }
 

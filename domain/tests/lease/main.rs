@@ -331,7 +331,7 @@ fn deprovision_is_idempotent() {
 fn confirm_deprovisioned() {
     let lease = check(
         &deprovisioning(),
-        C::ConfirmDeprovisioned { operation: OPERATION, retained: false },
+        C::ConfirmDeprovisioned { retained: false },
         none(),
         Events(&["LeaseDeprovisioned"]),
     );
@@ -339,7 +339,7 @@ fn confirm_deprovisioned() {
     let facts = LeaseFacts { retention_max_age: Some(chrono::TimeDelta::days(7)), ..none() };
     let lease = check(
         &deprovisioning(),
-        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
+        C::ConfirmDeprovisioned { retained: true },
         facts,
         Events(&["LeaseDeprovisioned"]),
     );
@@ -347,21 +347,11 @@ fn confirm_deprovisioned() {
     let retention = lease.retention.expect("retained");
     assert_eq!(retention.status, RetentionStatus::Active);
     assert_eq!(retention.retained_until, Some(t(0) + chrono::TimeDelta::days(7)));
-    check(
-        &deprovisioned(),
-        C::ConfirmDeprovisioned { operation: OPERATION, retained: false },
-        none(),
-        NoChange,
-    );
-    check(
-        &retained(),
-        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
-        none(),
-        NoChange,
-    );
+    check(&deprovisioned(), C::ConfirmDeprovisioned { retained: false }, none(), NoChange);
+    check(&retained(), C::ConfirmDeprovisioned { retained: true }, none(), NoChange);
     check(
         &ready(),
-        C::ConfirmDeprovisioned { operation: OPERATION, retained: true },
+        C::ConfirmDeprovisioned { retained: true },
         none(),
         invalid("ConfirmDeprovisioned", LeaseStatus::Ready, ChainState::Active),
     );
@@ -776,11 +766,13 @@ fn reports_settle_only_the_current_operation() {
     restarted.push((complete, none()));
     check(&restarted, report_failed(), none(), Refused(LeaseError::Fenced));
     check(&restarted, report_failed_on(MAINTENANCE.into()), none(), Events(&["LeaseFailed"]));
-    // A release confirmation names the last operation the backend was given.
+    // A lease being released accepts its release confirmation whichever URL it came on, and
+    // ignores late reports of any operation.
     restarted.push((C::Deprovision, none()));
-    let confirm = |operation| C::ConfirmDeprovisioned { operation, retained: false };
-    check(&restarted, confirm(OPERATION), none(), Refused(LeaseError::Fenced));
-    check(&restarted, confirm(MAINTENANCE.into()), none(), Events(&["LeaseDeprovisioned"]));
+    let confirm = C::ConfirmDeprovisioned { retained: false };
+    check(&restarted, confirm, none(), Events(&["LeaseDeprovisioned"]));
+    check(&restarted, report_failed(), none(), NoChange);
+    check(&restarted, provisioned(), none(), NoChange);
     assert_eq!(LeaseError::Fenced.kind(), RefusalKind::Fenced);
 }
 

@@ -53,8 +53,7 @@ fn command() -> impl Strategy<Value = C> {
             C::CompleteMaintenance { maintenance_id, admitted_at: t(m), outcome }
         }),
         Just(C::Deprovision),
-        (operation(), any::<bool>())
-            .prop_map(|(operation, retained)| C::ConfirmDeprovisioned { operation, retained }),
+        any::<bool>().prop_map(|retained| C::ConfirmDeprovisioned { retained }),
         Just(C::Restore {
             lease: LEASE,
             from: SOURCE,

@@ -107,6 +107,13 @@ async fn an_agent_bound_to_a_provider_finds_only_its_providers_leases() {
     let stranger = role_token(Role::Agent, Some(uuid::Uuid::from_u128(99)));
     let answer = server.graphql(&stranger, REPORT_PROVISIONED, input.clone()).await;
     assert_eq!(code(&answer), Some("NOT_FOUND"), "{answer}");
+    // What the lease's backend is carrying out is for machine actors of its provider only.
+    let work = "query($id: ID!) { leaseWork(id: $id) { operationId } }";
+    let id = json!({ "id": lease["id"] });
+    let by_tenant = server.graphql(&acme, work, id.clone()).await;
+    assert_eq!(code(&by_tenant), Some("FORBIDDEN"), "{by_tenant}");
+    let by_stranger = server.graphql(&stranger, work, id.clone()).await;
+    assert_eq!(code(&by_stranger), Some("NOT_FOUND"), "{by_stranger}");
     let own = role_token(Role::Agent, Some(PROVIDER.parse().expect("a UUID")));
     let answer = server.graphql(&own, REPORT_PROVISIONED, input).await;
     let types = &data(&answer)["reportLeaseProvisioned"]["events"];

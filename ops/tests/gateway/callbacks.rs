@@ -42,10 +42,13 @@ impl Callback {
     }
 }
 
-/// The callback URL of the lease's current operation, as the backend was given it.
+/// The callback path of the lease's current operation, as `leaseWork` names it.
 async fn operation_path(server: &Server, lease: &Value) -> String {
-    let operation = current_operation(server, &lease["id"]).await;
-    format!("/callbacks/leases/{}/operations/{operation}", lease["id"].as_str().expect("an id"))
+    let work = lease_work(server, &lease["id"]).await;
+    let path = work["callbackPath"].as_str().expect("a callback path").to_string();
+    let operation = work["operationId"].as_str().expect("an operation");
+    assert!(path.ends_with(&format!("/operations/{operation}")), "{work}");
+    path
 }
 
 /// Sends a callback signed now; the status and the answer.
@@ -150,6 +153,13 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     assert!(started["payload"].get("generation").is_none(), "operator-only: {started}");
 
     let path = format!("/callbacks/leases/{id}/maintenance/{maintenance}");
+    // Agents read the same fence, and the path to complete it, from `leaseWork`.
+    let work = lease_work(&server, &lease["id"]).await;
+    assert_eq!(
+        (&work["maintenanceId"], &work["callbackPath"]),
+        (&json!(maintenance), &json!(path))
+    );
+    assert_eq!(work["status"], "RESTARTING");
     let stale = json!({ "lease_uuid": id, "status": "success", "maintenance_admitted_at": "2020-01-01T00:00:00Z" });
     let (status, answer) = Callback::now(&path, &stale).send(&server).await;
     assert_eq!((status, answer["code"].as_str()), (409, Some("FENCED")), "{answer}");

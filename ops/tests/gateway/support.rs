@@ -199,21 +199,18 @@ pub const REPORT_PROVISIONED: &str = "mutation($input: LeaseReportInput!) {
 }";
 
 /// The operation the lease's backend reports on now (the last provision, restore, restart or
-/// update started), read from the log as the dispatcher hands it to the backend.
+/// update started), as an agent reads it with `leaseWork`.
 pub async fn current_operation(server: &Server, lease_id: &Value) -> String {
-    let stream = format!("lease-{}", lease_id.as_str().expect("a lease id"));
-    let client = server.db.client().await;
-    let row = client
-        .query_one(
-            "SELECT coalesce(payload->>'operation', payload->>'maintenance_id') FROM events \
-             WHERE stream_id = $1 AND event_type IN ('LeaseProvisionRequested', \
-             'LeaseRestoreStarted', 'LeaseRestartStarted', 'LeaseUpdateStarted') \
-             ORDER BY version DESC LIMIT 1",
-            &[&stream],
-        )
-        .await
-        .expect("the lease has started an operation");
-    row.get(0)
+    let work = lease_work(server, lease_id).await;
+    work["operationId"].as_str().expect("the lease has started an operation").to_string()
+}
+
+/// `leaseWork` of the lease, read with an agent token for every provider.
+pub async fn lease_work(server: &Server, lease_id: &Value) -> Value {
+    let query = "query($id: ID!) { leaseWork(id: $id) { leaseId status operationId callbackPath maintenanceId admittedAt } }";
+    let agent = role_token(Role::Agent, None);
+    let answer = server.graphql(&agent, query, json!({ "id": lease_id })).await;
+    data(&answer)["leaseWork"].clone()
 }
 
 /// The input of an agent's report on the lease's current operation, under `key`.

@@ -7,11 +7,13 @@ use leasehold_adapters::read_models::LeaseListing;
 use leasehold_domain::lease::LeaseId;
 use uuid::Uuid;
 
-use super::types::{LeaseFilter, LeaseView};
+use super::types::{LeaseFilter, LeaseView, LeaseWork};
+use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::command::caller_of;
 use crate::schema::query::{page_rows, uuid_arg};
-use crate::schema::{caller, shared, tenant_of};
+use crate::schema::{caller, require, shared, tenant_of};
 
 /// The lease's queries.
 #[derive(Debug, Default, Clone, Copy)]
@@ -19,6 +21,17 @@ pub struct LeaseQuery;
 
 #[Object]
 impl LeaseQuery {
+    /// What the lease's backend is carrying out now (agents and operators): the operation its
+    /// reports must name, with the callback path for it, and a pending restart or update's
+    /// fence. An agent bound to a provider finds only that provider's leases.
+    async fn lease_work(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseWork> {
+        let principal = require(ctx, &[Role::Agent, Role::Operator], "read lease work")?;
+        let lease = LeaseId(uuid_arg("id", &id)?);
+        let caller = caller_of(principal, None);
+        let work = shared(ctx).leases.current_work(&caller, lease).await?;
+        Ok(LeaseWork::from(work))
+    }
+
     /// One of your leases by id (`NOT_FOUND` when you have none with that id).
     async fn lease(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseView> {
         let tenant = tenant_of(ctx, "read leases")?;

@@ -4,6 +4,7 @@
 use async_graphql::{Enum, ID, InputObject, SimpleObject};
 use chrono::{DateTime, Utc};
 use leasehold_adapters::read_models::{LeaseSummary, QuotaUsage};
+use leasehold_commands::lease_service::CurrentWork;
 use leasehold_domain::lease::{self as domain, LeaseItem};
 
 /// What the backend is doing with a lease.
@@ -51,8 +52,13 @@ impl LeaseStatus {
 
     /// The status a read model stores as `name` (its spelling is the domain's).
     fn of_name(name: &str) -> Self {
+        domain::LeaseStatus::from_name(name).map_or(Self::Unknown, Self::of_domain)
+    }
+
+    /// The domain's status as shown.
+    pub(crate) fn of_domain(status: domain::LeaseStatus) -> Self {
         use domain::LeaseStatus as D;
-        match D::from_name(name) {
+        match Some(status) {
             Some(D::Provisioning) => Self::Provisioning,
             Some(D::Ready) => Self::Ready,
             Some(D::Failing) => Self::Failing,
@@ -165,6 +171,47 @@ impl From<LeaseSummary> for LeaseView {
             updated_at: lease.updated_at,
             retained_until: lease.retained_until,
             restored_from: lease.restored_from.map(|id| ID(id.to_string())),
+        }
+    }
+}
+
+/// What a lease's backend is carrying out now, as agents and operators see it.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct LeaseWork {
+    /// The lease.
+    pub lease_id: ID,
+    /// What the backend is doing.
+    pub status: LeaseStatus,
+    /// The operation reports must name (`reportLeaseProvisioned`, `reportLeaseFailed`); null
+    /// for a lease started before operations had ids.
+    pub operation_id: Option<ID>,
+    /// The path a backend's callbacks for it go to (sign it as `X-Leasehold-Signature` says).
+    pub callback_path: Option<String>,
+    /// The pending restart or update, whose completion must echo it with `admittedAt`.
+    pub maintenance_id: Option<ID>,
+    /// When the pending restart or update was admitted.
+    pub admitted_at: Option<DateTime<Utc>>,
+}
+
+impl From<CurrentWork> for LeaseWork {
+    fn from(work: CurrentWork) -> Self {
+        let lease = work.lease.0;
+        let callback_path = match (work.maintenance, work.operation) {
+            (Some((maintenance, _)), _) => {
+                Some(format!("/callbacks/leases/{lease}/maintenance/{maintenance}"))
+            }
+            (None, Some(operation)) => {
+                Some(format!("/callbacks/leases/{lease}/operations/{operation}"))
+            }
+            (None, None) => None,
+        };
+        Self {
+            lease_id: ID(lease.to_string()),
+            status: LeaseStatus::of_domain(work.status),
+            operation_id: work.operation.map(|operation| ID(operation.to_string())),
+            callback_path,
+            maintenance_id: work.maintenance.map(|(id, _)| ID(id.to_string())),
+            admitted_at: work.maintenance.map(|(_, at)| at),
         }
     }
 }

@@ -213,6 +213,10 @@ async fn a_linked_command_of_another_kind_commits_with_the_command_or_refuses_it
     let (_, missing) =
         request_reserving(&pipeline, "acme", &budget_stream("nobody"), "req-4").await;
     assert!(matches!(missing, Err(CommandError::NotFound)), "{missing:?}");
+    // So is a stream of another kind named as a budget.
+    let (taken, _) = request_reserving(&pipeline, "acme", &budget_stream("globex"), "req-5").await;
+    let (_, wrong_kind) = request_reserving(&pipeline, "acme", &taken.stream_id(), "req-6").await;
+    assert!(matches!(wrong_kind, Err(CommandError::NotFound)), "{wrong_kind:?}");
 }
 
 #[tokio::test]

@@ -15,8 +15,7 @@ async fn retained_lease(pipeline: &Pipeline, tenant_name: &str) -> LeaseId {
     let plain =
         |key: &str, command| request(tenant_name, lease, key, command, LeaseFacts::default());
     pipeline.execute(plain("down", LeaseCommand::Deprovision)).await.expect("deprovisioning");
-    let retained =
-        LeaseCommand::ConfirmDeprovisioned { operation: operation_of(lease), retained: true };
+    let retained = LeaseCommand::ConfirmDeprovisioned { retained: true };
     pipeline.execute(plain("gone", retained)).await.expect("retained");
     lease
 }

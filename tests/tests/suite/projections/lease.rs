@@ -68,15 +68,7 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         .await
         .expect("deprovisioning");
     pipeline
-        .execute(plain(
-            "acme",
-            c,
-            "c-gone",
-            LeaseCommand::ConfirmDeprovisioned {
-                operation: commands::operation_of(c),
-                retained: true,
-            },
-        ))
+        .execute(plain("acme", c, "c-gone", LeaseCommand::ConfirmDeprovisioned { retained: true }))
         .await
         .expect("retained");
 

@@ -47,10 +47,7 @@ async fn fill(db: &TestDb, leases: usize) {
                             ))
                             .await
                             .expect("down");
-                        let confirm = LeaseCommand::ConfirmDeprovisioned {
-                            operation: commands::operation_of(lease),
-                            retained: n % 4 == 0,
-                        };
+                        let confirm = LeaseCommand::ConfirmDeprovisioned { retained: n % 4 == 0 };
                         let key = format!("gone-{n}");
                         let gone = request(&tenant, lease, &key, confirm, LeaseFacts::default());
                         pipeline.execute(gone).await.expect("gone");
