@@ -3,8 +3,9 @@
 
 use leasehold_domain::OperationKey;
 use leasehold_domain::lease::{
-    FieldError, HostName, LeaseCommand, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
-    OperatorDetail, PayloadHash, Problem, ProviderId, Reason, ServiceName, Sku, TenantMessage,
+    FieldError, HostName, LeaseCommand, LeaseId, LeaseItem, LeaseItems, MaintenanceId,
+    MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash, Problem, ProviderId, Reason,
+    ServiceName, Sku, TenantMessage,
 };
 use leasehold_domain::limits::LEASE_QUANTITY_DEFAULT_MAX;
 use uuid::Uuid;
@@ -156,6 +157,24 @@ pub fn report_failed(
         message: TenantMessage::parse("message", message)?,
         detail: OperatorDetail::new(detail),
     })
+}
+
+/// What a tenant sees when a restart or update failed: the backend's own words are
+/// operator-only.
+const MAINTENANCE_FAILED_MESSAGE: &str = "the restart or update failed";
+
+/// A restart's or update's outcome as a backend reports it: succeeded, or failed with its
+/// error kept as operator-only detail.
+pub fn maintenance_outcome(success: bool, error: Option<&str>) -> MaintenanceOutcome {
+    if success {
+        return MaintenanceOutcome::Succeeded;
+    }
+    MaintenanceOutcome::Failed {
+        reason: Reason::unknown(),
+        message: TenantMessage::parse("message", MAINTENANCE_FAILED_MESSAGE)
+            .expect("a fixed, valid message"),
+        detail: OperatorDetail::new(error.unwrap_or_default()),
+    }
 }
 
 #[cfg(test)]

@@ -263,7 +263,7 @@ fn command_of(payload: &CallbackPayload, named: Named, id: Uuid) -> Result<Lease
                 .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))?
                 .with_timezone(&Utc);
             let success = payload.status == CallbackStatus::Success;
-            let outcome = crate::schema::maintenance_outcome(success, Some(error))?;
+            let outcome = lease_input::maintenance_outcome(success, Some(error));
             LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }
         }
         (None, CallbackStatus::Deprovisioned) => {

@@ -18,8 +18,6 @@ use crate::auth::{Principal, Role};
 use crate::errors::{ApiError, ApiResult};
 use crate::state::{AppState, Inner};
 
-pub(crate) use lease::maintenance_outcome;
-
 // Every query: those over every kind, then each kind's own; a new kind adds its module's
 // query type here. (Plain comments: a doc comment would become the type's description.)
 #[derive(Debug, Default, MergedObject)]

@@ -6,7 +6,6 @@ mod query;
 mod types;
 
 pub use mutation::LeaseMutation;
-pub(crate) use mutation::maintenance_outcome;
 pub use query::LeaseQuery;
 pub use types::*;
 

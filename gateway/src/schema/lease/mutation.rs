@@ -7,8 +7,7 @@ use chrono::{DateTime, Utc};
 use leasehold_commands::lease_input::{self, ItemInput, RequestLeaseInput};
 use leasehold_commands::lease_service::{Caller, payload_hash};
 use leasehold_domain::lease::{
-    CloseCause, LeaseCommand, LeaseId, MaintenanceId, MaintenanceOutcome, OperationId,
-    OperatorDetail, ProviderId, Reason, TenantMessage,
+    CloseCause, LeaseCommand, LeaseId, MaintenanceId, OperationId, ProviderId,
 };
 
 use crate::auth::Role;
@@ -16,9 +15,6 @@ use crate::errors::{ApiError, ApiResult};
 use crate::schema::command::{CommandResult, answer, caller_of};
 use crate::schema::query::uuid_arg;
 use crate::schema::{require, shared, tenant_of};
-
-/// What a tenant sees when a maintenance failed and the backend said nothing it may see.
-const MAINTENANCE_FAILED_MESSAGE: &str = "the restart or update failed";
 
 /// One item of a request or a restore.
 #[derive(Debug, Clone, InputObject)]
@@ -296,7 +292,7 @@ impl LeaseMutation {
         let command = LeaseCommand::CompleteMaintenance {
             maintenance_id,
             admitted_at: input.admitted_at,
-            outcome: maintenance_outcome(input.success, input.error.as_deref())?,
+            outcome: lease_input::maintenance_outcome(input.success, input.error.as_deref()),
         };
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await
     }
@@ -311,21 +307,6 @@ impl LeaseMutation {
         let command = LeaseCommand::Close { cause: CloseCause::Operator };
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await
     }
-}
-
-/// A maintenance's outcome as a backend reports it.
-pub(crate) fn maintenance_outcome(
-    success: bool,
-    error: Option<&str>,
-) -> ApiResult<MaintenanceOutcome> {
-    if success {
-        return Ok(MaintenanceOutcome::Succeeded);
-    }
-    Ok(MaintenanceOutcome::Failed {
-        reason: Reason::unknown(),
-        message: TenantMessage::parse("message", MAINTENANCE_FAILED_MESSAGE).map_err(bad)?,
-        detail: OperatorDetail::new(error.unwrap_or_default()),
-    })
 }
 
 /// The calling tenant, refused with `FORBIDDEN` ("may not `action`") for any other role.
