@@ -192,9 +192,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
     /// # Errors
     /// [`CommandError::NotFound`] for a lease it may not see; a store failure.
     pub async fn current_work(&self, caller: &Caller, lease: LeaseId) -> Result<CurrentWork> {
-        self.owner_of(caller, lease).await?;
-        let found = self.pipeline.state::<Lease>(&lease.stream_id()).await?;
-        let (_, _, stored) = found.ok_or(CommandError::NotFound)?;
+        let (_, stored) = self.owned(caller, lease).await?;
         Ok(CurrentWork {
             lease,
             status: stored.status,
@@ -205,12 +203,17 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
 
     /// The lease's owner, if `caller` may act on it.
     async fn owner_of(&self, caller: &Caller, lease: LeaseId) -> Result<TenantId> {
+        Ok(self.owned(caller, lease).await?.0)
+    }
+
+    /// The lease's owner and state, if `caller` may act on it.
+    async fn owned(&self, caller: &Caller, lease: LeaseId) -> Result<(TenantId, Lease)> {
         let found = self.pipeline.state::<Lease>(&lease.stream_id()).await?;
         let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
         let provider = stored.terms.as_ref().map(|terms| terms.provider);
         match caller.provider {
             Some(bound) if provider != Some(bound) => Err(CommandError::NotFound),
-            _ => Ok(owner),
+            _ => Ok((owner, stored)),
         }
     }
 

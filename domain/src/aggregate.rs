@@ -76,6 +76,29 @@ pub trait DomainEvent: Sized {
     -> Result<Self, EventDecodeError>;
 }
 
+/// The stored payload of an event enum serialized as `#[serde(tag = "type", content =
+/// "data")]`: its `data` (the type is the envelope's). Every kind's events use this shape.
+pub fn tagged_payload<E: Serialize>(event: &E) -> serde_json::Value {
+    let mut tagged = serde_json::to_value(event).expect("events serialize");
+    tagged.get_mut("data").map(serde_json::Value::take).unwrap_or_default()
+}
+
+/// An event of such an enum back from its stored type and payload.
+///
+/// # Errors
+/// When the type is unknown or the payload does not have the type's shape.
+pub fn from_tagged<E: DeserializeOwned>(
+    event_type: &str,
+    payload: &serde_json::Value,
+) -> Result<E, EventDecodeError> {
+    let tagged = serde_json::json!({ "type": event_type, "data": payload });
+    serde_json::from_value(tagged).map_err(|error| EventDecodeError {
+        event_type: event_type.to_owned(),
+        // For operators' logs only: serde_json may quote a value it could not read.
+        reason: error.to_string(),
+    })
+}
+
 /// A stored event this code cannot read back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("stored event {event_type} cannot be decoded: {reason}")]

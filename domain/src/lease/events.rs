@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::values::{LeaseId, LeaseItems, MaintenanceId, PayloadHash};
 use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
-use crate::aggregate::{DomainEvent, EventDecodeError};
+use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::{
     HostName, OperationId, OperatorDetail, ProviderId, Reason, ServiceName, TenantMessage,
@@ -172,20 +172,14 @@ impl DomainEvent for LeaseEvent {
     }
 
     fn to_payload(&self) -> serde_json::Value {
-        let mut tagged = serde_json::to_value(self).expect("lease events serialize");
-        tagged.get_mut("data").map(serde_json::Value::take).unwrap_or_default()
+        tagged_payload(self)
     }
 
     fn from_stored(
         event_type: &str,
         payload: &serde_json::Value,
     ) -> Result<Self, EventDecodeError> {
-        let tagged = serde_json::json!({ "type": event_type, "data": payload });
-        serde_json::from_value(tagged).map_err(|error| EventDecodeError {
-            event_type: event_type.to_owned(),
-            // For operators' logs only: serde_json may quote a value it could not read.
-            reason: error.to_string(),
-        })
+        from_tagged(event_type, payload)
     }
 }
 

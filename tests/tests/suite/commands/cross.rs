@@ -73,19 +73,14 @@ impl DomainEvent for BudgetEvent {
     }
 
     fn to_payload(&self) -> serde_json::Value {
-        let mut tagged = serde_json::to_value(self).expect("serializes");
-        tagged.get_mut("data").map(serde_json::Value::take).unwrap_or_default()
+        leasehold_domain::aggregate::tagged_payload(self)
     }
 
     fn from_stored(
         event_type: &str,
         payload: &serde_json::Value,
     ) -> Result<Self, EventDecodeError> {
-        let tagged = serde_json::json!({ "type": event_type, "data": payload });
-        serde_json::from_value(tagged).map_err(|error| EventDecodeError {
-            event_type: event_type.to_owned(),
-            reason: error.to_string(),
-        })
+        leasehold_domain::aggregate::from_tagged(event_type, payload)
     }
 }
 
