@@ -58,17 +58,17 @@ impl LeaseStatus {
     /// The domain's status as shown.
     pub(crate) fn of_domain(status: domain::LeaseStatus) -> Self {
         use domain::LeaseStatus as D;
-        match Some(status) {
-            Some(D::Provisioning) => Self::Provisioning,
-            Some(D::Ready) => Self::Ready,
-            Some(D::Failing) => Self::Failing,
-            Some(D::Failed) => Self::Failed,
-            Some(D::Restarting) => Self::Restarting,
-            Some(D::Updating) => Self::Updating,
-            Some(D::Deprovisioning) => Self::Deprovisioning,
-            Some(D::Deprovisioned) => Self::Deprovisioned,
-            Some(D::Retained) => Self::Retained,
-            Some(D::None) | None => Self::Unknown,
+        match status {
+            D::Provisioning => Self::Provisioning,
+            D::Ready => Self::Ready,
+            D::Failing => Self::Failing,
+            D::Failed => Self::Failed,
+            D::Restarting => Self::Restarting,
+            D::Updating => Self::Updating,
+            D::Deprovisioning => Self::Deprovisioning,
+            D::Deprovisioned => Self::Deprovisioned,
+            D::Retained => Self::Retained,
+            D::None => Self::Unknown,
         }
     }
 }
