@@ -8,6 +8,12 @@
 //! withholds on purpose, so that a test can walk every event type of every kind and find any
 //! field nobody decided about (`domain/tests/registry.rs`).
 //!
+//! Fields are named by **paths**, down to the leaves: `lease`, `items[].sku` (the `sku` of every
+//! element of the array `items`), `limits.cpus`. A path shows a tenant a scalar (a string, a
+//! number, a boolean or null) and nothing else: an object or an array shows only the paths
+//! listed beneath it, so a field added inside a shown object (a new member of an item, say)
+//! stays hidden too until someone lists it. A withheld path withholds everything beneath it.
+//!
 //! Adding a kind: declare its `AggregateKind` beside its events (as `lease::KIND`) and add it
 //! to [`KINDS`].
 
@@ -18,10 +24,10 @@ use serde_json::{Map, Value};
 pub struct EventView {
     /// The event type.
     pub event_type: &'static str,
-    /// The payload fields its tenant sees.
+    /// The paths of the payload's leaves its tenant sees (`lease`, `items[].sku`).
     pub tenant_fields: &'static [&'static str],
-    /// The payload fields withheld from its tenant on purpose (operators and auditors see
-    /// them): failure detail, generations, operation ids, ...
+    /// The paths withheld from its tenant on purpose, each with everything beneath it
+    /// (operators and auditors see them): failure detail, generations, operation ids, ...
     pub withheld: &'static [&'static str],
 }
 
@@ -55,19 +61,81 @@ pub fn kind(stream_type: &str) -> Option<&'static AggregateKind> {
     KINDS.iter().copied().find(|kind| kind.stream_type == stream_type)
 }
 
-/// A payload as its tenant may see it: only the fields its event type's view lists; nothing
-/// (`{}`) for an event type no view covers.
+/// A payload as its tenant may see it: only the leaves its event type's view lists (see the
+/// module's doc for paths); nothing (`{}`) for an event type no view covers.
 pub fn tenant_view(stream_type: &str, event_type: &str, payload: &Value) -> Value {
     let Some(view) = kind(stream_type).and_then(|kind| kind.view(event_type)) else {
         return Value::Object(Map::new());
     };
-    let Some(fields) = payload.as_object() else {
-        return Value::Object(Map::new());
-    };
-    let shown = fields
+    match payload {
+        Value::Object(fields) => Value::Object(shown_members(fields, view.tenant_fields)),
+        _ => Value::Object(Map::new()),
+    }
+}
+
+/// The members of an object that `paths` (relative to it) reach.
+fn shown_members(fields: &Map<String, Value>, paths: &[&str]) -> Map<String, Value> {
+    fields
         .iter()
-        .filter(|(name, _)| view.tenant_fields.contains(&name.as_str()))
-        .map(|(name, value)| (name.clone(), value.clone()))
+        .filter_map(|(name, value)| {
+            shown(value, &beneath(paths, name)).map(|value| (name.clone(), value))
+        })
+        .collect()
+}
+
+/// What `paths` (relative to `value`; `""` names `value` itself) show of `value`, or `None`
+/// when they show nothing of it.
+fn shown(value: &Value, paths: &Paths<'_>) -> Option<Value> {
+    match value {
+        Value::Object(fields) if !paths.members.is_empty() => {
+            Some(Value::Object(shown_members(fields, &paths.members)))
+        }
+        Value::Array(elements) if !paths.elements.is_empty() => {
+            let each = Paths::split(&paths.elements);
+            Some(Value::Array(
+                elements.iter().filter_map(|element| shown(element, &each)).collect(),
+            ))
+        }
+        Value::Object(_) | Value::Array(_) => None,
+        scalar => paths.itself.then(|| scalar.clone()),
+    }
+}
+
+/// The paths beneath one member, split by what they reach.
+#[derive(Debug, Default)]
+struct Paths<'a> {
+    /// The member itself is listed (shown if it is a scalar).
+    itself: bool,
+    /// Paths into the member as an object, relative to it.
+    members: Vec<&'a str>,
+    /// Paths into each element of the member as an array, relative to the element.
+    elements: Vec<&'a str>,
+}
+
+impl<'a> Paths<'a> {
+    /// Splits paths relative to a value: `""` is the value, `.x` a member path, `[]…` an
+    /// element path.
+    fn split(relative: &[&'a str]) -> Paths<'a> {
+        let mut paths = Paths::default();
+        for path in relative {
+            if path.is_empty() {
+                paths.itself = true;
+            } else if let Some(element) = path.strip_prefix("[]") {
+                paths.elements.push(element);
+            } else if let Some(member) = path.strip_prefix('.') {
+                paths.members.push(member);
+            }
+        }
+        paths
+    }
+}
+
+/// The paths under the member `name`, relative to it.
+fn beneath<'a>(paths: &[&'a str], name: &str) -> Paths<'a> {
+    let relative: Vec<&'a str> = paths
+        .iter()
+        .filter_map(|path| path.strip_prefix(name))
+        .filter(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with("[]"))
         .collect();
-    Value::Object(shown)
+    Paths::split(&relative)
 }

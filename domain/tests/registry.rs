@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashSet};
 
 use chrono::{TimeZone, Utc};
 use leasehold_domain::lease::{
-    CloseCause, LeaseEvent as E, LeaseId, LeaseItem, LeaseItems, MaintenanceId, OperationId,
-    OperatorDetail, PayloadHash, ProviderId, ReapCause, Reason, ServiceName, Sku, TenantMessage,
-    TerminalVerdict,
+    CloseCause, HostName, LeaseEvent as E, LeaseId, LeaseItem, LeaseItems, MaintenanceId,
+    OperationId, OperatorDetail, PayloadHash, ProviderId, ReapCause, Reason, ServiceName, Sku,
+    TenantMessage, TerminalVerdict,
 };
 use leasehold_domain::registry::{self, KINDS};
 use leasehold_domain::{Aggregate, DomainEvent};
@@ -23,7 +23,7 @@ fn lease_samples() -> Vec<E> {
         sku: Sku::parse("sku", "gpu.h100.1x").expect("valid"),
         quantity: 1,
         service_name: Some(ServiceName::parse("s", "web").expect("valid")),
-        custom_domain: None,
+        custom_domain: Some(HostName::parse("d", "app.example.com").expect("valid")),
     }])
     .expect("valid");
     let hash = || PayloadHash::parse("h", "ab".repeat(32)).expect("valid");
@@ -168,27 +168,65 @@ fn check_views(
     assert_eq!(sampled, registered, "one sample per registered event type");
     for (event_type, payload) in samples {
         let view = kind.view(event_type).expect("registered");
-        let fields: BTreeSet<&str> =
-            payload.as_object().expect("an object").keys().map(String::as_str).collect();
-        let shown: BTreeSet<&str> = view.tenant_fields.iter().copied().collect();
-        let withheld: BTreeSet<&str> = view.withheld.iter().copied().collect();
-        assert!(
-            shown.is_disjoint(&withheld),
-            "{}: a field both shown and withheld",
-            view.event_type
-        );
-        let decided: BTreeSet<&str> = shown.union(&withheld).copied().collect();
-        assert_eq!(
-            fields, decided,
-            "{}: every payload field must be listed as shown or withheld, and nothing else",
-            view.event_type
-        );
-        // And the tenant sees exactly the shown ones.
-        let seen = registry::tenant_view(kind.stream_type, event_type, payload);
-        let seen: BTreeSet<&str> =
-            seen.as_object().expect("an object").keys().map(String::as_str).collect();
-        assert_eq!(seen, shown, "{}", view.event_type);
+        let leaves = leaves_of(payload);
+        let shown: BTreeSet<String> = view.tenant_fields.iter().map(|p| p.to_string()).collect();
+        for path in view.withheld {
+            assert!(
+                leaves.iter().any(|leaf| is_beneath(leaf, path)),
+                "{event_type}: withheld path {path} reaches nothing in the sample"
+            );
+            assert!(
+                !shown.iter().any(|leaf| is_beneath(leaf, path)),
+                "{event_type}: {path} is both shown and withheld"
+            );
+        }
+        for leaf in &leaves {
+            let withheld = view.withheld.iter().any(|path| is_beneath(leaf, path));
+            assert!(
+                shown.contains(leaf) || withheld,
+                "{event_type}: nobody decided whether tenants see {leaf}: list it as shown or \
+                 withheld in the kind's registry entry"
+            );
+        }
+        for path in &shown {
+            assert!(leaves.contains(path), "{event_type}: shown path {path} is not a leaf");
+        }
+        // And the tenant sees exactly the shown leaves.
+        let seen = leaves_of(&registry::tenant_view(kind.stream_type, event_type, payload));
+        assert_eq!(seen, shown, "{event_type}");
     }
+}
+
+/// Every leaf path of a payload (`items[].sku`), elements of arrays merged under `[]`.
+fn leaves_of(value: &serde_json::Value) -> BTreeSet<String> {
+    let mut leaves = BTreeSet::new();
+    walk(value, String::new(), &mut leaves);
+    leaves
+}
+
+fn walk(value: &serde_json::Value, path: String, leaves: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            for (name, member) in fields {
+                let path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+                walk(member, path, leaves);
+            }
+        }
+        serde_json::Value::Array(elements) => {
+            for element in elements {
+                walk(element, format!("{path}[]"), leaves);
+            }
+        }
+        _ => {
+            leaves.insert(path);
+        }
+    }
+}
+
+/// Whether `leaf` is `path` or lies beneath it.
+fn is_beneath(leaf: &str, path: &str) -> bool {
+    leaf.strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with("[]"))
 }
 
 #[test]
@@ -205,5 +243,30 @@ fn what_nobody_decided_shows_tenants_nothing() {
     assert_eq!(
         registry::tenant_view("lease", "LeaseActivated", &json!("not an object")),
         json!({})
+    );
+}
+
+#[test]
+fn a_member_nobody_listed_inside_a_shown_field_stays_hidden() {
+    let payload = json!({
+        "lease": "l-1",
+        "at": "2026-12-01T12:00:00Z",
+        "items": [
+            { "sku": "gpu.h100.1x", "quantity": 1, "service_name": null, "custom_domain": null,
+              "secret": "hunter2", "nested": { "token": "t" } }
+        ],
+        "provider": { "id": "p", "credentials": "x" }
+    });
+    let seen = registry::tenant_view("lease", "LeaseProvisionRequested", &payload);
+    assert_eq!(
+        seen,
+        json!({
+            "lease": "l-1",
+            "at": "2026-12-01T12:00:00Z",
+            "items": [
+                { "sku": "gpu.h100.1x", "quantity": 1, "service_name": null, "custom_domain": null }
+            ]
+        }),
+        "a member nobody listed, and an object where a scalar was listed, show nothing"
     );
 }

@@ -224,7 +224,18 @@ const AT: &[&str] = &["at"];
 const VIEWS: [EventView; 25] = [
     view(
         "LeaseProvisionRequested",
-        &["lease", "provider", "items", "payload_hash", "backend", "release", "at"],
+        &[
+            "lease",
+            "provider",
+            "items[].sku",
+            "items[].quantity",
+            "items[].service_name",
+            "items[].custom_domain",
+            "payload_hash",
+            "backend",
+            "release",
+            "at",
+        ],
         &["generation", "operation"],
     ),
     view("LeaseProvisioned", &["release", "at"], &[]),
@@ -254,7 +265,17 @@ const VIEWS: [EventView; 25] = [
     view("LeaseDeprovisioned", &["retained", "retained_until", "at"], &[]),
     view(
         "LeaseRestoreStarted",
-        &["lease", "from", "provider", "items", "backend", "at"],
+        &[
+            "lease",
+            "from",
+            "provider",
+            "items[].sku",
+            "items[].quantity",
+            "items[].service_name",
+            "items[].custom_domain",
+            "backend",
+            "at",
+        ],
         &["generation", "operation"],
     ),
     view("LeaseRetentionRestoring", &["into", "at"], &[]),
