@@ -5,11 +5,36 @@
 
 use async_graphql::parser::types::{ExecutableDocument, Selection};
 
-use crate::schema::lease::LEASE_PROJECTION;
+pub use crate::schema::KIND_READS;
 
-/// Every projection a field names here: each must be one `serve` runs (a test in `ops` holds
-/// it to that), or a read-your-writes wait for it would wait for nothing.
-pub const PROJECTIONS_NAMED: &[&str] = &[LEASE_PROJECTION];
+/// What one kind's root query fields read. Each kind's GraphQL module declares one (as
+/// `schema::lease::READS`); the list of every kind's sits beside the roots they are merged
+/// into (`schema/mod.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KindReads {
+    /// The kind's stream type: its entry in the domain's registry.
+    pub stream_type: &'static str,
+    /// The projection of the kind's read models (one `serve` runs: a test in `ops` holds it to
+    /// that, or a read-your-writes wait for it would wait for nothing).
+    pub projection: &'static str,
+    /// Root query fields that read that projection.
+    pub projection_fields: &'static [&'static str],
+    /// Root query fields that read the kind's streams in the log and no read model: they wait
+    /// only for the log to let the cursor through.
+    pub log_fields: &'static [&'static str],
+}
+
+/// Root query fields over the log itself (and introspection): they wait for no projection.
+pub const LOG_FIELDS: &[&str] = &["events", "projections", "__typename", "__schema", "__type"];
+
+/// Root query fields over every kind's read models (the shared tables every projection
+/// writes): they wait for every projection.
+pub const EVERY_KIND_FIELDS: &[&str] = &["workloads", "quotaUsage"];
+
+/// Every projection a field waits for.
+pub fn projections_named() -> impl Iterator<Item = &'static str> {
+    KIND_READS.iter().map(|kind| kind.projection)
+}
 
 /// What a query reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,15 +61,22 @@ impl Reads {
     }
 }
 
-/// The projections a root field reads. A field not listed reads every projection: a new
-/// field waits for everything until someone says what it reads.
+/// The projections a root field reads. A field nobody listed reads every projection: a new
+/// field waits for everything until someone says what it reads (and a test in this module
+/// fails until someone does).
 fn reads_of_field(name: &str) -> Reads {
-    match name {
-        "lease" | "leases" => Reads::Some(vec![LEASE_PROJECTION]),
-        // The log itself, and introspection.
-        "events" | "projections" | "__typename" | "__schema" | "__type" => Reads::Some(vec![]),
-        _ => Reads::All,
+    if LOG_FIELDS.contains(&name) {
+        return Reads::Some(vec![]);
     }
+    for kind in KIND_READS {
+        if kind.projection_fields.contains(&name) {
+            return Reads::Some(vec![kind.projection]);
+        }
+        if kind.log_fields.contains(&name) {
+            return Reads::Some(vec![]);
+        }
+    }
+    Reads::All
 }
 
 /// What the operations of `query` read (every projection when it does not parse: the
@@ -91,5 +123,49 @@ mod tests {
         );
         assert_eq!(reads_of("{ newFieldNobodyListed }"), Reads::All);
         assert_eq!(reads_of("not graphql"), Reads::All);
+        assert_eq!(reads_of("{ leaseWork(id: \"x\") { id } }"), Reads::Some(vec![]));
+    }
+
+    /// Every root query field of the schema is declared by exactly one of: the log's fields,
+    /// the fields over every kind, or one kind's fields. A new field fails this until its
+    /// module says what it reads.
+    #[test]
+    fn every_root_query_field_says_what_it_reads() {
+        let sdl = crate::schema::sdl();
+        let document = async_graphql::parser::parse_schema(&sdl).expect("the SDL parses");
+        let fields = query_fields(&document);
+        assert!(fields.contains(&"leases".to_string()), "{fields:?}");
+        for field in &fields {
+            let mut declared = usize::from(LOG_FIELDS.contains(&field.as_str()))
+                + usize::from(EVERY_KIND_FIELDS.contains(&field.as_str()));
+            for kind in KIND_READS {
+                declared += usize::from(kind.projection_fields.contains(&field.as_str()))
+                    + usize::from(kind.log_fields.contains(&field.as_str()));
+            }
+            assert_eq!(
+                declared, 1,
+                "root field {field}: say once, in its kind's READS, what it reads"
+            );
+        }
+    }
+
+    fn query_fields(document: &async_graphql::parser::types::ServiceDocument) -> Vec<String> {
+        use async_graphql::parser::types::{TypeKind, TypeSystemDefinition};
+        document
+            .definitions
+            .iter()
+            .filter_map(|definition| match definition {
+                TypeSystemDefinition::Type(ty) if ty.node.name.node == "Query" => {
+                    match &ty.node.kind {
+                        TypeKind::Object(object) => Some(
+                            object.fields.iter().map(|f| f.node.name.node.to_string()).collect(),
+                        ),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .next()
+            .unwrap_or_default()
     }
 }

@@ -140,6 +140,7 @@ const ROWS_REVISION: u32 = 0;
 impl Projection for LeaseProjection {
     const NAME: &'static str = "lease_views";
     const VERSION: u32 = ROWS_REVISION + Lease::STATE_SCHEMA;
+    const STREAM_TYPES: &'static [&'static str] = &[Lease::STREAM_TYPE];
     type Key = LeaseId;
     type View = LeaseView;
     type Change = LeaseChange;

@@ -27,6 +27,9 @@ pub trait Projection: Send + Sync + 'static {
     const NAME: &'static str;
     /// Its version: a new version rebuilds from the start of the log.
     const VERSION: u32;
+    /// The stream types (aggregate kinds, as the domain's registry names them) whose events
+    /// it projects; a test in `ops` holds every registered kind to having a projection.
+    const STREAM_TYPES: &'static [&'static str];
     /// What a view is found by (a lease's id, ...).
     type Key: Eq + Hash + Clone + Debug + Send + Sync;
     /// The working state of one key, from which its rows are written.

@@ -18,16 +18,28 @@ use crate::auth::{Principal, Role};
 use crate::errors::{ApiError, ApiResult};
 use crate::state::{AppState, Inner};
 
-// Every query: those over every kind, then each kind's own; a new kind adds its module's
-// query type here. (Plain comments: a doc comment would become the type's description.)
-#[derive(Debug, Default, MergedObject)]
-#[graphql(name = "Query")]
-pub struct QueryRoot(query::LogQuery, lease::LeaseQuery);
+/// Registers every kind's GraphQL module in one line each: its query type and mutation type
+/// are merged into the roots, and its `READS` joins [`KIND_READS`]. A new kind is one more
+/// `module::{Query, Mutation}` here.
+macro_rules! kinds {
+    ($($kind:ident::{$query:ident, $mutation:ident}),+ $(,)?) => {
+        // Every query: those over every kind, then each kind's own. (Plain comments: a doc
+        // comment would become the type's description.)
+        #[derive(Debug, Default, MergedObject)]
+        #[graphql(name = "Query")]
+        pub struct QueryRoot(query::LogQuery, $($kind::$query),+);
 
-// Every mutation: each kind's own; a new kind adds its module's mutation type here.
-#[derive(Debug, Default, MergedObject)]
-#[graphql(name = "Mutation")]
-pub struct MutationRoot(lease::LeaseMutation);
+        // Every mutation: each kind's own.
+        #[derive(Debug, Default, MergedObject)]
+        #[graphql(name = "Mutation")]
+        pub struct MutationRoot($($kind::$mutation),+);
+
+        /// What every kind's root query fields read, for read-your-writes.
+        pub const KIND_READS: &[&crate::reads::KindReads] = &[$(&$kind::READS),+];
+    };
+}
+
+kinds!(lease::{LeaseQuery, LeaseMutation});
 
 // Every subscription.
 #[derive(Debug, Default, MergedSubscription)]

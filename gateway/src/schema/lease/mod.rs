@@ -9,5 +9,13 @@ pub use mutation::LeaseMutation;
 pub use query::LeaseQuery;
 pub use types::*;
 
-/// The projection the lease's fields read (`leasehold_projections::lease::LeaseProjection`).
-pub(crate) const LEASE_PROJECTION: &str = "lease_views";
+use crate::reads::KindReads;
+
+/// What the lease's root query fields read: `lease` and `leases` the lease projection's read
+/// models (`leasehold_projections::lease::LeaseProjection`), `leaseWork` the lease's stream.
+pub(crate) const READS: KindReads = KindReads {
+    stream_type: <leasehold_domain::lease::Lease as leasehold_domain::Aggregate>::STREAM_TYPE,
+    projection: "lease_views",
+    projection_fields: &["lease", "leases"],
+    log_fields: &["leaseWork"],
+};
