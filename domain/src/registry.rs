@@ -1,12 +1,12 @@
 //! The registry of aggregate kinds: one place that names every kind, its stream type and id
 //! prefix, its event types, and for each event type what a tenant may see of its payload.
 //!
-//! What a tenant sees is **deny by default**: a payload shows a tenant only the fields its
+//! What a tenant sees is **deny by default**: a payload shows a tenant only the leaves its
 //! event type's view lists; an event type without a view, or of a kind that is not
-//! registered, shows an empty object. A new event type, or a new field of an existing one,
-//! therefore shows tenants nothing until someone lists it. Each view also lists the fields it
-//! withholds on purpose, so that a test can walk every event type of every kind and find any
-//! field nobody decided about (`domain/tests/registry.rs`).
+//! registered, shows an empty object. A new event type, or a new field of an existing one (at
+//! any depth), therefore shows tenants nothing until someone lists it. Each view also lists
+//! the paths it withholds on purpose, so that a test can walk every leaf of every event type
+//! of every kind and find any leaf nobody decided about (`domain/tests/registry.rs`).
 //!
 //! Fields are named by **paths**, down to the leaves: `lease`, `items[].sku` (the `sku` of every
 //! element of the array `items`), `limits.cpus`. A path shows a tenant a scalar (a string, a
@@ -73,10 +73,12 @@ pub fn tenant_view(stream_type: &str, event_type: &str, payload: &Value) -> Valu
     }
 }
 
-/// The members of an object that `paths` (relative to it) reach.
+/// The members of an object that `paths` (relative to it) reach. A member whose name holds a
+/// path's separators (`.`, `[`) is never shown: it could pose as a deeper path.
 fn shown_members(fields: &Map<String, Value>, paths: &[&str]) -> Map<String, Value> {
     fields
         .iter()
+        .filter(|(name, _)| !name.contains(['.', '[', ']']))
         .filter_map(|(name, value)| {
             shown(value, &beneath(paths, name)).map(|value| (name.clone(), value))
         })

@@ -104,7 +104,7 @@ fn lease_samples() -> Vec<E> {
         E::LeaseRetentionDeleted { at },
         E::LeaseCustomDomainSet {
             service: Some(ServiceName::parse("s", "web").expect("valid")),
-            domain: None,
+            domain: Some(HostName::parse("d", "app.example.com").expect("valid")),
             at,
         },
         E::LeaseTerminalBudgetObserved {
@@ -255,7 +255,9 @@ fn a_member_nobody_listed_inside_a_shown_field_stays_hidden() {
             { "sku": "gpu.h100.1x", "quantity": 1, "service_name": null, "custom_domain": null,
               "secret": "hunter2", "nested": { "token": "t" } }
         ],
-        "provider": { "id": "p", "credentials": "x" }
+        "provider": { "id": "p", "credentials": "x" },
+        "items[].sku": "posing as a listed path",
+        "items[]": ["posing as the array"]
     });
     let seen = registry::tenant_view("lease", "LeaseProvisionRequested", &payload);
     assert_eq!(

@@ -1,6 +1,6 @@
 //! The lease's stored events. Names are past tense and stable once shipped; each payload is
 //! the variant's fields as JSON. The manifest never enters an event (only its hash); what a
-//! tenant sees of each event is declared in [`KIND`], field by field.
+//! tenant sees of each event is declared in [`KIND`], leaf by leaf.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
