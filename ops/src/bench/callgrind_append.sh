@@ -38,20 +38,9 @@ as_postgres "$bin/pg_ctl" -D "$work/data" -l "$work/server.log" \
     -o "-p $port -k $work -c listen_addresses=127.0.0.1" start >/dev/null
 for _ in $(seq 1 50); do "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done
 "$binary" migrate --database-url "postgres://postgres@127.0.0.1:$port/probe" >/dev/null 2>&1
-psql -q -h 127.0.0.1 -p "$port" -U postgres -d probe <<'SQL'
-CREATE TABLE bench_shaped_events (
-    position bigint GENERATED ALWAYS AS IDENTITY,
-    log_epoch integer NOT NULL DEFAULT 1,
-    tx_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    event_id uuid NOT NULL UNIQUE, stream_id text COLLATE "C" NOT NULL, version bigint NOT NULL,
-    stream_type text NOT NULL, tenant_id text NOT NULL, event_type text NOT NULL,
-    schema_version integer NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
-    recorded_at timestamptz NOT NULL DEFAULT now(), prev_hash bytea NOT NULL, hash bytea NOT NULL,
-    PRIMARY KEY (log_epoch, tx_id, position), UNIQUE (stream_id, version));
-CREATE TABLE bench_shaped_streams (
-    stream_id text COLLATE "C" PRIMARY KEY, stream_type text NOT NULL, tenant_id text NOT NULL,
-    version bigint NOT NULL, last_hash bytea NOT NULL, last_tx_id xid8 NOT NULL);
-SQL
+# The baseline's tables, as the timing probe beside this script creates them.
+sed -n '/^CREATE TABLE bench_shaped_events/,/^\\timing on/p' "$(dirname "$0")/probe_append.sql" \
+    | grep -v '^\\timing' | psql -q -h 127.0.0.1 -p "$port" -U postgres -d probe
 as_postgres "$bin/pg_ctl" -D "$work/data" stop >/dev/null
 
 payload='{"items":[{"quantity":1,"service_name":"trainer","sku":"gpu.h100.1x"},{"quantity":2,"service_name":"loader","sku":"cpu.standard.4x"}],"lease":"0-3","payload_hash":"9f2c1a7e4b3d5c6e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9012a3b4c5d6e7","provider":"prov-7f3a","region":"eu-central"}'
