@@ -72,6 +72,13 @@ fn write_entries<'a>(out: &mut String, entries: impl Iterator<Item = (&'a String
 /// Numbers are IEEE doubles in RFC 8785: integers beyond 2^53 lose precision exactly as
 /// they would in a JavaScript verifier.
 fn write_number(out: &mut String, number: &serde_json::Number) {
+    // An integer a double holds exactly prints as its digits, as ECMAScript prints it; the
+    // double formatter is needed only for fractions and for larger integers (which round).
+    const EXACT: u64 = 1 << 53;
+    if let Some(integer) = number.as_i64().filter(|n| n.unsigned_abs() <= EXACT) {
+        let _ = write!(out, "{integer}");
+        return;
+    }
     let double = number.as_f64().unwrap_or(f64::NAN);
     if !double.is_finite() {
         // serde_json cannot hold NaN or infinities; this is unreachable for parsed JSON.
@@ -149,6 +156,10 @@ mod tests {
             ("9007199254740993", "9007199254740992"),
             ("4.50", "4.5"),
             ("-1.5e-3", "-0.0015"),
+            ("-7", "-7"),
+            ("9007199254740992", "9007199254740992"),
+            ("-9007199254740993", "-9007199254740992"),
+            ("18446744073709551615", "18446744073709552000"),
         ];
         for (input, expected) in cases {
             let value: Value = serde_json::from_str(input).unwrap();

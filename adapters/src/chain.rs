@@ -1,8 +1,11 @@
 //! The per-stream hash chain: `hash = sha256(prev_hash || RFC 8785 JSON of the event)`.
 //!
-//! `leasehold_append` (schema/postgres/0002_append.sql) computes the chain inside the append
-//! transaction; this module recomputes it from what a reader gets back, which is what makes the
-//! log tamper-evident: a verifier needs only the stored rows and this definition.
+//! The writer (the store's append) chains each event from its stream's head before it calls
+//! `leasehold_append`, which checks the head under the stream's row lock; a verifier
+//! recomputes the chain from what a reader gets back, which is what makes the log
+//! tamper-evident: it needs only the stored rows and this definition.
+
+use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
@@ -45,29 +48,40 @@ pub struct CanonicalPieces<'a> {
 /// result is exactly RFC 8785 of the whole object. Integers are printed exactly, which is what
 /// RFC 8785 prints for every integer below 2^53; versions and schema versions stay far below.
 pub fn canonical_event_text(p: &CanonicalPieces<'_>) -> String {
-    let mut out = String::with_capacity(p.payload_json.len() + p.metadata_json.len() + 256);
+    let mut out = String::new();
+    write_event_text(&mut out, p, &recorded_at_text(p.recorded_at));
+    out
+}
+
+/// The commit time as the hash covers it: RFC 3339 in UTC, to the microsecond.
+pub fn recorded_at_text(recorded_at: DateTime<Utc>) -> String {
+    recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// [`canonical_event_text`] written into `out` (cleared first), with the commit time given
+/// as [`recorded_at_text`] renders it: a writer chaining many events of one commit formats
+/// the time once and reuses one buffer.
+pub fn write_event_text(out: &mut String, p: &CanonicalPieces<'_>, recorded_at: &str) {
+    out.clear();
+    out.reserve(p.payload_json.len() + p.metadata_json.len() + 256);
     out.push_str("{\"event_id\":\"");
-    out.push_str(&p.event_id.to_string());
+    out.push_str(p.event_id.hyphenated().encode_lower(&mut Uuid::encode_buffer()));
     out.push_str("\",\"event_type\":");
-    write_string(&mut out, p.event_type);
+    write_string(out, p.event_type);
     out.push_str(",\"metadata\":");
     out.push_str(p.metadata_json);
     out.push_str(",\"payload\":");
     out.push_str(p.payload_json);
     out.push_str(",\"recorded_at\":\"");
-    out.push_str(&p.recorded_at.to_rfc3339_opts(SecondsFormat::Micros, true));
-    out.push_str("\",\"schema_version\":");
-    out.push_str(&p.schema_version.to_string());
+    out.push_str(recorded_at);
+    let _ = write!(out, "\",\"schema_version\":{}", p.schema_version);
     out.push_str(",\"stream_id\":");
-    write_string(&mut out, p.stream_id);
+    write_string(out, p.stream_id);
     out.push_str(",\"stream_type\":");
-    write_string(&mut out, p.stream_type);
+    write_string(out, p.stream_type);
     out.push_str(",\"tenant_id\":");
-    write_string(&mut out, p.tenant_id);
-    out.push_str(",\"version\":");
-    out.push_str(&p.version.to_string());
-    out.push('}');
-    out
+    write_string(out, p.tenant_id);
+    let _ = write!(out, ",\"version\":{}}}", p.version);
 }
 
 /// `sha256(prev_hash || canonical_text)`.

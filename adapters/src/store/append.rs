@@ -14,11 +14,11 @@ use super::prepare::{Encoded, Head, Member, Prepared, encode};
 
 const APPEND_SQL: &str = "SELECT r_append, r_outcome, r_log_epoch, r_tx_id, r_position, \
      r_stream, r_expected, r_actual, r_versions FROM leasehold_append($1::text[], $2::int4[], \
-     $3::int4[], $4::text[], $5::text[], $6::bigint[], $7::bool[], $8::bytea[], $9::bigint[], \
-     $10::bytea[], $11::int4[], $12::uuid[], $13::bigint[], $14::text[], $15::int4[], \
-     $16::text[], $17::text[], $18::bytea[], $19::bytea[], $20::int4[], $21::timestamptz, \
-     $22::bool, $23::int4[], $24::text[], $25::text[], $26::bytea[], $27::text[], $28::bigint[], \
-     $29::bigint[], $30::text[], $31::text[], $32::bigint[])";
+     $3::int4[], $4::text[], $5::text[], $6::bigint[], $7::bool[], $8::bytea[], $9::int4[], \
+     $10::int4[], $11::int4[], $12::uuid[], $13::text[], $14::int4[], $15::text[], $16::text[], \
+     $17::bytea[], $18::int4[], $19::timestamptz, $20::bool, $21::int4[], $22::text[], \
+     $23::text[], $24::bytea[], $25::text[], $26::bigint[], $27::bigint[], $28::text[], \
+     $29::text[], $30::bigint[])";
 
 const HEADS_SQL: &str =
     "SELECT stream_id, version, last_hash FROM streams WHERE stream_id = ANY($1::text[])";
@@ -136,6 +136,8 @@ impl PgEventStore {
     ) -> Result<Vec<Row>, AttemptError> {
         let fail = |error| AttemptError::Fail(from_driver(error, self.endpoint()));
         let statement = client.prepare_cached(APPEND_SQL).await.map_err(fail)?;
+        let entry_heads: Vec<&[u8]> = e.entry_head.iter().map(|h| h.as_slice()).collect();
+        let event_hashes: Vec<&[u8]> = e.event_hashes.iter().map(|h| h.as_slice()).collect();
         client
             .query(
                 &statement,
@@ -147,18 +149,16 @@ impl PgEventStore {
                     &e.entry_tenant,
                     &e.entry_expected,
                     &e.entry_any,
-                    &e.entry_head,
-                    &e.entry_last_version,
-                    &e.entry_last_hash,
+                    &entry_heads,
+                    &e.entry_first,
+                    &e.entry_events,
                     &e.event_entry,
                     &e.event_ids,
-                    &e.event_versions,
                     &e.event_types,
                     &e.event_schema_versions,
                     &e.event_payloads,
                     &e.event_metadata,
-                    &e.event_prev_hashes,
-                    &e.event_hashes,
+                    &event_hashes,
                     &e.append_events,
                     &e.recorded_at,
                     &check_event_ids,

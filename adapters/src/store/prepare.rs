@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::to_i64;
 use crate::canonical::to_canonical_json;
-use crate::chain::{CanonicalPieces, GENESIS_HASH, canonical_event_text, chain_hash};
+use crate::chain::{CanonicalPieces, GENESIS_HASH, chain_hash, recorded_at_text, write_event_text};
 
 /// A stream's last version and that version's hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,18 +70,19 @@ pub(crate) struct Encoded<'a> {
     pub entry_tenant: Vec<&'a str>,
     pub entry_expected: Vec<i64>,
     pub entry_any: Vec<bool>,
-    pub entry_head: Vec<Vec<u8>>,
-    pub entry_last_version: Vec<i64>,
-    pub entry_last_hash: Vec<Vec<u8>>,
+    pub entry_head: Vec<[u8; 32]>,
+    /// The entry's first event (1-based, in the event arrays) and its number of events: the
+    /// function derives each event's version and prev_hash, and the stream's new head, from
+    /// them and the head (schema/postgres/0007_append_derived.sql).
+    pub entry_first: Vec<i32>,
+    pub entry_events: Vec<i32>,
     pub event_entry: Vec<i32>,
     pub event_ids: Vec<Uuid>,
-    pub event_versions: Vec<i64>,
     pub event_types: Vec<&'a str>,
     pub event_schema_versions: Vec<i32>,
     pub event_payloads: Vec<&'a str>,
     pub event_metadata: Vec<&'a str>,
-    pub event_prev_hashes: Vec<Vec<u8>>,
-    pub event_hashes: Vec<Vec<u8>>,
+    pub event_hashes: Vec<[u8; 32]>,
     pub append_events: Vec<i32>,
     pub recorded_at: DateTime<Utc>,
     pub ledger: LedgerRows<'a>,
@@ -124,16 +125,14 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         entry_expected: Vec::new(),
         entry_any: Vec::new(),
         entry_head: Vec::new(),
-        entry_last_version: Vec::new(),
-        entry_last_hash: Vec::new(),
+        entry_first: Vec::new(),
+        entry_events: Vec::new(),
         event_entry: Vec::new(),
         event_ids: Vec::new(),
-        event_versions: Vec::new(),
         event_types: Vec::new(),
         event_schema_versions: Vec::new(),
         event_payloads: Vec::new(),
         event_metadata: Vec::new(),
-        event_prev_hashes: Vec::new(),
         event_hashes: Vec::new(),
         append_events: Vec::with_capacity(group.len()),
         recorded_at,
@@ -147,10 +146,6 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         push_entries(&mut e, prepared, heads, number + 1);
         let mut new_heads = heads.clone();
         push_events(&mut e, prepared, &mut new_heads, first_entry);
-        for head in &new_heads {
-            e.entry_last_version.push(to_i64(head.version));
-            e.entry_last_hash.push(head.hash.to_vec());
-        }
         e.new_heads.push(new_heads);
     }
     e.ledger = ledger_rows(group, &e.new_heads);
@@ -221,20 +216,27 @@ fn push_entries<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &[Head], nu
         e.entry_tenant.push(append.tenant_id.as_str());
         e.entry_expected.push(to_i64(head.version));
         e.entry_any.push(append.expected == ExpectedVersion::Any);
-        e.entry_head.push(head.hash.to_vec());
+        e.entry_head.push(head.hash);
     }
+    e.entry_first.resize(e.entry_append.len(), 0);
+    e.entry_events.resize(e.entry_append.len(), 0);
 }
 
 /// The append's events in the caller's order, numbered and chained from `heads`, which end
 /// as the streams' new heads.
 fn push_events<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &mut [Head], first: usize) {
     let recorded_at = e.recorded_at;
+    let recorded_at_text = recorded_at_text(recorded_at);
+    let mut text = String::new();
     for (caller, append) in p.appends.iter().enumerate() {
         let s = p.caller_order[caller];
+        let entry = first + s;
+        e.entry_first[entry] = to_i32(e.event_ids.len() + 1);
+        e.entry_events[entry] = to_i32(append.events.len());
         for (event, (payload, metadata)) in append.events.iter().zip(&p.canonical[caller]) {
             let head = &mut heads[s];
             let version = head.version + 1;
-            let text = canonical_event_text(&CanonicalPieces {
+            let pieces = CanonicalPieces {
                 event_id: event.event_id.as_uuid(),
                 event_type: event.event_type.as_str(),
                 metadata_json: metadata,
@@ -245,14 +247,13 @@ fn push_events<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &mut [Head],
                 stream_type: append.stream_type.as_str(),
                 tenant_id: append.tenant_id.as_str(),
                 version,
-            });
+            };
+            write_event_text(&mut text, &pieces, &recorded_at_text);
             let hash = chain_hash(&head.hash, &text);
-            e.event_prev_hashes.push(head.hash.to_vec());
-            e.event_hashes.push(hash.to_vec());
+            e.event_hashes.push(hash);
             *head = Head { version, hash };
-            e.event_entry.push(to_i32(first + s + 1));
+            e.event_entry.push(to_i32(entry + 1));
             e.event_ids.push(event.event_id.as_uuid());
-            e.event_versions.push(to_i64(version));
             e.event_types.push(event.event_type.as_str());
             e.event_schema_versions.push(i32::from(event.schema_version));
             e.event_payloads.push(payload);
@@ -296,10 +297,11 @@ pub(crate) fn render(
                 });
             }
             let metadata = serde_json::to_value(&event.metadata).unwrap_or(Value::Null);
-            if contains_nul(&event.payload) || contains_nul(&metadata) {
+            let metadata = to_canonical_json(&metadata);
+            if holds_nul(&payload, &event.payload) || holds_nul(&metadata, &event.metadata) {
                 return Err(ValidationError::NulCharacter { event_id: event.event_id });
             }
-            rendered.push((payload, to_canonical_json(&metadata)));
+            rendered.push((payload, metadata));
         }
         canonical.push(rendered);
     }
@@ -357,7 +359,16 @@ fn check_shape(appends: &[StreamAppend]) -> Result<(), ValidationError> {
     Ok(())
 }
 
-/// PostgreSQL's `jsonb` cannot hold U+0000, in a string or in a key.
+/// Whether a value, rendered as `canonical`, holds U+0000, which PostgreSQL's `jsonb` cannot
+/// hold in a string or in a key. Canonical JSON writes U+0000 as `\u0000`, so a rendering
+/// without that text has none, and only the rare one with it (a NUL, or a literal backslash
+/// before `u0000`) is walked.
+fn holds_nul(canonical: &str, value: &impl serde::Serialize) -> bool {
+    canonical.contains("\\u0000")
+        && serde_json::to_value(value).is_ok_and(|value| contains_nul(&value))
+}
+
+/// Whether `value` holds U+0000 anywhere, in a string or in a key.
 fn contains_nul(value: &Value) -> bool {
     match value {
         Value::String(text) => text.contains('\0'),
@@ -411,13 +422,22 @@ mod tests {
         assert_eq!(e.entry_stream, [1, 2]);
         assert_eq!(e.entry_expected, [0, 4]);
         assert_eq!(e.event_entry, [2, 2, 1]);
-        assert_eq!(e.event_versions, [5, 6, 1]);
+        // Entry 1 (a) holds the third event, entry 2 (b) the first two.
+        assert_eq!(e.entry_first, [3, 1]);
+        assert_eq!(e.entry_events, [1, 2]);
+        assert_eq!(e.entry_head, [GENESIS_HASH, [7; 32]]);
         assert_eq!(e.event_payloads, ["1", "2", "3"]);
-        assert_eq!(e.event_prev_hashes[0], vec![7; 32]);
-        assert_eq!(e.event_prev_hashes[1], e.event_hashes[0]);
-        assert_eq!(e.event_prev_hashes[2], GENESIS_HASH.to_vec());
-        assert_eq!(e.entry_last_version, [1, 6]);
-        assert_eq!(e.entry_last_hash[1], e.event_hashes[1]);
+        let a_head = Head { version: 1, hash: e.event_hashes[2] };
+        let b_head = Head { version: 6, hash: e.event_hashes[1] };
+        assert_eq!(e.new_heads, [vec![a_head, b_head]]);
+        // Each hash covers the one before it: the same events from another head differ.
+        let other = encode(
+            &[(&prepared, vec![Head::EMPTY, Head { version: 4, hash: [8; 32] }])],
+            e.recorded_at,
+        );
+        assert_ne!(other.event_hashes[0], e.event_hashes[0]);
+        assert_ne!(other.event_hashes[1], e.event_hashes[1]);
+        assert_eq!(other.event_hashes[2], e.event_hashes[2]);
     }
 
     #[test]
@@ -436,7 +456,9 @@ mod tests {
         assert_eq!(e.entry_stream, [1, 1, 2]);
         // The second append's events: c's (entry 3) then b's (entry 2), in caller order.
         assert_eq!(e.event_entry, [1, 3, 2]);
-        assert_eq!(e.event_versions, [1, 1, 2]);
+        assert_eq!(e.entry_first, [1, 3, 2]);
+        assert_eq!(e.entry_events, [1, 1, 1]);
+        assert_eq!(e.entry_expected, [0, 1, 0]);
     }
 
     #[test]
@@ -465,5 +487,12 @@ mod tests {
         assert!(matches!(prepare(&nul, 100), Err(ValidationError::NulCharacter { .. })));
         let nul_key = [append("a", ExpectedVersion::Any, vec![event(json!({"\u{0}": 1}))])];
         assert!(matches!(prepare(&nul_key, 100), Err(ValidationError::NulCharacter { .. })));
+    }
+
+    #[test]
+    fn a_backslash_before_u0000_is_text_not_a_nul() {
+        // Renders as `\\u0000`, which holds the text a NUL renders as.
+        let text = [append("a", ExpectedVersion::Any, vec![event(json!({"k": "\\u0000"}))])];
+        assert!(prepare(&text, 100).is_ok());
     }
 }

@@ -51,20 +51,19 @@ function_loop() {
 DO \$\$
 DECLARE
   b int; s text[]; ea int[]; es int[]; et text[]; ete text[]; eex bigint[]; eany boolean[];
-  ehd bytea[]; elv bigint[]; elh bytea[]; ven int[]; vid uuid[]; vv bigint[]; vt text[];
-  vsv int[]; vp text[]; vm text[]; vph bytea[]; vh bytea[];
+  ehd bytea[]; efi int[]; eev int[]; ven int[]; vid uuid[]; vt text[];
+  vsv int[]; vp text[]; vm text[]; vh bytea[];
   z bytea := decode(repeat('00', 32), 'hex'); h bytea := decode(repeat('ab', 32), 'hex');
   p text := '$payload';
 BEGIN
   ea := array_fill(1, ARRAY[10]); es := ARRAY(SELECT i FROM generate_series(1, 10) i);
   et := array_fill('lease'::text, ARRAY[10]); ete := array_fill('bench'::text, ARRAY[10]);
   eex := array_fill(0::bigint, ARRAY[10]); eany := array_fill(false, ARRAY[10]);
-  ehd := array_fill(z, ARRAY[10]); elv := array_fill(10::bigint, ARRAY[10]);
-  elh := array_fill(h, ARRAY[10]); ven := ARRAY(SELECT 1 + i / 10 FROM generate_series(0, 99) i);
-  vv := ARRAY(SELECT 1 + i % 10 FROM generate_series(0, 99) i);
+  ehd := array_fill(z, ARRAY[10]); efi := ARRAY(SELECT 1 + i * 10 FROM generate_series(0, 9) i);
+  eev := array_fill(10, ARRAY[10]); ven := ARRAY(SELECT 1 + i / 10 FROM generate_series(0, 99) i);
   vt := array_fill('LeaseProvisionRequested'::text, ARRAY[100]); vsv := array_fill(1, ARRAY[100]);
   vp := array_fill(p, ARRAY[100]); vm := array_fill('{}'::text, ARRAY[100]);
-  vph := array_fill(h, ARRAY[100]); vh := array_fill(h, ARRAY[100]);
+  vh := array_fill(h, ARRAY[100]);
   FOR b IN 1..$1 LOOP
     s := ARRAY(SELECT '$2-' || b || '-' || i FROM generate_series(0, 9) i ORDER BY 1);
     vid := ARRAY(SELECT lpad(to_hex(b * 1000 + i), 32, '0')::uuid FROM generate_series(1, 100) i);
@@ -95,7 +94,7 @@ END \$\$;
 SQL
 }
 
-function_call="PERFORM * FROM leasehold_append(s, ea, es, et, ete, eex, eany, ehd, elv, elh, ven, vid, vv, vt, vsv, vp, vm, vph, vh, ARRAY[100], now(), false, '{}'::int[], '{}'::text[], '{}'::text[], '{}'::bytea[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[]);"
+function_call="PERFORM * FROM leasehold_append(s, ea, es, et, ete, eex, eany, ehd, efi, eev, ven, vid, vt, vsv, vp, vm, vh, ARRAY[100], now(), false, '{}'::int[], '{}'::text[], '{}'::text[], '{}'::bytea[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[]);"
 # The statement `bench log` runs for append_batch_100's baseline, payloads parsed in it.
 baseline_call="WITH streams AS (INSERT INTO bench_shaped_streams (stream_id, stream_type, tenant_id, version, last_hash, last_tx_id) SELECT u.s, 'lease', 'bench', max(u.v), h, pg_current_xact_id() FROM unnest(s, v) AS u(s, v) GROUP BY u.s ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, last_hash = excluded.last_hash, last_tx_id = excluded.last_tx_id) INSERT INTO bench_shaped_events (event_id, stream_id, version, stream_type, tenant_id, event_type, schema_version, payload, metadata, prev_hash, hash) SELECT u.id, u.s, u.v, 'lease', 'bench', 'LeaseProvisionRequested', 1, u.p::jsonb, '{}', h, h FROM unnest(ids, s, v, ps) AS u(id, s, v, p);"
 

@@ -17,8 +17,8 @@ CREATE TABLE bench_shaped_streams (
 -- the store's function: 300 calls of 10 new streams x 10 events, in one transaction
 DO $$
 DECLARE
-  b int; s text[]; ea int[]; es int[]; et text[]; ete text[]; eex bigint[]; eany boolean[]; ehd bytea[]; elv bigint[]; elh bytea[];
-  ven int[]; vid uuid[]; vv bigint[]; vt text[]; vsv int[]; vp text[]; vm text[]; vph bytea[]; vh bytea[];
+  b int; s text[]; ea int[]; es int[]; et text[]; ete text[]; eex bigint[]; eany boolean[]; ehd bytea[]; efi int[]; eev int[];
+  ven int[]; vid uuid[]; vt text[]; vsv int[]; vp text[]; vm text[]; vh bytea[];
   z bytea := decode(repeat('00',32),'hex'); h bytea := decode(repeat('ab',32),'hex');
   p text := '{"items":[{"quantity":1,"service_name":"trainer","sku":"gpu.h100.1x"},{"quantity":2,"service_name":"loader","sku":"cpu.standard.4x"}],"lease":"0-3","payload_hash":"9f2c1a7e4b3d5c6e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9012a3b4c5d6e7","provider":"prov-7f3a","region":"eu-central"}';
 BEGIN
@@ -27,12 +27,12 @@ BEGIN
     ea := ARRAY(SELECT 1 FROM generate_series(1,10)); es := ARRAY(SELECT i FROM generate_series(1,10) i);
     et := array_fill('lease'::text, ARRAY[10]); ete := array_fill('bench'::text, ARRAY[10]);
     eex := array_fill(0::bigint, ARRAY[10]); eany := array_fill(false, ARRAY[10]); ehd := array_fill(z, ARRAY[10]);
-    elv := array_fill(10::bigint, ARRAY[10]); elh := array_fill(h, ARRAY[10]);
+    efi := ARRAY(SELECT 1 + i*10 FROM generate_series(0,9) i); eev := array_fill(10, ARRAY[10]);
     ven := ARRAY(SELECT 1 + i/10 FROM generate_series(0,99) i); vid := ARRAY(SELECT gen_random_uuid() FROM generate_series(1,100));
-    vv := ARRAY(SELECT 1 + i%10 FROM generate_series(0,99) i); vt := array_fill('LeaseProvisionRequested'::text, ARRAY[100]);
+    vt := array_fill('LeaseProvisionRequested'::text, ARRAY[100]);
     vsv := array_fill(1, ARRAY[100]); vp := array_fill(p, ARRAY[100]); vm := array_fill('{}'::text, ARRAY[100]);
-    vph := array_fill(h, ARRAY[100]); vh := array_fill(h, ARRAY[100]);
-    PERFORM * FROM leasehold_append(s, ea, es, et, ete, eex, eany, ehd, elv, elh, ven, vid, vv, vt, vsv, vp, vm, vph, vh,
+    vh := array_fill(h, ARRAY[100]);
+    PERFORM * FROM leasehold_append(s, ea, es, et, ete, eex, eany, ehd, efi, eev, ven, vid, vt, vsv, vp, vm, vh,
         ARRAY[100], now(), false, '{}'::int[], '{}'::text[], '{}'::text[], '{}'::bytea[], '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[]);
   END LOOP;
 END $$;

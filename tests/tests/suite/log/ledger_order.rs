@@ -22,9 +22,9 @@ fn append_sql(check_event_ids: bool) -> String {
     format!(
         "SELECT r_outcome FROM leasehold_append(
             ARRAY['ledger-order-1'], ARRAY[1], ARRAY[1], ARRAY['test'], ARRAY['acme'],
-            ARRAY[0::bigint], ARRAY[false], ARRAY[{ZERO}], ARRAY[1::bigint], ARRAY[{HASH}],
-            ARRAY[1], ARRAY['{EVENT_ID}'::uuid], ARRAY[1::bigint], ARRAY['Happened'], ARRAY[1],
-            ARRAY['{{}}'], ARRAY['{{}}'], ARRAY[{ZERO}], ARRAY[{HASH}], ARRAY[1], now(), {check_event_ids},
+            ARRAY[0::bigint], ARRAY[false], ARRAY[{ZERO}], ARRAY[1], ARRAY[1],
+            ARRAY[1], ARRAY['{EVENT_ID}'::uuid], ARRAY['Happened'], ARRAY[1],
+            ARRAY['{{}}'], ARRAY['{{}}'], ARRAY[{HASH}], ARRAY[1], now(), {check_event_ids},
             ARRAY[1], ARRAY['acme'], ARRAY['{KEY}'], ARRAY[{HASH}], ARRAY['ledger-order-1'],
             ARRAY[1::bigint], ARRAY[1::bigint], ARRAY['tenant'], ARRAY['ledger-order-1'],
             ARRAY[1::bigint])"
