@@ -10,10 +10,10 @@
 --   the entry's new head   = (expected[en] + events[en], hash of its last event)
 --
 -- Four arrays fewer cross the wire, and a stored prev_hash is the previous stored hash by
--- construction rather than by the writer's word. The one-statement path reads its arrays by
--- subscript over one generate_series instead of unnesting nine of them (each unnest of a
--- function's arguments is materialised on its own), which is where most of its executor work
--- beyond the shaped baseline went (BENCHMARKS.md, session 6). The checked path is unchanged:
+-- construction rather than by the writer's word. The one-statement path walks one array (the
+-- events' entry numbers, with their ordinality) and reads the others by subscript, instead
+-- of unnesting nine of them (each array unnested is materialised on its own), which is where
+-- most of its executor work beyond the shaped baseline went (BENCHMARKS.md, session 6). The checked path is unchanged:
 -- when the one-statement path cannot settle a call, it derives the old arrays and hands them
 -- to leasehold_append_checked (0005), which is rare (a retry, a conflict, a stale head).
 DROP FUNCTION leasehold_append(text[], integer[], integer[], text[], text[], bigint[], boolean[],
@@ -51,8 +51,6 @@ SET lock_timeout = '5s'
 SET jit = off
 AS $fn$
 DECLARE
-    -- The epoch every event of this call is stamped with (0005, point 3).
-    v_epoch integer;
     zero_hash constant bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
     n_entries constant integer := cardinality(p_entry_append);
     n_events constant integer := cardinality(p_event_ids);
@@ -64,11 +62,15 @@ DECLARE
     v_count integer := 0;
     v_number integer;
 BEGIN
-    -- The epoch, under the shared epoch lock, in a statement of its own (0005, point 3).
+    -- The shared epoch lock (0005, point 3), in a statement of its own: the next statement's
+    -- snapshot, taken once the lock is held, sees any raise that committed while we waited,
+    -- and no raise can commit until this transaction ends. (The checked path takes the lock
+    -- again and reads the epoch itself.)
     PERFORM pg_advisory_xact_lock_shared(7814997442383686760);
-    SELECT current_epoch INTO v_epoch FROM log_meta WHERE singleton;
     IF NOT p_check_event_ids THEN
-        WITH locked AS MATERIALIZED (
+        WITH epoch AS MATERIALIZED (
+            SELECT current_epoch FROM log_meta WHERE singleton),
+        locked AS MATERIALIZED (
             SELECT st.stream_id, st.stream_type, st.tenant_id, st.version, st.last_hash
               FROM streams st WHERE st.stream_id = ANY (p_streams)
              ORDER BY st.stream_id FOR UPDATE),
@@ -123,7 +125,7 @@ BEGIN
             INSERT INTO events (log_epoch, event_id, stream_id, version, stream_type,
                                 tenant_id, event_type, schema_version, payload, metadata,
                                 recorded_at, prev_hash, hash)
-            SELECT v_epoch, p_event_ids[g.i], p_streams[p_entry_stream[g.en]],
+            SELECT (SELECT e.current_epoch FROM epoch e), p_event_ids[g.i], p_streams[p_entry_stream[g.en]],
                    p_entry_expected[g.en] + (g.i - p_entry_first[g.en] + 1),
                    p_entry_type[g.en], p_entry_tenant[g.en], p_event_types[g.i],
                    p_event_schema_versions[g.i], p_event_payloads[g.i]::jsonb,
@@ -131,16 +133,19 @@ BEGIN
                    CASE WHEN g.i = p_entry_first[g.en] THEN p_entry_head[g.en]
                         ELSE p_event_hashes[g.i - 1] END,
                    p_event_hashes[g.i]
-              FROM (SELECT s.i, p_event_entry[s.i] AS en
-                      FROM generate_series(1, n_events) AS s(i)) AS g
+              FROM unnest(p_event_entry) WITH ORDINALITY AS g(en, i)
              WHERE (SELECT v.clean FROM verdict v)
-            RETURNING events.log_epoch, events.position)
+            RETURNING events.position)
         SELECT (SELECT count(*) FROM ledger),
                (SELECT v.clean FROM verdict v),
                (SELECT count(*) FROM updated),
                (SELECT count(*) FROM unnest(p_entry_expected) AS e(ex) WHERE e.ex > 0),
-               (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins),
-               (SELECT min(ins.log_epoch) FROM inserted ins)
+               -- One append (the usual call) needs only its last position: no sort.
+               CASE WHEN cardinality(p_append_events) = 1
+                    THEN (SELECT ARRAY[max(ins.position)] FROM inserted ins)
+                    ELSE (SELECT array_agg(ins.position ORDER BY ins.position) FROM inserted ins)
+               END,
+               (SELECT e.current_epoch FROM epoch e)
           INTO v_recorded, v_clean, v_updates, v_existing, v_positions, r_log_epoch;
     END IF;
     IF p_check_event_ids OR NOT v_clean THEN
@@ -172,6 +177,12 @@ BEGIN
     -- (A FOR loop declares its own variable, so each append's number is copied to r_append.)
     r_outcome := 'appended';
     r_tx_id := pg_current_xact_id()::text::bigint;
+    IF cardinality(p_append_events) = 1 THEN
+        r_append := 1;
+        r_position := v_positions[1];
+        RETURN NEXT;
+        RETURN;
+    END IF;
     FOR v_number IN 1..cardinality(p_append_events) LOOP
         v_count := v_count + p_append_events[v_number];
         r_append := v_number;

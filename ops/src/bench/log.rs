@@ -63,7 +63,7 @@ async fn measure_all(url: &DatabaseUrl, args: &LogBenchArgs) -> anyhow::Result<(
     }
     if common.wants("append_batch_100") {
         common.progress("100 events per append, 1 writer");
-        let batch = batch_rounds(url, &store, duration).await?;
+        let batch = batch_rounds(url, &store, duration, common).await?;
         // Against a table of the log's own shape (the target), and, for reference, against
         // the bare one-index table.
         let (name, value) = ("append_batch_100".to_string(), batch.store);
@@ -160,6 +160,7 @@ async fn batch_rounds(
     url: &DatabaseUrl,
     store: &PgEventStore,
     duration: Duration,
+    common: &BenchArgs,
 ) -> anyhow::Result<BatchRates> {
     let round_time = duration / BATCH_ROUNDS;
     let (mut store_rates, mut shaped, mut bare) = (Vec::new(), Vec::new(), Vec::new());
@@ -167,6 +168,13 @@ async fn batch_rounds(
         shaped.push(raw_batch(url, round_time, SHAPED_INSERT_BATCH_SQL, round).await?);
         bare.push(raw_batch(url, round_time, RAW_INSERT_BATCH_SQL, round).await?);
         store_rates.push(store_batch(store, round_time, round).await?);
+        let (s, b, v) =
+            (shaped[shaped.len() - 1], bare[bare.len() - 1], store_rates[store_rates.len() - 1]);
+        common.progress(&format!(
+            "round {}/{BATCH_ROUNDS}: shaped {s:.0}, bare {b:.0}, store {v:.0} events/s (ratio {:.2})",
+            round + 1,
+            v / s
+        ));
     }
     Ok(BatchRates { store: median(store_rates), shaped: median(shaped), bare: median(bare) })
 }
