@@ -12,5 +12,6 @@ mod ledger_order;
 mod order;
 mod paging;
 mod seals;
+mod shape;
 mod snapshots;
 mod validation;
