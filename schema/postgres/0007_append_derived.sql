@@ -16,6 +16,8 @@
 -- most of its executor work beyond the shaped baseline went (BENCHMARKS.md, session 6). The checked path is unchanged:
 -- when the one-statement path cannot settle a call, it derives the old arrays and hands them
 -- to leasehold_append_checked (0005), which is rare (a retry, a conflict, a stale head).
+-- The ledger arrays may be NULL, which both paths read as no ledger rows (unnest of NULL
+-- yields none): the store sends NULL when an append records no operation key.
 DROP FUNCTION leasehold_append(text[], integer[], integer[], text[], text[], bigint[], boolean[],
     bytea[], bigint[], bytea[], integer[], uuid[], bigint[], text[], integer[], text[], text[],
     bytea[], bytea[], integer[], timestamptz, boolean, integer[], text[], text[], bytea[],

@@ -138,6 +138,9 @@ impl PgEventStore {
         let statement = client.prepare_cached(APPEND_SQL).await.map_err(fail)?;
         let entry_heads: Vec<&[u8]> = e.entry_head.iter().map(|h| h.as_slice()).collect();
         let event_hashes: Vec<&[u8]> = e.event_hashes.iter().map(|h| h.as_slice()).collect();
+        // Without ledger rows (most appends) the ten ledger arrays go as NULL, which the
+        // function reads as empty: the server then neither receives nor expands them.
+        let l = (!e.ledger.append.is_empty()).then_some(&e.ledger);
         client
             .query(
                 &statement,
@@ -162,16 +165,16 @@ impl PgEventStore {
                     &e.append_events,
                     &e.recorded_at,
                     &check_event_ids,
-                    &e.ledger.append,
-                    &e.ledger.tenant,
-                    &e.ledger.key,
-                    &e.ledger.hash,
-                    &e.ledger.stream,
-                    &e.ledger.first,
-                    &e.ledger.last,
-                    &e.ledger.namespace,
-                    &e.ledger.cursor_stream,
-                    &e.ledger.cursor_version,
+                    &l.map(|l| &l.append),
+                    &l.map(|l| &l.tenant),
+                    &l.map(|l| &l.key),
+                    &l.map(|l| &l.hash),
+                    &l.map(|l| &l.stream),
+                    &l.map(|l| &l.first),
+                    &l.map(|l| &l.last),
+                    &l.map(|l| &l.namespace),
+                    &l.map(|l| &l.cursor_stream),
+                    &l.map(|l| &l.cursor_version),
                 ],
             )
             .await
