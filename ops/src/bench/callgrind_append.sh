@@ -15,7 +15,10 @@
 # Usage: ops/src/bench/callgrind_append.sh [PATH_TO_LEASEHOLD_BINARY] [VARIANT.sql]
 #   VARIANT.sql, if given, runs in the function side's transaction before its loop (for
 #   example `ALTER TABLE events DROP CONSTRAINT events_shape;`), so its effect is measured
-#   against the unchanged baseline. Statements in it are separated by blank lines.
+#   against the unchanged baseline. Statements in it are separated by blank lines. It runs in
+#   the measured transaction, so keep it to changes that do not rewrite a table or replace
+#   the function (ALTER COLUMN ... TYPE, CREATE OR REPLACE FUNCTION gave counts that mean
+#   nothing): measure those by editing the migration and rebuilding the binary instead.
 # Needs valgrind and PostgreSQL's server binaries (/usr/lib/postgresql/*/bin); runs as root
 # (the throwaway cluster runs as `postgres`) or as any user that can run initdb.
 set -euo pipefail
