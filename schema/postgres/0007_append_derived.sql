@@ -204,7 +204,9 @@ $fn$;
 -- was the largest single cost of the append beyond the baseline's (about 1.4% of its
 -- instructions); a domain's check is parsed once per session and kept in the type cache. The
 -- rules are the same: a version counts from 1, a schema version from 0, a hash is 32 bytes.
--- (Clients see the base types: a row description names a domain's base type.)
+-- (Clients see the base types: a row description names a domain's base type.) Changing a
+-- column to a domain with a check rewrites `events` and `streams` once, under an exclusive
+-- lock: on a large log, run this migration in a maintenance window.
 CREATE DOMAIN chain_hash AS bytea CHECK (length(VALUE) = 32);
 CREATE DOMAIN stream_version AS bigint CHECK (VALUE >= 1);
 CREATE DOMAIN event_schema_version AS integer CHECK (VALUE >= 0);
