@@ -226,11 +226,12 @@ async fn raw_batch(
     sql: &'static str,
     round: u32,
 ) -> anyhow::Result<f64> {
+    // Connected and prepared before the clock starts, as the store's pooled connection is.
+    let client = std::sync::Arc::new(url.connect().await?);
+    let insert = client.prepare(sql).await?;
     let inserts_per_second = run_for(1, duration, |writer, deadline| {
-        let url = url.clone();
+        let (client, insert) = (std::sync::Arc::clone(&client), insert.clone());
         async move {
-            let client = url.connect().await?;
-            let insert = client.prepare(sql).await?;
             let mut batch = 0;
             while Instant::now() < deadline {
                 let size = BATCH_STREAMS * EVENTS_PER_STREAM;
