@@ -139,13 +139,15 @@ pub(crate) fn encode<'a>(group: &[Member<'a>], recorded_at: DateTime<Utc>) -> En
         ledger: LedgerRows::default(),
         new_heads: Vec::with_capacity(group.len()),
     };
+    // One commit time for the whole group, formatted once; one text buffer for every hash.
+    let mut chaining = Chaining { recorded_at: recorded_at_text(recorded_at), text: String::new() };
     for (number, (prepared, heads)) in group.iter().enumerate() {
         let first_entry = e.entry_append.len();
         let events: usize = prepared.appends.iter().map(|a| a.events.len()).sum();
         e.append_events.push(to_i32(events));
         push_entries(&mut e, prepared, heads, number + 1);
         let mut new_heads = heads.clone();
-        push_events(&mut e, prepared, &mut new_heads, first_entry);
+        push_events(&mut e, prepared, &mut new_heads, first_entry, &mut chaining);
         e.new_heads.push(new_heads);
     }
     e.ledger = ledger_rows(group, &e.new_heads);
@@ -222,12 +224,23 @@ fn push_entries<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &[Head], nu
     e.entry_events.resize(e.entry_append.len(), 0);
 }
 
+/// What every event of a group is hashed with: the commit time as the hash covers it, and a
+/// buffer for each event's canonical text.
+struct Chaining {
+    recorded_at: String,
+    text: String,
+}
+
 /// The append's events in the caller's order, numbered and chained from `heads`, which end
 /// as the streams' new heads.
-fn push_events<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &mut [Head], first: usize) {
+fn push_events<'a>(
+    e: &mut Encoded<'a>,
+    p: &'a Prepared<'a>,
+    heads: &mut [Head],
+    first: usize,
+    chaining: &mut Chaining,
+) {
     let recorded_at = e.recorded_at;
-    let recorded_at_text = recorded_at_text(recorded_at);
-    let mut text = String::new();
     for (caller, append) in p.appends.iter().enumerate() {
         let s = p.caller_order[caller];
         let entry = first + s;
@@ -248,8 +261,8 @@ fn push_events<'a>(e: &mut Encoded<'a>, p: &'a Prepared<'a>, heads: &mut [Head],
                 tenant_id: append.tenant_id.as_str(),
                 version,
             };
-            write_event_text(&mut text, &pieces, &recorded_at_text);
-            let hash = chain_hash(&head.hash, &text);
+            write_event_text(&mut chaining.text, &pieces, &chaining.recorded_at);
+            let hash = chain_hash(&head.hash, &chaining.text);
             e.event_hashes.push(hash);
             *head = Head { version, hash };
             e.event_entry.push(to_i32(entry + 1));
