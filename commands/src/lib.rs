@@ -7,6 +7,7 @@
 //! command is validated, with the offending field named, before `decide` runs.
 
 mod cache;
+mod clock;
 mod cross;
 pub mod lease_input;
 pub mod lease_service;
@@ -18,6 +19,7 @@ mod pipeline;
 mod port;
 mod request;
 
+pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};
 pub use pipeline::{CommandPipeline, PipelineConfig};

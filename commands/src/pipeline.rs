@@ -11,15 +11,16 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::{
-    Actor, Aggregate, AppendOutcome, Context, DomainEvent, EventId, EventType, ExpectedVersion,
-    LedgerEntry, Metadata, NewEvent, RequestHash, StoreError, StreamAppend, StreamId, StreamType,
-    TenantId,
+    Actor, Aggregate, AppendOutcome, Clock, Context, DomainEvent, EventId, EventType,
+    ExpectedVersion, LedgerEntry, Metadata, NewEvent, RequestHash, StoreError, StreamAppend,
+    StreamId, StreamType, TenantId,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::cache::{Cached, StateCache};
+use crate::clock::SystemClock;
 use crate::cross::{Link, LinkError, Origin};
 use crate::limits::{COMMAND_RETRIES_MAX, SNAPSHOT_EVERY_EVENTS_DEFAULT, STATE_CACHE_STREAMS_MAX};
 use crate::load::Loaded;
@@ -54,6 +55,8 @@ pub struct CommandPipeline<S> {
     pub(crate) store: S,
     config: PipelineConfig,
     pub(crate) cache: Arc<StateCache>,
+    /// The time every command is decided at (the system clock unless a test controls it).
+    clock: Arc<dyn Clock>,
 }
 
 /// What one attempt came to.
@@ -69,7 +72,20 @@ impl<S: CommandStore> CommandPipeline<S> {
     /// A pipeline over `store`.
     pub fn new(store: S, config: PipelineConfig) -> Self {
         let cache = Arc::new(StateCache::new(config.cache_streams_max));
-        Self { store, config, cache }
+        Self { store, config, cache, clock: Arc::new(SystemClock) }
+    }
+
+    /// The same pipeline deciding at `clock`'s time (tests hand in a controlled clock, shared
+    /// with the reconcilers they drive).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock commands are decided at.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The store.
@@ -186,7 +202,7 @@ impl<S: CommandStore> CommandPipeline<S> {
             let conflict = CommandError::ConcurrencyConflict { expected, actual: cached.version };
             return self.answer_recorded(ledger, conflict).await;
         }
-        let now = now_micros();
+        let now = self.clock.now();
         let ctx = Context {
             now,
             tenant: request.tenant.clone(),
@@ -459,10 +475,4 @@ fn new_event<E: DomainEvent>(event: &E, metadata: &Metadata) -> NewEvent {
         payload: event.to_payload(),
         metadata: metadata.clone(),
     }
-}
-
-/// Times are stored to the microsecond; deciding at that precision keeps replays exact.
-fn now_micros() -> DateTime<Utc> {
-    let now = Utc::now();
-    DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
 }

@@ -2,10 +2,11 @@
 //! the event-store port, and the aggregates (deciders) with their commands and events.
 //!
 //! This crate knows nothing about SQL, HTTP, an async runtime or the clock: time and new ids are
-//! handed in by callers, and every outside effect goes through a port defined here and
-//! implemented in `leasehold-adapters`.
+//! handed in by callers (the [`Clock`] port is defined here and read elsewhere), and every
+//! outside effect goes through a port defined here and implemented in `leasehold-adapters`.
 
 pub mod aggregate;
+mod clock;
 mod cursor;
 mod event;
 mod ids;
@@ -18,6 +19,7 @@ pub mod values;
 mod version;
 
 pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, RefusalKind};
+pub use clock::{Clock, to_micros};
 pub use cursor::{Cursor, CursorParseError};
 pub use event::{Actor, Metadata, NewEvent, RecordedEvent, StreamAppend};
 pub use ids::{EventId, EventType, IdError, OperationKey, StreamId, StreamType, TenantId};

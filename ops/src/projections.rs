@@ -1,11 +1,12 @@
-//! `leasehold projections status`: where each projection stands and how far behind it is.
+//! `leasehold projections status`: where each projection and reconciler stands and how far
+//! behind it is.
 
 use leasehold_adapters::{PgEventStore, StoreConfig};
 use serde_json::json;
 
 use crate::cli::DatabaseArgs;
 
-/// Prints every projection's checkpoint and lag, and the horizon's lag.
+/// Prints every projection's and reconciler's checkpoint and lag, and the horizon's lag.
 pub async fn status(database: &DatabaseArgs, as_json: bool) -> anyhow::Result<()> {
     let url = database.parse()?;
     let store = PgEventStore::new(&url, StoreConfig { pool_size: 2, ..StoreConfig::default() })?;
@@ -15,6 +16,7 @@ pub async fn status(database: &DatabaseArgs, as_json: bool) -> anyhow::Result<()
         for status in &statuses {
             let line = json!({
                 "name": status.name,
+                "kind": status.kind,
                 "version": status.version,
                 "cursor": status.cursor.to_string(),
                 "events_applied": status.events_applied,
@@ -32,7 +34,8 @@ pub async fn status(database: &DatabaseArgs, as_json: bool) -> anyhow::Result<()
     }
     for status in &statuses {
         println!(
-            "{} v{}: {} events applied, {} behind ({:.1} s), cursor {}, last commit {}",
+            "{} {} v{}: {} events applied, {} behind ({:.1} s), cursor {}, last commit {}",
+            status.kind,
             status.name,
             status.version,
             status.events_applied,

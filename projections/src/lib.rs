@@ -2,14 +2,23 @@
 //! runtime that applies them — one runner per projection, gap-safe reads from a checkpoint,
 //! bounded batches, each batch's changes and checkpoint committed in one transaction.
 //! Storage is reached through [`ProjectionStore`], implemented in `leasehold-adapters`.
+//!
+//! Beside them, the reconcilers' runtime ([`ReconcilerRunner`]): the log's readers that act
+//! (commands, outside calls) instead of projecting, each with its own lock and checkpoint.
 
+mod clock;
 pub mod lease;
 pub mod limits;
 mod port;
 mod projection;
+mod reconciler;
 mod runtime;
 pub mod shared;
 
-pub use port::{ProjectionSession, ProjectionStore};
+pub use clock::ManualClock;
+pub use port::{ProjectionSession, ProjectionStore, ReconcilerSession, ReconcilerStore};
 pub use projection::{Projection, ProjectionError, apply_batch, keys_of};
+pub use reconciler::{
+    ReconcileError, Reconciler, ReconcilerConfig, ReconcilerRunner, Seen, operation_key,
+};
 pub use runtime::{Runner, RunnerConfig, RunnerStats};

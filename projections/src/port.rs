@@ -52,3 +52,42 @@ pub trait ProjectionSession<P: Projection>: Send {
         changes: Vec<P::Change>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// Storage for reconcilers: the log they read, and each one's lock and checkpoint.
+pub trait ReconcilerStore: Clone + Send + Sync + 'static {
+    /// A connection holding one reconciler's lock.
+    type Session: ReconcilerSession;
+
+    /// Takes reconciler `name`'s lock (a session advisory lock) on a connection of its own;
+    /// `None` while another instance holds it. A checkpoint of another `version` is refused.
+    fn lock_reconciler(
+        &self,
+        name: &'static str,
+        version: u32,
+    ) -> impl Future<Output = Result<Option<Self::Session>, StoreError>> + Send;
+
+    /// Notified after this process appends to the log.
+    fn appended(&self) -> Arc<Notify>;
+
+    /// Up to `limit` events of the whole log after `after`, in commit order, never skipping
+    /// one (as [`leasehold_domain::EventStore::read_log`]).
+    fn read_log(
+        &self,
+        after: Cursor,
+        limit: usize,
+    ) -> impl Future<Output = Result<LogPage, StoreError>> + Send;
+}
+
+/// A locked connection of one reconciler.
+pub trait ReconcilerSession: Send {
+    /// The cursor of the last event it finished acting on, if any.
+    fn checkpoint(&mut self) -> impl Future<Output = Result<Option<Cursor>, StoreError>> + Send;
+
+    /// Moves the checkpoint from `from` to `to`, refusing if it is no longer `from`.
+    fn advance(
+        &mut self,
+        from: Option<Cursor>,
+        to: Cursor,
+        events: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}

@@ -57,9 +57,25 @@ pub struct RunnerStats {
     pub failures: AtomicU64,
     /// Notified whenever a session ends in an error.
     pub failed: tokio::sync::Notify,
+    /// The error the last failed session ended in.
+    pub last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl RunnerStats {
+    /// Counts a failed session and remembers its error.
+    pub(crate) fn record_failure(&self, error: &dyn std::fmt::Display) {
+        let mut last = self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = Some(error.to_string());
+        drop(last);
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.failed.notify_waiters();
+    }
+
+    /// The error the last failed session ended in, if any did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// Waits until at least `count` sessions have ended in an error.
     pub async fn wait_for_failures(&self, count: u64) {
         loop {
@@ -113,8 +129,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
                 Err(error) => Err(error.into()),
             };
             if let Err(error) = outcome {
-                self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                self.stats.failed.notify_waiters();
+                self.stats.record_failure(&error);
                 tracing::warn!(projection = P::NAME, %error, "projection runner restarts");
             }
             if *shutdown.borrow() {

@@ -111,7 +111,7 @@ impl ProjectionSession<LeaseProjection> for PgProjectionSession {
         events: u64,
         changes: Vec<LeaseChange>,
     ) -> Result<(), StoreError> {
-        let identity = (self.name, self.version);
+        let identity = (self.name, self.version, self.kind);
         let endpoint = self.endpoint.clone();
         let fail = |error| crate::store::from_driver(error, &endpoint);
         let tx = self.client.transaction().await.map_err(fail)?;

@@ -2,6 +2,7 @@
 //! read-model writers of each projection (`lease.rs`).
 
 mod lease;
+mod reconcilers;
 mod shared;
 mod status;
 
@@ -66,6 +67,8 @@ pub struct PgProjectionSession {
     endpoint: String,
     name: &'static str,
     version: u32,
+    /// `projection` or `reconciler`: what its checkpoint row says it is.
+    kind: &'static str,
 }
 
 impl PgProjectionStore {
@@ -76,6 +79,16 @@ impl PgProjectionStore {
         name: &'static str,
         version: u32,
     ) -> Result<Option<PgProjectionSession>, StoreError> {
+        self.lock_named(name, version, "projection").await
+    }
+
+    /// The lock of a projection or a reconciler (one namespace: the checkpoints' key).
+    async fn lock_named(
+        &self,
+        name: &'static str,
+        version: u32,
+        kind: &'static str,
+    ) -> Result<Option<PgProjectionSession>, StoreError> {
         let client = deadpool_postgres::Object::take(self.log.client().await?);
         let endpoint = self.log.endpoint().to_owned();
         let row = client
@@ -83,7 +96,7 @@ impl PgProjectionStore {
             .await
             .map_err(|e| from_driver(e, &endpoint))?;
         let locked: bool = row.get(0);
-        Ok(locked.then_some(PgProjectionSession { client, endpoint, name, version }))
+        Ok(locked.then_some(PgProjectionSession { client, endpoint, name, version, kind }))
     }
 }
 
@@ -93,12 +106,13 @@ impl PgProjectionSession {
     }
 
     /// The checkpoint; a checkpoint written by another version of the projection is refused
-    /// (its tables hold that version's rows).
+    /// (its tables hold that version's rows), and so is one of the other kind (a reconciler
+    /// and a projection of the same name).
     pub(crate) async fn read_checkpoint(&mut self) -> Result<Option<Cursor>, StoreError> {
         let row = self
             .client
             .query_opt(
-                "SELECT log_epoch, tx_id, position, version FROM projection_checkpoints \
+                "SELECT log_epoch, tx_id, position, version, kind FROM projection_checkpoints \
                  WHERE projection = $1",
                 &[&self.name],
             )
@@ -106,10 +120,16 @@ impl PgProjectionSession {
             .map_err(self.fail())?;
         let Some(row) = row else { return Ok(None) };
         let version = u32::try_from(row.get::<_, i32>(3)).unwrap_or_default();
+        let kind: &str = row.get(4);
+        if kind != self.kind {
+            return Err(StoreError::Database {
+                reason: format!("{} is the name of a {kind}, not of a {}", self.name, self.kind),
+            });
+        }
         if version != self.version {
             return Err(StoreError::Database {
                 reason: format!(
-                    "projection {} has a checkpoint of version {version}, not {}: rebuild it",
+                    "{kind} {} has a checkpoint of version {version}, not {}: rebuild it",
                     self.name, self.version
                 ),
             });
@@ -120,7 +140,7 @@ impl PgProjectionSession {
     /// Moves the checkpoint from `from` to `to` inside `tx`; `false` if it was not at `from`.
     pub(crate) async fn move_checkpoint(
         tx: &deadpool_postgres::Transaction<'_>,
-        (name, version): (&str, u32),
+        (name, version, kind): (&str, u32, &str),
         from: Option<Cursor>,
         to: Cursor,
         events: u64,
@@ -132,9 +152,9 @@ impl PgProjectionSession {
             None => {
                 tx.execute(
                     "INSERT INTO projection_checkpoints \
-                     (projection, version, log_epoch, tx_id, position, events_applied) \
-                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-                    &[&name, &version, &epoch, &tx_id, &position, &events],
+                     (projection, version, log_epoch, tx_id, position, events_applied, kind) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                    &[&name, &version, &epoch, &tx_id, &position, &events, &kind],
                 )
                 .await?
             }

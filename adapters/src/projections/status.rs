@@ -9,11 +9,13 @@ use crate::store::{HORIZON, Xid8, cursor_of, to_i64};
 /// Events counted at most when measuring how far behind a projection is.
 const BEHIND_COUNT_MAX: i64 = 1_000_000;
 
-/// A projection's progress.
+/// A projection's progress, or a reconciler's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProjectionStatus {
     /// Its name.
     pub name: String,
+    /// `projection` or `reconciler`.
+    pub kind: String,
     /// Its version.
     pub version: u32,
     /// The cursor of the last event applied.
@@ -29,7 +31,7 @@ pub struct ProjectionStatus {
 }
 
 impl PgReadModels {
-    /// The progress of every projection with a checkpoint.
+    /// The progress of every projection and reconciler with a checkpoint.
     ///
     /// # Errors
     /// When the database cannot be read.
@@ -37,7 +39,7 @@ impl PgReadModels {
         let rows = self
             .query(
                 "SELECT log_epoch, tx_id, position, projection, version, events_applied, \
-                 updated_at FROM projection_checkpoints ORDER BY projection",
+                 updated_at, kind FROM projection_checkpoints ORDER BY projection",
                 &[],
             )
             .await?;
@@ -64,7 +66,7 @@ impl PgReadModels {
                  c.events_applied, c.updated_at, \
                  greatest(coalesce(pg_sequence_last_value( \
                      pg_get_serial_sequence('events', 'position')::regclass), 0) - c.position, 0), \
-                 extract(epoch FROM now() - c.updated_at)::float8 \
+                 extract(epoch FROM now() - c.updated_at)::float8, c.kind \
                  FROM projection_checkpoints c ORDER BY c.projection",
                 &[],
             )
@@ -116,13 +118,14 @@ impl PgReadModels {
 }
 
 /// A checkpoint row (cursor columns first, then projection, version, events applied, updated
-/// at) with how far behind it is: `(events, seconds)`.
+/// at, and a `kind` column) with how far behind it is: `(events, seconds)`.
 fn status_of(
     row: &tokio_postgres::Row,
     (events_behind, seconds_behind): (u64, f64),
 ) -> ProjectionStatus {
     ProjectionStatus {
         name: row.get(3),
+        kind: row.get("kind"),
         version: u32::try_from(row.get::<_, i32>(4)).unwrap_or_default(),
         cursor: cursor_of(row),
         events_applied: u64::try_from(row.get::<_, i64>(5)).unwrap_or_default(),

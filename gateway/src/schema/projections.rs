@@ -1,6 +1,6 @@
-//! `projections`: how far each read model has got (operators).
+//! `projections`: how far each read model and each reconciler has got (operators).
 
-use async_graphql::{Context, SimpleObject};
+use async_graphql::{Context, Enum, SimpleObject};
 use chrono::{DateTime, Utc};
 
 use super::{require, shared};
@@ -8,11 +8,22 @@ use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::ApiResult;
 
-/// One projection's progress.
+/// What reads the log: a projection (writes read models) or a reconciler (acts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Enum)]
+pub enum LogReaderKind {
+    /// Folds events into read models.
+    Projection,
+    /// Acts on events and on ticks: issues commands, calls outside systems.
+    Reconciler,
+}
+
+/// One projection's progress, or one reconciler's.
 #[derive(Debug, Clone, SimpleObject)]
 pub struct ProjectionStatus {
     /// Its name.
     pub name: String,
+    /// A projection or a reconciler.
+    pub kind: LogReaderKind,
     /// Its version.
     pub version: u32,
     /// The last event it applied (an `events` cursor).
@@ -42,6 +53,10 @@ pub(crate) async fn statuses(ctx: &Context<'_>) -> ApiResult<Vec<ProjectionStatu
         .into_iter()
         .map(|status| ProjectionStatus {
             cursor: state.cursors.seal(CursorKind::Log, &scope, &status.cursor.to_string()),
+            kind: match status.kind.as_str() {
+                "reconciler" => LogReaderKind::Reconciler,
+                _ => LogReaderKind::Projection,
+            },
             name: status.name,
             version: status.version,
             events_applied: status.events_applied,

@@ -4,4 +4,5 @@ mod commands;
 mod log;
 mod migrations;
 mod projections;
+mod reconcilers;
 mod support;
