@@ -1,8 +1,10 @@
 //! Leasehold's adapters: the PostgreSQL event store, the migrations runner, RFC 8785 canonical
 //! JSON and the hash chain.
 //!
-//! Everything that touches PostgreSQL lives here, behind the ports `leasehold-domain` defines.
+//! Everything that touches PostgreSQL lives here, behind the ports `leasehold-domain` defines,
+//! and the lease backends' HTTP protocol (`backends`).
 
+pub mod backends;
 pub mod canonical;
 pub mod chain;
 pub mod database;

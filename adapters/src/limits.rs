@@ -48,3 +48,7 @@ pub const GROUP_QUEUE_MAX: usize = 1_024;
 /// Times a group committer yields to the scheduler after the first append of a group arrives,
 /// so that appends arriving right behind it join the same group.
 pub const GROUP_LINGER_YIELDS: usize = 8;
+
+/// Shortest secret a request or callback to or from a backend is signed with (fred's
+/// `MinCallbackSecretLength`).
+pub const SIGNING_SECRET_BYTES_MIN: usize = 32;

@@ -12,23 +12,22 @@
 //! operation older than the lease's current one is `FENCED` (409), so a late report of one
 //! provisioning cycle never settles the next one.
 //!
-//! Authentication (DOMAIN.md §3 rules 5 and 6): `X-Leasehold-Timestamp` (Unix seconds) and
-//! `X-Leasehold-Signature` (`sha256=` and the hex HMAC-SHA256 of
-//! `timestamp "\n" METHOD "\n" request-URI "\n" hex(sha256(body))` under the callback secret),
-//! compared in constant time; a timestamp more than 5 minutes old or 1 minute ahead is refused.
+//! Authentication (DOMAIN.md §3 rules 5 and 6): the backends' own `X-Fred-Signature:
+//! t=<unix seconds>,sha256=<hex>`, the HMAC-SHA256 of
+//! `t "\n" METHOD "\n" request-URI "\n" hex(sha256(body))` under the callback secret
+//! (`leasehold_adapters::backends`), compared in constant time; a signature more than 5 minutes
+//! old or 1 minute ahead is refused.
 //! Authority — which lease, which operation — comes from the signed URL only: the body's
 //! `operation_id`, `lifecycle_id` and `backend` are never read, and a body naming another
 //! lease is refused. A redelivery of the same callback (same URL and body) is a duplicate; the
 //! same report for a new operation has a new URL, so it is not.
 
-use std::fmt;
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, TimeDelta, Utc};
-use hmac::{Hmac, Mac};
+use chrono::{DateTime, Utc};
+use leasehold_adapters::backends::SigningSecret;
 use leasehold_commands::lease_input;
 use leasehold_commands::lease_service::{Caller, LeaseOutcome};
 use leasehold_domain::lease::{LeaseCommand, LeaseId, MaintenanceId, OperationId};
@@ -38,36 +37,19 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::auth::{Role, SECRET_BYTES_MIN};
+use crate::auth::Role;
 use crate::errors::{ApiError, Code};
 use crate::http::Http;
 
-/// The header carrying the signing time, in Unix seconds.
-pub const TIMESTAMP_HEADER: &str = "x-leasehold-timestamp";
-
-/// The header carrying `sha256=<hex HMAC>`.
-pub const SIGNATURE_HEADER: &str = "x-leasehold-signature";
-
-/// Oldest a signature may be.
-const SIGNATURE_AGE_MAX: TimeDelta = TimeDelta::minutes(5);
-
-/// Furthest ahead a signature's clock may be.
-const SIGNATURE_AHEAD_MAX: TimeDelta = TimeDelta::minutes(1);
+/// The header carrying `t=<unix seconds>,sha256=<hex HMAC>` (the backends' protocol).
+pub use leasehold_adapters::backends::SIGNATURE_HEADER;
 
 /// What a failed operation tells the tenant when the backend's error is operator-only.
 const FAILED_MESSAGE: &str = "the backend reported a failure";
 
-type HmacSha256 = Hmac<Sha256>;
-
 /// The secret backends sign callbacks with. Its `Debug` never shows it.
-#[derive(Clone)]
-pub struct CallbackSecret(Vec<u8>);
-
-impl fmt::Debug for CallbackSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CallbackSecret(..)")
-    }
-}
+#[derive(Debug, Clone)]
+pub struct CallbackSecret(SigningSecret);
 
 impl CallbackSecret {
     /// A secret of at least 32 bytes (surrounding whitespace cut).
@@ -75,24 +57,12 @@ impl CallbackSecret {
     /// # Errors
     /// [`crate::auth::AuthError::WeakSecret`] when shorter.
     pub fn new(bytes: &[u8]) -> Result<Self, crate::auth::AuthError> {
-        let bytes = bytes.trim_ascii();
-        if bytes.len() < SECRET_BYTES_MIN {
-            return Err(crate::auth::AuthError::WeakSecret);
-        }
-        Ok(Self(bytes.to_vec()))
+        SigningSecret::new(bytes).map(Self).map_err(|_| crate::auth::AuthError::WeakSecret)
     }
 
-    fn mac(&self, timestamp: &str, method: &str, uri: &str, body: &[u8]) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
-        let body_hash = hex::encode(Sha256::digest(body));
-        mac.update(format!("{timestamp}\n{method}\n{uri}\n{body_hash}").as_bytes());
-        mac
-    }
-
-    /// The `X-Leasehold-Signature` value for a request (what a backend sends).
+    /// The `X-Fred-Signature` value for a request (what a backend sends).
     pub fn sign(&self, timestamp: i64, method: &str, uri: &str, body: &[u8]) -> String {
-        let tag = self.mac(&timestamp.to_string(), method, uri, body).finalize().into_bytes();
-        format!("sha256={}", hex::encode(tag))
+        self.0.sign(timestamp, method, uri, body)
     }
 
     /// Whether the headers sign this request now.
@@ -103,28 +73,11 @@ impl CallbackSecret {
         uri: &Uri,
         body: &[u8],
     ) -> Result<(), ApiError> {
-        let refused =
-            |why: &str| ApiError::new(Code::Unauthenticated, format!("callback refused: {why}"));
-        let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-        let timestamp = header(TIMESTAMP_HEADER).ok_or_else(|| refused("no timestamp"))?;
-        let signed_at = timestamp
-            .parse::<i64>()
-            .ok()
-            .and_then(|seconds| DateTime::<Utc>::from_timestamp(seconds, 0))
-            .ok_or_else(|| refused("malformed timestamp"))?;
-        let now = Utc::now();
-        if signed_at < now - SIGNATURE_AGE_MAX || signed_at > now + SIGNATURE_AHEAD_MAX {
-            return Err(refused("timestamp outside the accepted window"));
-        }
-        let signature = header(SIGNATURE_HEADER)
-            .and_then(|value| value.strip_prefix("sha256="))
-            .and_then(|hex_tag| hex::decode(hex_tag).ok())
-            .ok_or_else(|| refused("no signature"))?;
+        let header = headers.get(SIGNATURE_HEADER).and_then(|value| value.to_str().ok());
         let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
-        // `verify_slice` compares in constant time.
-        self.mac(timestamp, method.as_str(), target, body)
-            .verify_slice(&signature)
-            .map_err(|_| refused("bad signature"))
+        self.0
+            .verify(header, (method.as_str(), target, body), Utc::now())
+            .map_err(|why| ApiError::new(Code::Unauthenticated, format!("callback refused: {why}")))
     }
 }
 

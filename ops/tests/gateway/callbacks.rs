@@ -3,7 +3,7 @@
 
 use chrono::{TimeDelta, Utc};
 use leasehold_gateway::Role;
-use leasehold_gateway::callbacks::{CallbackSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use leasehold_gateway::callbacks::{CallbackSecret, SIGNATURE_HEADER};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -12,7 +12,6 @@ use crate::support::*;
 struct Callback {
     path: String,
     body: Vec<u8>,
-    signed_at: i64,
     signature: String,
 }
 
@@ -21,7 +20,7 @@ impl Callback {
         let body = body.to_string().into_bytes();
         let secret = CallbackSecret::new(CALLBACK_SECRET.as_bytes()).expect("long enough");
         let signature = secret.sign(signed_at, "POST", path, &body);
-        Callback { path: path.to_string(), body, signed_at, signature }
+        Callback { path: path.to_string(), body, signature }
     }
 
     fn now(path: &str, body: &Value) -> Callback {
@@ -31,7 +30,6 @@ impl Callback {
     async fn send(&self, server: &Server) -> (u16, Value) {
         let response = reqwest::Client::new()
             .post(format!("{}{}", server.base, self.path))
-            .header(TIMESTAMP_HEADER, self.signed_at.to_string())
             .header(SIGNATURE_HEADER, &self.signature)
             .header("content-type", "application/json")
             .body(self.body.clone())
