@@ -1,8 +1,13 @@
 //! The lease backends' HTTP protocol, as the public fred project defines it (its
 //! `BACKEND_GUIDE.md`; the facts relied on are in `docs/issue-10-research.md`), so that a
 //! backend written for fred works with Leasehold unchanged. `signature.rs`: `X-Fred-Signature`,
-//! on requests to backends and on their callbacks.
+//! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
+//! route and status, and the error envelope.
 
+mod refusal;
 mod signature;
 
+pub use refusal::{
+    BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
+};
 pub use signature::{SIGNATURE_HEADER, SignatureError, SigningSecret};
