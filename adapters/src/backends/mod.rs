@@ -2,10 +2,11 @@
 //! `BACKEND_GUIDE.md`; the facts relied on are in `docs/issue-10-research.md`), so that a
 //! backend written for fred works with Leasehold unchanged. `signature.rs`: `X-Fred-Signature`,
 //! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
-//! route and status, and the error envelope.
+//! route and status, and the error envelope. `wire.rs`: the JSON bodies, field for field.
 
 mod refusal;
 mod signature;
+pub mod wire;
 
 pub use refusal::{
     BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
