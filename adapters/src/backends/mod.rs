@@ -3,11 +3,16 @@
 //! backend written for fred works with Leasehold unchanged. `signature.rs`: `X-Fred-Signature`,
 //! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
 //! route and status, and the error envelope. `wire.rs`: the JSON bodies, field for field.
+//! `breaker.rs`: each backend's circuit breaker.
 
+mod breaker;
 mod refusal;
 mod signature;
 pub mod wire;
 
+pub use breaker::{
+    Admission, BREAKER_FAILURES_MAX, BREAKER_OPEN, Breaker, BreakerState, CircuitOpen,
+};
 pub use refusal::{
     BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
 };
