@@ -52,3 +52,34 @@ pub const GROUP_LINGER_YIELDS: usize = 8;
 /// Shortest secret a request or callback to or from a backend is signed with (fred's
 /// `MinCallbackSecretLength`).
 pub const SIGNING_SECRET_BYTES_MIN: usize = 32;
+
+/// How long one exchange with a backend may take by default, body included (fred's).
+pub const BACKEND_TIMEOUT_DEFAULT_SECONDS: u64 = 30;
+
+/// Largest answer to `GET /info`, `/provisions/{lease}`, `/stats` and to a `POST` (fred's
+/// `DefaultMaxInfoBytes`).
+pub const BACKEND_INFO_BYTES_MAX: usize = 1 << 20;
+
+/// Largest page of `GET /provisions`, and largest lookup answer.
+pub const BACKEND_PROVISIONS_BYTES_MAX: usize = 8 << 20;
+
+/// Largest page of `GET /retentions`.
+pub const BACKEND_RETENTIONS_BYTES_MAX: usize = 1 << 20;
+
+/// Largest answer to `GET /logs` (fred's `DefaultMaxLogsBytes`).
+pub const BACKEND_LOGS_BYTES_MAX: usize = 16 << 20;
+
+/// Largest answer to `GET /releases` (the seed's projected-response cap).
+pub const BACKEND_RELEASES_BYTES_MAX: usize = 48 << 20;
+
+/// How much of an error body is read (fred's `readErrorBodyBytes`).
+pub const BACKEND_ERROR_BODY_BYTES_MAX: usize = 4 << 10;
+
+/// Entries asked for per keyset page.
+pub const BACKEND_PAGE_LIMIT: usize = 1_000;
+
+/// Most pages one walk reads before giving up.
+pub const BACKEND_PAGES_MAX: usize = 100_000;
+
+/// Most leases one lookup names.
+pub const BACKEND_LOOKUP_UUIDS_MAX: usize = 100;

@@ -3,9 +3,10 @@
 //! backend written for fred works with Leasehold unchanged. `signature.rs`: `X-Fred-Signature`,
 //! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
 //! route and status, and the error envelope. `wire.rs`: the JSON bodies, field for field.
-//! `breaker.rs`: each backend's circuit breaker.
+//! `breaker.rs`: each backend's circuit breaker. `client.rs`: one backend over HTTP.
 
 mod breaker;
+mod client;
 mod refusal;
 mod signature;
 pub mod wire;
@@ -13,6 +14,7 @@ pub mod wire;
 pub use breaker::{
     Admission, BREAKER_FAILURES_MAX, BREAKER_OPEN, Breaker, BreakerState, CircuitOpen,
 };
+pub use client::{BackendClient, BackendConfig, CallError};
 pub use refusal::{
     BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
 };
