@@ -46,6 +46,9 @@ enum Command {
     /// Measure throughput against a raw PostgreSQL baseline.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run a simulated lease backend that speaks the backends' protocol (fred's), in memory:
+    /// signed requests, signed callbacks after a delay. For tests and demos.
+    BackendSim(crate::backend_sim::SimArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +131,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(&args).await,
         Command::Token(args) => token::run(&args),
+        Command::BackendSim(args) => crate::backend_sim::run(&args).await,
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
         Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,

@@ -1,5 +1,6 @@
 //! `leasehold`: the one binary that migrates, serves and measures the Leasehold ledger.
 
+mod backend_sim;
 mod bench;
 mod cli;
 mod cluster;

@@ -182,7 +182,7 @@ fn print_demo_tokens(secret: &JwtSecret) {
 }
 
 /// Waits for SIGINT or SIGTERM and names it.
-async fn stop_signal() -> anyhow::Result<&'static str> {
+pub(crate) async fn stop_signal() -> anyhow::Result<&'static str> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("listening for SIGTERM")?;
     tokio::select! {

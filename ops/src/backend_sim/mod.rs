@@ -1,0 +1,91 @@
+//! `leasehold backend-sim`: a lease backend that speaks the backends' protocol as one written
+//! for fred would (the facts it holds to: `docs/issue-10-research.md`), in memory, for tests
+//! and demos. It verifies every signed request's `X-Fred-Signature`, answers with fred's
+//! status codes and error envelope, and reports each provision's outcome by a signed callback
+//! to the URL the provision named, after `--callback-delay-ms`.
+//!
+//! Served so far: provision, info, deprovision, provisions (keyset pages and lookups),
+//! health and stats. Restart, update, restore, logs, releases, retentions, custom domains and
+//! the failure modes (refuse, time out, roll back, garbage) follow with the dispatcher.
+
+mod routes;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use leasehold_adapters::backends::SigningSecret;
+use uuid::Uuid;
+
+/// `leasehold backend-sim`.
+#[derive(Debug, Clone, Args)]
+pub struct SimArgs {
+    /// Address to listen on (port 0: any free port). The first line on standard output is
+    /// `listening on http://ADDRESS`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// File holding the secret shared with the control plane (at least 32 bytes): requests
+    /// must be signed with it, callbacks are.
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// The backend's name, sent in callbacks.
+    #[arg(long, default_value = "sim-1")]
+    pub name: String,
+    /// How long a provision takes before its callback is sent.
+    #[arg(long, default_value_t = 50)]
+    pub callback_delay_ms: u64,
+}
+
+/// One provision the simulator holds.
+#[derive(Debug, Clone)]
+struct Provision {
+    request: leasehold_adapters::backends::wire::ProvisionRequest,
+    status: &'static str,
+    created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+struct Sim {
+    name: String,
+    secret: SigningSecret,
+    callback_delay: Duration,
+    provisions: Arc<Mutex<BTreeMap<Uuid, Provision>>>,
+    http: reqwest::Client,
+}
+
+impl Sim {
+    fn provisions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Provision>> {
+        self.provisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Serves until SIGINT or SIGTERM.
+pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&args.secret_file)
+        .with_context(|| format!("reading --secret-file {}", args.secret_file.display()))?;
+    let secret = SigningSecret::new(&bytes).context("--secret-file")?;
+    let sim = Sim {
+        name: args.name.clone(),
+        secret,
+        callback_delay: Duration::from_millis(args.callback_delay_ms),
+        provisions: Arc::default(),
+        http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, routes::router(sim))
+        .with_graceful_shutdown(async {
+            if let Err(error) = crate::serve::stop_signal().await {
+                tracing::warn!(%error, "backend-sim stops");
+            }
+        })
+        .await
+        .context("serving")
+}

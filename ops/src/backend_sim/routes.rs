@@ -1,0 +1,259 @@
+//! The simulator's routes, with fred's docker backend's answers: 401 for a missing or bad
+//! signature, 413 above 2 MiB, 400 with the error envelope for a bad body, 409
+//! `already_provisioned`, 404 before a provision is ready.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use leasehold_adapters::backends::SIGNATURE_HEADER;
+use leasehold_adapters::backends::wire::{
+    CallbackPayload, DeprovisionRequest, LeaseInfo, PortBinding, ProvisionInfo, ProvisionRequest,
+    ProvisionsPage,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{Provision, Sim};
+
+/// fred's backends' inbound body cap (`DefaultMaxRequestBodySize`).
+const REQUEST_BODY_BYTES_MAX: usize = 2 << 20;
+
+/// Largest keyset page served (`MaxPageLimit`).
+const PAGE_LIMIT_MAX: usize = 5_000;
+
+/// A backend's callback attempts and the pause before each (fred's callback sender).
+const CALLBACK_BACKOFF: [Duration; 3] =
+    [Duration::ZERO, Duration::from_secs(1), Duration::from_secs(5)];
+
+pub(super) fn router(sim: Sim) -> Router {
+    let signed = Router::new()
+        .route("/provision", post(provision))
+        .route("/deprovision", post(deprovision))
+        .route("/info/{lease}", get(info))
+        .route("/provisions", get(provisions))
+        .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
+    Router::new()
+        .merge(signed)
+        .route("/health", get(|| async { axum::Json(json!({ "status": "healthy" })) }))
+        .route("/stats", get(stats))
+        .with_state(sim)
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({ "error": message }))).into_response()
+}
+
+/// Reads the body under the cap and checks its signature, as fred's backends do before any
+/// handler runs.
+async fn verify_signature(State(sim): State<Sim>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, REQUEST_BODY_BYTES_MAX).await else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    };
+    let Some(header) = parts.headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok()) else {
+        return error(StatusCode::UNAUTHORIZED, "missing signature");
+    };
+    let target = parts.uri.path_and_query().map_or(parts.uri.path(), |t| t.as_str());
+    let signed = (parts.method.as_str(), target, &body[..]);
+    if sim.secret.verify(Some(header), signed, chrono::Utc::now()).is_err() {
+        return error(StatusCode::UNAUTHORIZED, "invalid signature");
+    }
+    next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
+    let request: ProvisionRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(_) => return error(StatusCode::BAD_REQUEST, "invalid request body"),
+    };
+    if request.items.is_empty() || request.items.iter().any(|item| item.quantity == 0) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "items must name at least one SKU, each at least once",
+        );
+    }
+    if !(request.callback_url.starts_with("http://")
+        || request.callback_url.starts_with("https://"))
+    {
+        return error(StatusCode::BAD_REQUEST, "callback_url must be http(s)");
+    }
+    let lease = request.lease_uuid;
+    {
+        let mut provisions = sim.provisions();
+        // Only a failed provision is accepted again; the stored callback URL is kept.
+        if provisions.get(&lease).is_some_and(|p| p.status != "failed") {
+            let body =
+                json!({ "error": "lease already provisioned", "code": "already_provisioned" });
+            return (StatusCode::CONFLICT, axum::Json(body)).into_response();
+        }
+        let created_at = chrono::Utc::now();
+        provisions.insert(lease, Provision { request, status: "provisioning", created_at });
+    }
+    tokio::spawn(complete(sim, lease));
+    (StatusCode::ACCEPTED, axum::Json(json!({ "provision_id": lease.to_string() }))).into_response()
+}
+
+/// After the delay, the provision is ready and its callback is sent.
+async fn complete(sim: Sim, lease: Uuid) {
+    tokio::time::sleep(sim.callback_delay).await;
+    let callback_url = {
+        let mut provisions = sim.provisions();
+        let Some(provision) = provisions.get_mut(&lease) else { return };
+        provision.status = "ready";
+        provision.request.callback_url.clone()
+    };
+    let payload = CallbackPayload {
+        lease_uuid: lease.to_string(),
+        status: "success".into(),
+        error: None,
+        backend: Some(sim.name.clone()),
+        retained: false,
+        maintenance_id: None,
+        maintenance_admitted_at: None,
+    };
+    send_callback(&sim, &callback_url, &payload).await;
+}
+
+/// Signs and posts a callback: three attempts, any 2xx ends them.
+async fn send_callback(sim: &Sim, url: &str, payload: &CallbackPayload) {
+    let body = serde_json::to_vec(payload).expect("a callback serializes");
+    let target = url::target_of(url);
+    for pause in CALLBACK_BACKOFF {
+        tokio::time::sleep(pause).await;
+        let signature = sim.secret.sign(chrono::Utc::now().timestamp(), "POST", &target, &body);
+        let sent = sim
+            .http
+            .post(url)
+            .header(SIGNATURE_HEADER, signature)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => return,
+            Ok(response) => tracing::warn!(status = %response.status(), "callback refused"),
+            Err(error) => tracing::warn!(error = %error.without_url(), "callback not delivered"),
+        }
+    }
+}
+
+async fn deprovision(State(sim): State<Sim>, body: Bytes) -> Response {
+    let Ok(request) = serde_json::from_slice::<DeprovisionRequest>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "invalid request body");
+    };
+    sim.provisions().remove(&request.lease_uuid);
+    axum::Json(json!({ "status": "ok" })).into_response()
+}
+
+async fn info(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+    if sim.provisions().get(&lease).is_none_or(|p| p.status != "ready") {
+        return error(StatusCode::NOT_FOUND, "lease not provisioned");
+    }
+    let port = PortBinding { host_ip: "127.0.0.1".into(), host_port: "8080".into() };
+    let info = LeaseInfo {
+        host: Some("127.0.0.1".into()),
+        fqdn: Some(format!("{lease}.{}.sim.local", sim.name)),
+        protocol: Some("tcp".into()),
+        ports: Some(BTreeMap::from([("80/tcp".to_string(), port)])),
+        ..LeaseInfo::default()
+    };
+    (StatusCode::OK, axum::Json(info)).into_response()
+}
+
+/// `GET /provisions`: a lookup (`lease_uuid=..` repeated, 1 to 100), or keyset pages
+/// (`limit`, `continue`: entries strictly after it, ascending; `continue` in the answer only
+/// when more follow a full page).
+async fn provisions(State(sim): State<Sim>, request: Request) -> Response {
+    let query = request.uri().query().unwrap_or_default();
+    let pairs: Vec<(&str, &str)> = query.split('&').filter_map(|p| p.split_once('=')).collect();
+    let lookup: Vec<&str> =
+        pairs.iter().filter(|(k, _)| *k == "lease_uuid").map(|(_, v)| *v).collect();
+    let held = sim.provisions().clone();
+    if !lookup.is_empty() {
+        let Ok(ids) = lookup.iter().map(|id| id.parse::<Uuid>()).collect::<Result<Vec<_>, _>>()
+        else {
+            return error(StatusCode::BAD_REQUEST, "invalid lease_uuid");
+        };
+        if ids.len() > 100 {
+            return error(StatusCode::BAD_REQUEST, "at most 100 lease_uuid");
+        }
+        let found = ids.iter().filter_map(|id| held.get(id)).map(|p| info_of(&sim, p)).collect();
+        return page(found, None);
+    }
+    let value = |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let Ok(limit) = value("limit").map_or(Ok(0), str::parse::<usize>) else {
+        return error(StatusCode::BAD_REQUEST, "invalid limit");
+    };
+    let after = match value("continue").map(str::parse::<Uuid>) {
+        None => None,
+        Some(Ok(after)) if limit > 0 => Some(after),
+        Some(_) => return error(StatusCode::BAD_REQUEST, "invalid continue"),
+    };
+    let limit = if limit == 0 { usize::MAX } else { limit.min(PAGE_LIMIT_MAX) };
+    // Byte order of the canonical lower-case text, as fred sorts.
+    let mut all: Vec<&Provision> = held.values().collect();
+    all.sort_by_key(|p| p.request.lease_uuid.to_string());
+    let rest: Vec<&Provision> = all
+        .into_iter()
+        .filter(|p| after.is_none_or(|after| p.request.lease_uuid.to_string() > after.to_string()))
+        .collect();
+    let more = rest.len() > limit;
+    let taken: Vec<ProvisionInfo> = rest.iter().take(limit).map(|p| info_of(&sim, p)).collect();
+    let next = more.then(|| taken.last().map(|p| p.lease_uuid.to_string())).flatten();
+    page(taken, next)
+}
+
+fn page(provisions: Vec<ProvisionInfo>, next: Option<String>) -> Response {
+    (StatusCode::OK, axum::Json(ProvisionsPage { provisions, next })).into_response()
+}
+
+fn info_of(sim: &Sim, provision: &Provision) -> ProvisionInfo {
+    let request = &provision.request;
+    ProvisionInfo {
+        lease_uuid: request.lease_uuid,
+        provider_uuid: request.provider_uuid,
+        status: provision.status.to_string(),
+        created_at: provision.created_at,
+        fail_count: 0,
+        reason: None,
+        message: None,
+        retained_until: None,
+        tenant: Some(request.tenant.clone()),
+        partition: Some(sim.name.clone()),
+        image: None,
+        sku: request.items.first().map(|item| item.sku.clone()),
+        quantity: request.items.first().map_or(0, |item| item.quantity),
+        items: Some(request.items.clone()),
+        service_images: None,
+        lifecycle_generation: None,
+        terminal_budget: None,
+    }
+}
+
+async fn stats(State(sim): State<Sim>) -> Response {
+    let ready = sim.provisions().values().filter(|p| p.status == "ready").count();
+    let body = json!({
+        "total_cpu_cores": 64.0, "allocated_cpu_cores": ready as f64,
+        "available_cpu_cores": 64.0 - ready as f64, "active_containers": ready,
+    });
+    axum::Json(body).into_response()
+}
+
+/// The request target (path and query) of an absolute URL: what a callback's signature
+/// covers.
+mod url {
+    pub fn target_of(url: &str) -> String {
+        let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+        match after_scheme.find('/') {
+            Some(slash) => after_scheme[slash..].to_string(),
+            None => "/".to_string(),
+        }
+    }
+}
