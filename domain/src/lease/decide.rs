@@ -1,7 +1,7 @@
 //! `decide` for the lease: one function per command, each following its rows of the
 //! transition table in `lease.rs`.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 
 use super::{
     ChainState, Lease, LeaseCommand, LeaseError, LeaseEvent, LeaseFacts, LeaseItems, LeaseStatus,
@@ -211,6 +211,7 @@ fn start_maintenance(
     let generation = lease.generation + 1;
     // The admission stamp is the decision's time: every replay of this command's completion
     // must echo it, so a completion of an older command with a reused id cannot settle it.
+    let at = fresh_stamp(lease, maintenance_id, at);
     Ok(vec![match update {
         None => LeaseEvent::LeaseRestartStarted { maintenance_id, admitted_at: at, generation },
         Some(payload_hash) => LeaseEvent::LeaseUpdateStarted {
@@ -232,11 +233,14 @@ fn complete_maintenance(
     if lease.status.is_gone() {
         return NO_CHANGE;
     }
+    let same = |(id, admitted_at): (MaintenanceId, DateTime<Utc>)| {
+        id == fence.0 && admission_stamp(admitted_at) == admission_stamp(fence.1)
+    };
     let pending = match lease.pending {
-        Some(pending) if (pending.id, pending.admitted_at) == fence => pending,
+        Some(pending) if same((pending.id, pending.admitted_at)) => pending,
         // A repeated report of the completion that settled the last command, with nothing
         // newer pending, changes nothing. With a newer command pending it is stale: fenced.
-        None if lease.last_settled == Some(fence) => return NO_CHANGE,
+        None if lease.last_settled.is_some_and(same) => return NO_CHANGE,
         _ => return Err(LeaseError::Fenced),
     };
     let maintenance_id = pending.id;
@@ -407,5 +411,26 @@ fn close(lease: &Lease, command: &LeaseCommand, cause: CloseCause, at: DateTime<
         ChainState::Active => Ok(vec![LeaseEvent::LeaseClosed { cause, at }]),
         ChainState::Closed => NO_CHANGE,
         _ => Err(invalid(lease, command)),
+    }
+}
+
+/// An admission stamp is issued in whole seconds and compared at that precision: backends
+/// echo it as RFC 3339 text, often without a fraction, and a stamp compared to the
+/// microsecond fenced every such completion for ever. (Stamps stored to the microsecond
+/// before this rule compare by their second too.)
+fn admission_stamp(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.with_nanosecond(0).unwrap_or(at)
+}
+
+/// The stamp of a new maintenance: the decision's second, or, when the same id settled a
+/// maintenance stamped in that second or later, the second after it, so that `(id, stamp)`
+/// never repeats and a repeated old completion never settles the new one.
+fn fresh_stamp(lease: &Lease, id: MaintenanceId, at: DateTime<Utc>) -> DateTime<Utc> {
+    let at = admission_stamp(at);
+    match lease.last_settled {
+        Some((settled, last)) if settled == id && admission_stamp(last) >= at => {
+            admission_stamp(last) + chrono::TimeDelta::seconds(1)
+        }
+        _ => at,
     }
 }

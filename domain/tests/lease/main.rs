@@ -788,3 +788,68 @@ fn each_status_is_spelled_once_and_round_trips() {
     }
     assert_eq!(LeaseStatus::from_name("teleporting"), None);
 }
+
+#[test]
+fn a_completion_echoing_its_admission_stamp_in_whole_seconds_settles_it() {
+    use chrono::TimeDelta;
+    use leasehold_domain::lease::{Lease, LeaseEvent};
+    use leasehold_domain::{Aggregate, Context};
+    // Backends echo `admitted_at` as RFC 3339 text, often in whole seconds. A stamp issued and
+    // compared to the microsecond fenced such a backend's every completion for ever.
+    let lease = history(&ready()).iter().fold(Lease::initial(), |lease, e| lease.evolve(e));
+    let late_in_the_second = t(5) + TimeDelta::microseconds(123_456);
+    let ctx = Context { now: late_in_the_second, ..ctx_at(5, none()) };
+    let started = lease.decide(&C::Restart { maintenance_id: MAINTENANCE }, &ctx).unwrap();
+    let [LeaseEvent::LeaseRestartStarted { admitted_at, .. }] = started.as_slice() else {
+        panic!("{started:?}")
+    };
+    assert_eq!(*admitted_at, t(5), "the stamp is issued in whole seconds");
+    let restarting = started.iter().fold(lease.clone(), |lease, e| lease.evolve(e));
+    let settled =
+        restarting.decide(&complete(5, MaintenanceOutcome::Succeeded), &ctx_at(6, none()));
+    assert!(matches!(settled.as_deref(), Ok([LeaseEvent::LeaseMaintenanceSucceeded { .. }])));
+
+    // A stamp stored to the microsecond before this rule (an older event) is still settled by
+    // its whole-second echo, and by its exact echo: compared at whole seconds.
+    let older = LeaseEvent::LeaseRestartStarted {
+        maintenance_id: MAINTENANCE,
+        admitted_at: late_in_the_second,
+        generation: lease.generation + 1,
+    };
+    let restarting = lease.evolve(&older);
+    for echo in [t(5), late_in_the_second] {
+        let completion = C::CompleteMaintenance {
+            maintenance_id: MAINTENANCE,
+            admitted_at: echo,
+            outcome: MaintenanceOutcome::Succeeded,
+        };
+        let settled = restarting.decide(&completion, &ctx_at(6, none()));
+        assert!(
+            matches!(settled.as_deref(), Ok([LeaseEvent::LeaseMaintenanceSucceeded { .. }])),
+            "{echo}"
+        );
+    }
+    // Another second is another stamp: fenced.
+    let stale = restarting.decide(&complete(4, MaintenanceOutcome::Succeeded), &ctx_at(6, none()));
+    assert_eq!(stale, Err(LeaseError::Fenced));
+}
+
+#[test]
+fn a_maintenance_id_reused_within_its_second_gets_a_later_stamp() {
+    use leasehold_domain::Aggregate;
+    use leasehold_domain::lease::{Lease, LeaseEvent};
+    // Stamps are whole seconds, so a restart reusing the id of one settled in the same
+    // second would share its stamp, and the old completion repeated would settle it.
+    let mut given = restarting();
+    given.push((complete(2, MaintenanceOutcome::Succeeded), none()));
+    let lease = history(&given).iter().fold(Lease::initial(), |lease, e| lease.evolve(e));
+    let again =
+        lease.decide(&C::Restart { maintenance_id: MAINTENANCE }, &ctx_at(2, none())).unwrap();
+    let [LeaseEvent::LeaseRestartStarted { admitted_at, .. }] = again.as_slice() else {
+        panic!("{again:?}")
+    };
+    assert_eq!(*admitted_at, t(2) + chrono::TimeDelta::seconds(1));
+    let restarting = again.iter().fold(lease, |lease, e| lease.evolve(e));
+    let old = restarting.decide(&complete(2, MaintenanceOutcome::Succeeded), &ctx_at(3, none()));
+    assert_eq!(old, Err(LeaseError::Fenced));
+}
