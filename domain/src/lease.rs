@@ -26,7 +26,7 @@
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
 //! | none | RequestProvision | provisioning | ProvisionRequested | every SKU routes to a backend, else `NoBackend` |
-//! | provisioning | RequestProvision | provisioning | — (already in flight) | — |
+//! | provisioning | RequestProvision | provisioning | — (already in flight) | same provider, items and manifest, else `ProvisionMismatch` (a conflict) |
 //! | failing, failed | RequestProvision | provisioning | ProvisionRequested (retry) | chain pending or active, else `InvalidState`; same provider, items and manifest, else `ProvisionMismatch` |
 //! | provisioning | ReportProvisioned | ready | Provisioned (+ Activated when pending) | — |
 //! | restarting (restore) | ReportProvisioned | ready | Provisioned (+ Activated when pending); linked: FinishRestore(committed) on the source | the source's refusal refuses it |

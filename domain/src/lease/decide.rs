@@ -115,8 +115,9 @@ fn request_provision(
     ctx: &Context<LeaseFacts>,
 ) -> Decision {
     let retry = match lease.status {
-        LeaseStatus::None => false,
-        LeaseStatus::Provisioning => return NO_CHANGE,
+        // While provisioning, the same request again is a no-op, and a contradicting one a
+        // conflict (checked below, with the recorded terms).
+        LeaseStatus::None | LeaseStatus::Provisioning => false,
         LeaseStatus::Failing | LeaseStatus::Failed if !lease.chain.is_terminal() => true,
         _ => return Err(invalid(lease, command)),
     };
@@ -128,6 +129,9 @@ fn request_provision(
             || terms.payload_hash.as_ref() != Some(payload_hash))
     {
         return Err(LeaseError::ProvisionMismatch);
+    }
+    if lease.status == LeaseStatus::Provisioning {
+        return NO_CHANGE;
     }
     let backend = match (&lease.terms, &ctx.facts.backend) {
         (Some(terms), _) if retry => terms.backend.clone(),

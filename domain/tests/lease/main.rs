@@ -853,3 +853,39 @@ fn a_maintenance_id_reused_within_its_second_gets_a_later_stamp() {
     let old = restarting.decide(&complete(2, MaintenanceOutcome::Succeeded), &ctx_at(3, none()));
     assert_eq!(old, Err(LeaseError::Fenced));
 }
+
+#[test]
+fn a_provision_request_contradicting_the_recorded_terms_while_provisioning_is_a_conflict() {
+    use leasehold_domain::lease::ProviderId;
+    // The same request again is a no-op; another provider, other items or another manifest
+    // for the same lease is a contradiction, refused (it was silently accepted).
+    check(&provisioning(), request(), routed(), NoChange);
+    let contradictions = [
+        C::RequestProvision {
+            lease: LEASE,
+            provider: ProviderId(uuid::Uuid::from_u128(0x99)),
+            items: items(),
+            payload_hash: hash(1),
+            operation: OPERATION,
+        },
+        C::RequestProvision {
+            lease: LEASE,
+            provider: PROVIDER,
+            items: LeaseItems::new(vec![item("gpu.h100.1x", 3, "trainer")]).unwrap(),
+            payload_hash: hash(1),
+            operation: OPERATION,
+        },
+        C::RequestProvision {
+            lease: LEASE,
+            provider: PROVIDER,
+            items: items(),
+            payload_hash: hash(2),
+            operation: OPERATION,
+        },
+    ];
+    for contradiction in contradictions {
+        let refused = Refused(LeaseError::ProvisionMismatch);
+        check(&provisioning(), contradiction, routed(), refused);
+    }
+    assert_eq!(LeaseError::ProvisionMismatch.kind(), RefusalKind::Conflict);
+}
