@@ -202,7 +202,9 @@ impl<S: CommandStore> CommandPipeline<S> {
             let conflict = CommandError::ConcurrencyConflict { expected, actual: cached.version };
             return self.answer_recorded(ledger, conflict).await;
         }
-        let now = self.clock.now();
+        // Times are stored to the microsecond; deciding at that precision keeps replays exact,
+        // whatever clock was handed in.
+        let now = leasehold_domain::to_micros(self.clock.now());
         let ctx = Context {
             now,
             tenant: request.tenant.clone(),

@@ -152,7 +152,12 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
             if *shutdown.borrow() {
                 break;
             }
-            let _ = tokio::time::timeout(self.config.retry_interval, shutdown.changed()).await;
+            // A dropped shutdown sender is a shutdown too: never spin on its error.
+            if let Ok(Err(_)) =
+                tokio::time::timeout(self.config.retry_interval, shutdown.changed()).await
+            {
+                break;
+            }
         }
     }
 
@@ -190,7 +195,7 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
                     () = &mut notified => {}
                     () = &mut clock_moved => {}
                     () = tokio::time::sleep(until_due) => {}
-                    _ = shutdown.changed() => {}
+                    changed = shutdown.changed() => if changed.is_err() { break },
                 }
                 continue;
             }

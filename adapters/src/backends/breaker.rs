@@ -4,6 +4,8 @@
 //! are failures is [`super::BackendError::counts_toward_breaker`], plus every transport error.
 //! Pure: the caller hands in the time (from its `Clock`), so tests drive it with no waiting.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use chrono::{DateTime, TimeDelta, Utc};
 
 /// Failures in a row that open the breaker.
@@ -117,6 +119,58 @@ impl Breaker {
     }
 }
 
+/// A breaker shared by every call to one backend.
+#[derive(Debug, Clone, Default)]
+pub struct SharedBreaker(Arc<Mutex<Breaker>>);
+
+impl SharedBreaker {
+    fn lock(&self) -> MutexGuard<'_, Breaker> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where it stands at `now`.
+    pub fn state(&self, now: DateTime<Utc>) -> BreakerState {
+        self.lock().state(now)
+    }
+
+    /// Lets a call through at `now`, or refuses it.
+    ///
+    /// # Errors
+    /// [`CircuitOpen`], as [`Breaker::admit`].
+    pub fn admit(&self, now: DateTime<Utc>) -> Result<Call, CircuitOpen> {
+        let admission = self.lock().admit(now)?;
+        Ok(Call { breaker: self.clone(), admission: Some(admission), admitted_at: now })
+    }
+}
+
+/// A call the shared breaker let through. Record its result; dropped unrecorded (the
+/// caller's future was cancelled, by a timeout or a shutdown) it counts as a failure, so a
+/// half-open trial is never left out for ever with every later call refused.
+#[derive(Debug)]
+#[must_use = "record the call's result"]
+pub struct Call {
+    breaker: SharedBreaker,
+    admission: Option<Admission>,
+    admitted_at: DateTime<Utc>,
+}
+
+impl Call {
+    /// Records the call's result at `now`.
+    pub fn record(mut self, failed: bool, now: DateTime<Utc>) {
+        if let Some(admission) = self.admission.take() {
+            self.breaker.lock().record(admission, failed, now);
+        }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            self.breaker.lock().record(admission, true, self.admitted_at);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +226,21 @@ mod tests {
         breaker.record(slow, false, t(1));
         assert_eq!(breaker.state(t(1)), BreakerState::Open);
         assert_eq!(BreakerState::HalfOpen as u8, 1);
+    }
+
+    #[test]
+    fn a_trial_dropped_unrecorded_counts_as_failed_and_the_next_one_is_admitted() {
+        let breaker = SharedBreaker::default();
+        for _ in 0..5 {
+            breaker.admit(t(0)).expect("closed").record(true, t(0));
+        }
+        let trial = breaker.admit(t(60)).expect("half-open: the trial");
+        // The caller gave up on it (its future was dropped).
+        drop(trial);
+        assert_eq!(breaker.state(t(61)), BreakerState::Open, "not stuck half-open");
+        assert_eq!(breaker.admit(t(100)).err(), Some(CircuitOpen));
+        let trial = breaker.admit(t(120)).expect("another trial 60 s on");
+        trial.record(false, t(120));
+        assert_eq!(breaker.state(t(120)), BreakerState::Closed);
     }
 }

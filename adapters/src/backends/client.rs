@@ -5,7 +5,7 @@
 //! Signatures carry the machine's time, whatever clock the breaker is driven by: the backend
 //! checks them against its own clock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use super::breaker::{Breaker, BreakerState, CircuitOpen};
+use super::breaker::{BreakerState, CircuitOpen, SharedBreaker};
 use super::refusal::{BackendError, Route, classify};
 use super::signature::{SIGNATURE_HEADER, SigningSecret};
 use super::wire::{
@@ -95,7 +95,7 @@ impl CallError {
 pub struct BackendClient {
     config: Arc<BackendConfig>,
     http: reqwest::Client,
-    breaker: Arc<Mutex<Breaker>>,
+    breaker: SharedBreaker,
     clock: Arc<dyn Clock>,
 }
 
@@ -120,7 +120,7 @@ impl BackendClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| CallError::Transport { reason: e.to_string() })?;
-        let breaker = Arc::default();
+        let breaker = SharedBreaker::default();
         Ok(Self { config: Arc::new(config), http, breaker, clock })
     }
 
@@ -131,7 +131,7 @@ impl BackendClient {
 
     /// Its breaker's state now.
     pub fn breaker_state(&self) -> BreakerState {
-        self.lock_breaker().state(self.clock.now())
+        self.breaker.state(self.clock.now())
     }
 
     /// `POST /provision`.
@@ -142,8 +142,7 @@ impl BackendClient {
         &self,
         request: &ProvisionRequest,
     ) -> Result<ProvisionAccepted, CallError> {
-        let body = self.post(Route::Provision, "/provision", request).await?;
-        decode(&body)
+        self.post_for(Route::Provision, "/provision", request, decode).await
     }
 
     /// `POST /restart`.
@@ -151,7 +150,7 @@ impl BackendClient {
     /// # Errors
     /// See [`CallError`].
     pub async fn restart(&self, request: &RestartRequest) -> Result<(), CallError> {
-        self.post(Route::Restart, "/restart", request).await.map(drop)
+        self.post(Route::Restart, "/restart", request).await
     }
 
     /// `POST /update`.
@@ -159,7 +158,7 @@ impl BackendClient {
     /// # Errors
     /// See [`CallError`].
     pub async fn update(&self, request: &UpdateRequest) -> Result<(), CallError> {
-        self.post(Route::Update, "/update", request).await.map(drop)
+        self.post(Route::Update, "/update", request).await
     }
 
     /// `POST /restore`.
@@ -167,7 +166,7 @@ impl BackendClient {
     /// # Errors
     /// See [`CallError`].
     pub async fn restore(&self, request: &RestoreRequest) -> Result<(), CallError> {
-        self.post(Route::Restore, "/restore", request).await.map(drop)
+        self.post(Route::Restore, "/restore", request).await
     }
 
     /// `POST /deprovision` (only `200` is success, even for a lease already gone).
@@ -176,7 +175,7 @@ impl BackendClient {
     /// See [`CallError`].
     pub async fn deprovision(&self, lease: Uuid) -> Result<(), CallError> {
         let request = DeprovisionRequest { lease_uuid: lease };
-        self.post(Route::Deprovision, "/deprovision", &request).await.map(drop)
+        self.post(Route::Deprovision, "/deprovision", &request).await
     }
 
     /// `POST /reconcile_custom_domain`.
@@ -187,7 +186,7 @@ impl BackendClient {
         &self,
         request: &ReconcileCustomDomainRequest,
     ) -> Result<(), CallError> {
-        self.post(Route::ReconcileCustomDomain, "/reconcile_custom_domain", request).await.map(drop)
+        self.post(Route::ReconcileCustomDomain, "/reconcile_custom_domain", request).await
     }
 
     /// `GET /info/{lease}`.
@@ -327,25 +326,41 @@ impl BackendClient {
         route: Route,
         path: &str,
         body: &B,
-    ) -> Result<Vec<u8>, CallError> {
+    ) -> Result<(), CallError> {
+        self.post_for(route, path, body, |_| Ok(())).await
+    }
+
+    /// A `POST` whose answer `read` turns into its result (inside the breaker's count).
+    async fn post_for<B: Serialize, T>(
+        &self,
+        route: Route,
+        path: &str,
+        body: &B,
+        read: impl FnOnce(&[u8]) -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
         let body =
             serde_json::to_vec(body).map_err(|e| CallError::Decode { reason: e.to_string() })?;
-        let call =
-            Call { route, method: Method::POST, target: path, body, cap: BACKEND_INFO_BYTES_MAX };
-        self.guarded(call).await
+        let cap = BACKEND_INFO_BYTES_MAX;
+        let call = Call { route, method: Method::POST, target: path, body, cap };
+        self.guarded(call, read).await
     }
 
     async fn get<T: DeserializeOwned>(&self, target: &str, cap: usize) -> Result<T, CallError> {
         let call = Call { route: Route::Read, method: Method::GET, target, body: Vec::new(), cap };
-        decode(&self.guarded(call).await?)
+        self.guarded(call, decode).await
     }
 
-    /// The call behind the breaker: refused while it is open, its result recorded.
-    async fn guarded(&self, call: Call<'_>) -> Result<Vec<u8>, CallError> {
-        let admission = self.lock_breaker().admit(self.clock.now())?;
-        let result = self.send(call).await;
+    /// The call behind the breaker: refused while it is open; its result, decoding included,
+    /// recorded (a call dropped before its end counts as failed).
+    async fn guarded<T>(
+        &self,
+        call: Call<'_>,
+        read: impl FnOnce(&[u8]) -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
+        let admitted = self.breaker.admit(self.clock.now())?;
+        let result = self.send(call).await.and_then(|body| read(&body));
         let failed = result.as_ref().err().is_some_and(CallError::counts_toward_breaker);
-        self.lock_breaker().record(admission, failed, self.clock.now());
+        admitted.record(failed, self.clock.now());
         result
     }
 
@@ -381,10 +396,6 @@ impl BackendClient {
         }
         classify(call.route, status, &body)?;
         Ok(body)
-    }
-
-    fn lock_breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
-        self.breaker.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
