@@ -215,7 +215,7 @@ fn start_maintenance(
     let generation = lease.generation + 1;
     // The admission stamp is the decision's time: every replay of this command's completion
     // must echo it, so a completion of an older command with a reused id cannot settle it.
-    let at = fresh_stamp(lease, maintenance_id, at);
+    let at = fresh_stamp(lease, at);
     Ok(vec![match update {
         None => LeaseEvent::LeaseRestartStarted { maintenance_id, admitted_at: at, generation },
         Some(payload_hash) => LeaseEvent::LeaseUpdateStarted {
@@ -426,13 +426,14 @@ fn admission_stamp(at: DateTime<Utc>) -> DateTime<Utc> {
     at.with_nanosecond(0).unwrap_or(at)
 }
 
-/// The stamp of a new maintenance: the decision's second, or, when the same id settled a
-/// maintenance stamped in that second or later, the second after it, so that `(id, stamp)`
-/// never repeats and a repeated old completion never settles the new one.
-fn fresh_stamp(lease: &Lease, id: MaintenanceId, at: DateTime<Utc>) -> DateTime<Utc> {
+/// The stamp of a new maintenance: the decision's second, or, when the last settled
+/// maintenance (whatever its id) was stamped in that second or later, the second after it.
+/// Stamps of one lease thus only increase, so `(id, stamp)` never repeats and a repeated old
+/// completion never settles a new one, even with ids reused in turn within one second.
+fn fresh_stamp(lease: &Lease, at: DateTime<Utc>) -> DateTime<Utc> {
     let at = admission_stamp(at);
     match lease.last_settled {
-        Some((settled, last)) if settled == id && admission_stamp(last) >= at => {
+        Some((_, last)) if admission_stamp(last) >= at => {
             admission_stamp(last) + chrono::TimeDelta::seconds(1)
         }
         _ => at,

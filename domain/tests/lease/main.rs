@@ -852,6 +852,28 @@ fn a_maintenance_id_reused_within_its_second_gets_a_later_stamp() {
     let restarting = again.iter().fold(lease, |lease, e| lease.evolve(e));
     let old = restarting.decide(&complete(2, MaintenanceOutcome::Succeeded), &ctx_at(3, none()));
     assert_eq!(old, Err(LeaseError::Fenced));
+
+    // Ids reused in turn within one second (M, then another, then M again): stamps still
+    // only increase, so M's first completion repeated late settles nothing.
+    let other = leasehold_domain::lease::MaintenanceId(uuid::Uuid::from_u128(0x77));
+    let mut lease = restarting;
+    let mut stamps = Vec::new();
+    for id in [other, MAINTENANCE] {
+        let settle = |lease: &Lease, stamp| C::CompleteMaintenance {
+            maintenance_id: lease.pending.map_or(id, |p| p.id),
+            admitted_at: stamp,
+            outcome: MaintenanceOutcome::Succeeded,
+        };
+        let pending = lease.pending.expect("a pending maintenance");
+        let done = lease.decide(&settle(&lease, pending.admitted_at), &ctx_at(2, none())).unwrap();
+        lease = done.iter().fold(lease, |lease, e| lease.evolve(e));
+        let started = lease.decide(&C::Restart { maintenance_id: id }, &ctx_at(2, none())).unwrap();
+        lease = started.iter().fold(lease, |lease, e| lease.evolve(e));
+        stamps.push(lease.pending.expect("restarting").admitted_at);
+    }
+    assert!(stamps.windows(2).all(|w| w[0] < w[1]), "{stamps:?}");
+    let late = lease.decide(&complete(2, MaintenanceOutcome::Succeeded), &ctx_at(3, none()));
+    assert_eq!(late, Err(LeaseError::Fenced));
 }
 
 #[test]
