@@ -142,7 +142,10 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
         while !*shutdown.borrow() {
             let outcome = match self.store.lock_reconciler(R::NAME, R::VERSION).await {
                 Ok(Some(session)) => self.drive(session, &mut shutdown).await,
-                Ok(None) => Ok(()),
+                Ok(None) => {
+                    self.stats.record_lock_miss();
+                    Ok(())
+                }
                 Err(error) => Err(error.into()),
             };
             if let Err(error) = outcome {

@@ -59,6 +59,10 @@ pub struct RunnerStats {
     pub failed: tokio::sync::Notify,
     /// The error the last failed session ended in.
     pub last_error: std::sync::Mutex<Option<String>>,
+    /// Times its lock was held by another instance when it tried to take it.
+    pub lock_misses: AtomicU64,
+    /// Notified whenever it finds its lock held by another instance.
+    pub lock_missed: tokio::sync::Notify,
 }
 
 impl RunnerStats {
@@ -69,6 +73,25 @@ impl RunnerStats {
         drop(last);
         self.failures.fetch_add(1, Ordering::Relaxed);
         self.failed.notify_waiters();
+    }
+
+    /// Counts a lock found held by another instance.
+    pub(crate) fn record_lock_miss(&self) {
+        self.lock_misses.fetch_add(1, Ordering::Relaxed);
+        self.lock_missed.notify_waiters();
+    }
+
+    /// Waits until its lock has been found held by another instance at least `count` times.
+    pub async fn wait_for_lock_misses(&self, count: u64) {
+        loop {
+            let missed = self.lock_missed.notified();
+            tokio::pin!(missed);
+            missed.as_mut().enable();
+            if self.lock_misses.load(Ordering::Relaxed) >= count {
+                return;
+            }
+            missed.await;
+        }
     }
 
     /// The error the last failed session ended in, if any did.
@@ -125,7 +148,10 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
         while !*shutdown.borrow() {
             let outcome = match self.store.lock().await {
                 Ok(Some(session)) => self.drive(session, &mut shutdown).await,
-                Ok(None) => Ok(()),
+                Ok(None) => {
+                    self.stats.record_lock_miss();
+                    Ok(())
+                }
                 Err(error) => Err(error.into()),
             };
             if let Err(error) = outcome {

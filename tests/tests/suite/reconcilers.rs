@@ -264,6 +264,10 @@ async fn one_instance_acts_at_a_time_and_the_other_takes_over_when_it_stops() {
     let second_stats = second.stats();
     let second_task = tokio::spawn(second.run(stop_second.subscribe()));
 
+    // The second has tried the lock and found it held.
+    tokio::time::timeout(WAIT, second_stats.wait_for_lock_misses(1))
+        .await
+        .expect("the second instance tried the lock");
     let before: Vec<String> = (0..10).map(|n| format!("before-{n}")).collect();
     happen(&store, &before).await;
     tokio::time::timeout(WAIT, async {
