@@ -27,7 +27,7 @@ use crate::limits::{
     BATCH_EVENTS_DEFAULT, POLL_INTERVAL_MILLISECONDS, RETRY_INTERVAL_MILLISECONDS,
 };
 use crate::port::{ReconcilerSession, ReconcilerStore};
-use crate::runtime::RunnerStats;
+use crate::runtime::{RunnerStats, end_session};
 
 /// What a reconciler is shown on one call: the events after its checkpoint (none on a tick)
 /// and the time.
@@ -141,23 +141,13 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         while !*shutdown.borrow() {
             let outcome = match self.store.lock_reconciler(R::NAME, R::VERSION).await {
-                Ok(Some(session)) => self.drive(session, &mut shutdown).await,
-                Ok(None) => {
-                    self.stats.record_lock_miss();
-                    Ok(())
-                }
+                Ok(Some(session)) => self.drive(session, &mut shutdown).await.map(|()| true),
+                Ok(None) => Ok(false),
                 Err(error) => Err(error.into()),
             };
-            if let Err(error) = outcome {
-                self.stats.record_failure(&error);
-                tracing::warn!(reconciler = R::NAME, %error, "reconciler restarts");
-            }
-            if *shutdown.borrow() {
-                break;
-            }
-            // A dropped shutdown sender is a shutdown too: never spin on its error.
-            if let Ok(Err(_)) =
-                tokio::time::timeout(self.config.retry_interval, shutdown.changed()).await
+            let what = ("reconciler", R::NAME);
+            if !end_session(&self.stats, what, outcome, self.config.retry_interval, &mut shutdown)
+                .await
             {
                 break;
             }

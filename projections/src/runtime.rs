@@ -114,6 +114,30 @@ impl RunnerStats {
     }
 }
 
+/// What ends every session of a runner (a projection's or a reconciler's): a lock found held
+/// is counted, a failure counted and logged, then the retry interval waited out. `false` when
+/// the runner must stop: shutdown, or its sender dropped (never spun on).
+pub(crate) async fn end_session<E: std::fmt::Display>(
+    stats: &RunnerStats,
+    (kind, name): (&'static str, &'static str),
+    outcome: Result<bool, E>,
+    retry_interval: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    match outcome {
+        Ok(true) => {}
+        Ok(false) => stats.record_lock_miss(),
+        Err(error) => {
+            stats.record_failure(&error);
+            tracing::warn!(kind, name, %error, "runner restarts");
+        }
+    }
+    if *shutdown.borrow() {
+        return false;
+    }
+    !matches!(tokio::time::timeout(retry_interval, shutdown.changed()).await, Ok(Err(_)))
+}
+
 /// Runs projection `P` over store `S` until shutdown.
 #[derive(Debug)]
 pub struct Runner<P, S> {
@@ -147,22 +171,16 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         while !*shutdown.borrow() {
             let outcome = match self.store.lock().await {
-                Ok(Some(session)) => self.drive(session, &mut shutdown).await,
-                Ok(None) => {
-                    self.stats.record_lock_miss();
-                    Ok(())
-                }
+                Ok(Some(session)) => self.drive(session, &mut shutdown).await.map(|()| true),
+                Ok(None) => Ok(false),
                 Err(error) => Err(error.into()),
             };
-            if let Err(error) = outcome {
-                self.stats.record_failure(&error);
-                tracing::warn!(projection = P::NAME, %error, "projection runner restarts");
-            }
-            if *shutdown.borrow() {
+            let what = ("projection", P::NAME);
+            if !end_session(&self.stats, what, outcome, self.config.retry_interval, &mut shutdown)
+                .await
+            {
                 break;
             }
-            // Another runner holds the lock, or this session failed: try again later.
-            let _ = tokio::time::timeout(self.config.retry_interval, shutdown.changed()).await;
         }
     }
 
@@ -187,7 +205,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
                 tokio::select! {
                     () = &mut notified => {}
                     () = tokio::time::sleep(self.config.poll_interval) => {}
-                    _ = shutdown.changed() => {}
+                    changed = shutdown.changed() => if changed.is_err() { break },
                 }
                 continue;
             }
