@@ -8,6 +8,7 @@ pub mod backends;
 pub mod canonical;
 pub mod chain;
 pub mod database;
+pub mod dispatch;
 pub mod limits;
 pub mod migrations;
 pub mod projections;

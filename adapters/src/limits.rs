@@ -83,3 +83,16 @@ pub const BACKEND_PAGES_MAX: usize = 100_000;
 
 /// Most leases one lookup names.
 pub const BACKEND_LOOKUP_UUIDS_MAX: usize = 100;
+
+/// Most pieces of work a dispatcher claims per call.
+pub const DISPATCH_CLAIM_ROWS_MAX: usize = 256;
+
+/// Most sends a dispatcher has in flight at once.
+pub const DISPATCH_CONCURRENCY_MAX: usize = 32;
+
+/// A dispatcher's wait after a first failed attempt, and after a send its target's breaker
+/// refused; each further failure doubles it.
+pub const DISPATCH_RETRY_FIRST_MILLISECONDS: u64 = 1_000;
+
+/// A dispatcher's longest wait between attempts.
+pub const DISPATCH_RETRY_MAX_MILLISECONDS: u64 = 60_000;

@@ -63,12 +63,20 @@
 //! | chain closed | Close | unchanged | — (idempotent) | — |
 //! | chain active | Expire | chain expired | Expired | — |
 //! | chain expired | Expire | unchanged | — (idempotent) | — |
+//! | any but none | RecordDispatch(any) naming an older generation | unchanged | — (superseded work: its answer changes nothing) | — |
+//! | any but none | RecordDispatch(accepted) | unchanged | Dispatched | — |
+//! | any but none | RecordDispatch(failed: no answer, a server error, breaker counted) | unchanged | DispatchFailed | — |
+//! | provisioning, restarting (restore) | RecordDispatch(refused) | failed | as ReportFailed with the refusal's reason (+ Rejected when pending; linked FinishRestore(rolled back) when restoring) | — |
+//! | restarting, updating (maintenance) | RecordDispatch(refused) | failed | MaintenanceFailed with the refusal's reason | — |
+//! | any other | RecordDispatch(refused) | unchanged | — (the work was settled otherwise) | — |
 //!
 //! "linked" commands (see `Aggregate::linked`) are decided on the other lease's stream and
 //! appended atomically with this lease's events; a refusal of either refuses both.
 //!
 //! The **generation** rises with every command that starts backend work (provision, restore,
-//! restart, update, deprovision) and is stamped on the events; it never falls. `fail_count`
+//! restart, update, deprovision) and is stamped on the events; it never falls. It is also the
+//! dispatcher's name for that work: each attempt to hand it to the backend is recorded with
+//! its generation (RecordDispatch), and an answer about an older generation changes nothing. `fail_count`
 //! counts failures for diagnosis and never decides anything.
 
 mod decide;
@@ -512,6 +520,38 @@ pub enum LeaseCommand {
     },
     /// The lease's term ran out.
     Expire,
+    /// The dispatcher's record of one attempt to hand backend work to the lease's backend.
+    RecordDispatch {
+        /// The generation of the work (the one its starting event was stamped with).
+        generation: u64,
+        /// Which attempt, from 1.
+        attempt: u32,
+        /// What the backend answered.
+        answer: DispatchAnswer,
+    },
+}
+
+/// What a backend answered one dispatch attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchAnswer {
+    /// It took the work (`202`, or `200` for a release); its callback settles it.
+    Accepted,
+    /// No usable answer (unreachable, timed out, a server error, a malformed body): the work
+    /// is tried again later.
+    Failed {
+        /// Operator-only detail.
+        detail: OperatorDetail,
+    },
+    /// It refused the work for good: the work fails with this reason.
+    Refused {
+        /// Tenant-safe reason.
+        reason: Reason,
+        /// Tenant-safe message.
+        message: TenantMessage,
+        /// Operator-only detail.
+        detail: OperatorDetail,
+    },
 }
 
 impl LeaseCommand {
@@ -547,6 +587,7 @@ impl LeaseCommand {
             Self::ObserveTerminalBudget { .. } => "ObserveTerminalBudget",
             Self::Close { .. } => "Close",
             Self::Expire => "Expire",
+            Self::RecordDispatch { .. } => "RecordDispatch",
         }
     }
 }
@@ -705,8 +746,13 @@ impl Aggregate for Lease {
                 vec![(from.stream_id(), LeaseCommand::BeginRestore { into: *lease })]
             }
             (
-                LeaseCommand::ReportProvisioned { .. } | LeaseCommand::ReportFailed { .. },
-                Some(first),
+                LeaseCommand::ReportProvisioned { .. }
+                | LeaseCommand::ReportFailed { .. }
+                | LeaseCommand::RecordDispatch { .. },
+                Some(
+                    first @ (LeaseEvent::LeaseProvisioned { .. }
+                    | LeaseEvent::LeaseProvisionFailed { .. }),
+                ),
                 Some((into, from)),
             ) if restoring => {
                 let committed = matches!(first, LeaseEvent::LeaseProvisioned { .. });

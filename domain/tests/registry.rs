@@ -115,6 +115,13 @@ fn lease_samples() -> Vec<E> {
         E::LeaseClosedForFailure { consecutive_failures: 3, at },
         E::LeaseClosed { cause: CloseCause::Tenant, at },
         E::LeaseExpired { at },
+        E::LeaseDispatched { generation: 2, attempt: 1, at },
+        E::LeaseDispatchFailed {
+            generation: 2,
+            attempt: 3,
+            detail: OperatorDetail::new("connect 10.0.0.5:9000: refused"),
+            at,
+        },
     ]
 }
 

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod cluster;
 mod database;
+mod dispatch;
 mod events;
 mod projections;
 mod projectors;

@@ -69,6 +69,15 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SEAL_EVERY", default_value_t = 1_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     seal_every: u64,
+    /// A JSON file saying how to reach each lease backend (name, url, secret_file,
+    /// timeout_seconds; see the README). With it, `serve` sends every lease's work to its
+    /// backend, signed with that backend's secret, and backends call back per operation.
+    /// Without it, leases are recorded only.
+    #[arg(long, env = "LEASEHOLD_BACKENDS_FILE")]
+    backends_file: Option<std::path::PathBuf>,
+    /// The URL backends reach this gateway's callbacks at (default: http://<listen address>).
+    #[arg(long, env = "LEASEHOLD_CALLBACK_BASE_URL")]
+    callback_base_url: Option<String>,
 }
 
 /// Runs until a stop signal.
@@ -104,6 +113,17 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // covers what the gateway's last requests appended.
     let (stop_sealer, sealer_stopped) = watch::channel(false);
     let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, sealer_stopped));
+    let dispatcher = match &args.backends_file {
+        Some(file) => {
+            let base =
+                args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
+            let placed_on = placement(args)?;
+            let (names, task) = crate::dispatch::start(&store, file, (&base, placed_on), &stopped)?;
+            tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
+            Some(task)
+        }
+        None => None,
+    };
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
         "leasehold serve: {} at {}; projections {} running; listening on \
@@ -124,6 +144,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     for (name, task) in projectors.tasks {
         finished.push((name, tokio::time::timeout(wait, task).await));
     }
+    let dispatched = match dispatcher {
+        Some(task) => Some(tokio::time::timeout(wait, task).await),
+        None => None,
+    };
     lag.abort();
     stop_sealer.send_replace(true);
     let sealed = tokio::time::timeout(wait, sealer).await;
@@ -132,6 +156,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         let stopped_in_time =
             finished.with_context(|| format!("projection {name} did not stop in time"))?;
         stopped_in_time.with_context(|| format!("projection {name} failed"))?;
+    }
+    if let Some(dispatched) = dispatched {
+        dispatched
+            .context("the dispatcher did not stop in time")?
+            .context("the dispatcher failed")?;
     }
     sealed.context("the sealer did not stop in time")?.context("the sealer failed")?;
     let read_models = PgReadModels::of(&store);
@@ -146,11 +175,15 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The backend new leases are placed on.
+fn placement(args: &ServeArgs) -> anyhow::Result<BackendName> {
+    BackendName::parse("--backend", args.backend.as_str())
+        .map_err(|error| anyhow::anyhow!("{error}"))
+}
+
 fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
-    let backend = BackendName::parse("--backend", args.backend.as_str())
-        .map_err(|error| anyhow::anyhow!("{error}"))?;
     Ok(GatewayConfig {
-        backend: Some(backend),
+        backend: Some(placement(args)?),
         consistency_wait: Duration::from_millis(args.consistency_wait_ms),
         ws_init_wait: Duration::from_millis(args.ws_init_timeout_ms),
         ws_ping_every: Duration::from_millis(args.ws_ping_interval_ms),

@@ -46,25 +46,32 @@ pub struct Breaker {
     opened_at: DateTime<Utc>,
     trial_out: bool,
     generation: u64,
+    open_for: TimeDelta,
 }
 
 impl Default for Breaker {
     fn default() -> Self {
+        Self::opening_for(BREAKER_OPEN)
+    }
+}
+
+impl Breaker {
+    /// A closed breaker that stays open for `open_for` once it opens (fred's is 60 s).
+    pub fn opening_for(open_for: TimeDelta) -> Self {
         Self {
             state: BreakerState::Closed,
             failures: 0,
             opened_at: DateTime::<Utc>::MIN_UTC,
             trial_out: false,
             generation: 0,
+            open_for,
         }
     }
-}
 
-impl Breaker {
     /// Where it stands at `now` (an open breaker whose time is up is half-open).
     pub fn state(&self, now: DateTime<Utc>) -> BreakerState {
         match self.state {
-            BreakerState::Open if now - self.opened_at >= BREAKER_OPEN => BreakerState::HalfOpen,
+            BreakerState::Open if now - self.opened_at >= self.open_for => BreakerState::HalfOpen,
             state => state,
         }
     }
@@ -124,6 +131,11 @@ impl Breaker {
 pub struct SharedBreaker(Arc<Mutex<Breaker>>);
 
 impl SharedBreaker {
+    /// A shared [`Breaker::opening_for`].
+    pub fn opening_for(open_for: TimeDelta) -> Self {
+        Self(Arc::new(Mutex::new(Breaker::opening_for(open_for))))
+    }
+
     fn lock(&self) -> MutexGuard<'_, Breaker> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -40,13 +40,17 @@ pub struct BackendConfig {
     pub secret: SigningSecret,
     /// How long one exchange may take, body included.
     pub timeout: Duration,
+    /// How long its breaker stays open once 5 failures in a row opened it (fred's: 60 s).
+    pub breaker_open: Duration,
 }
 
 impl BackendConfig {
     /// A backend with the default timeout (30 s).
     pub fn new(name: &str, url: &str, secret: SigningSecret) -> Self {
         let timeout = Duration::from_secs(BACKEND_TIMEOUT_DEFAULT_SECONDS);
-        Self { name: name.to_string(), url: url.trim_end_matches('/').to_string(), secret, timeout }
+        let breaker_open = super::BREAKER_OPEN.to_std().expect("a positive duration");
+        let url = url.trim_end_matches('/').to_string();
+        Self { name: name.to_string(), url, secret, timeout, breaker_open }
     }
 }
 
@@ -120,7 +124,9 @@ impl BackendClient {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| CallError::Transport { reason: e.to_string() })?;
-        let breaker = SharedBreaker::default();
+        let open_for = chrono::TimeDelta::from_std(config.breaker_open)
+            .map_err(|e| CallError::Transport { reason: format!("breaker_open: {e}") })?;
+        let breaker = SharedBreaker::opening_for(open_for);
         Ok(Self { config: Arc::new(config), http, breaker, clock })
     }
 

@@ -4,9 +4,11 @@
 //! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
 //! route and status, and the error envelope. `wire.rs`: the JSON bodies, field for field.
 //! `breaker.rs`: each backend's circuit breaker. `client.rs`: one backend over HTTP.
+//! `config.rs`: the backends file (each backend's URL, secret file, timeout).
 
 mod breaker;
 mod client;
+pub mod config;
 mod refusal;
 mod signature;
 pub mod wire;

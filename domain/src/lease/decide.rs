@@ -4,9 +4,9 @@
 use chrono::{DateTime, Timelike, Utc};
 
 use super::{
-    ChainState, Lease, LeaseCommand, LeaseError, LeaseEvent, LeaseFacts, LeaseItems, LeaseStatus,
-    MaintenanceId, MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash, ProviderId,
-    Reason, RetentionStatus, TenantMessage, TerminalVerdict,
+    ChainState, DispatchAnswer, Lease, LeaseCommand, LeaseError, LeaseEvent, LeaseFacts,
+    LeaseItems, LeaseStatus, MaintenanceId, MaintenanceOutcome, OperationId, OperatorDetail,
+    PayloadHash, ProviderId, Reason, RetentionStatus, TenantMessage, TerminalVerdict,
 };
 use crate::aggregate::Context;
 use crate::lease::{CloseCause, HostName, LeaseId, MaintenanceKind, ReapCause, ServiceName};
@@ -99,6 +99,53 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
             ChainState::Active => Ok(vec![LeaseEvent::LeaseExpired { at }]),
             ChainState::Expired => NO_CHANGE,
             _ => Err(refuse()),
+        },
+        LeaseCommand::RecordDispatch { generation, attempt, answer } => {
+            record_dispatch(lease, (*generation, *attempt), answer, at)
+        }
+    }
+}
+
+/// One dispatch attempt's answer. Only the current work's answer counts: a newer command has
+/// started other work, whose own dispatch is recorded under its own generation.
+fn record_dispatch(
+    lease: &Lease,
+    (generation, attempt): (u64, u32),
+    answer: &DispatchAnswer,
+    at: DateTime<Utc>,
+) -> Decision {
+    if generation != lease.generation {
+        return NO_CHANGE;
+    }
+    match answer {
+        DispatchAnswer::Accepted => {
+            Ok(vec![LeaseEvent::LeaseDispatched { generation, attempt, at }])
+        }
+        DispatchAnswer::Failed { detail } => Ok(vec![LeaseEvent::LeaseDispatchFailed {
+            generation,
+            attempt,
+            detail: detail.clone(),
+            at,
+        }]),
+        DispatchAnswer::Refused { reason, message, detail } => match lease.pending {
+            // A refused restart or update never started: it settles as failed, so the tenant
+            // sees why and may try again.
+            Some(pending)
+                if matches!(lease.status, LeaseStatus::Restarting | LeaseStatus::Updating) =>
+            {
+                let outcome = MaintenanceOutcome::Failed {
+                    reason: reason.clone(),
+                    message: message.clone(),
+                    detail: detail.clone(),
+                };
+                complete_maintenance(lease, (pending.id, pending.admitted_at), &outcome, at)
+            }
+            _ if lease.status == LeaseStatus::Provisioning
+                || lease.status == LeaseStatus::Restarting =>
+            {
+                Ok(report_failed(lease, (reason, message, detail), at).unwrap_or_default())
+            }
+            _ => NO_CHANGE,
         },
     }
 }

@@ -138,6 +138,11 @@ pub enum LeaseEvent {
     LeaseClosed { cause: CloseCause, at: DateTime<Utc> },
     /// The lease ran out its term: ACTIVE became EXPIRED.
     LeaseExpired { at: DateTime<Utc> },
+    /// The backend took the work of `generation` (its callback settles it).
+    LeaseDispatched { generation: u64, attempt: u32, at: DateTime<Utc> },
+    /// An attempt to hand the work of `generation` to the backend got no usable answer; it is
+    /// tried again.
+    LeaseDispatchFailed { generation: u64, attempt: u32, detail: OperatorDetail, at: DateTime<Utc> },
 }
 
 impl DomainEvent for LeaseEvent {
@@ -168,6 +173,8 @@ impl DomainEvent for LeaseEvent {
             Self::LeaseClosedForFailure { .. } => "LeaseClosedForFailure",
             Self::LeaseClosed { .. } => "LeaseClosed",
             Self::LeaseExpired { .. } => "LeaseExpired",
+            Self::LeaseDispatched { .. } => "LeaseDispatched",
+            Self::LeaseDispatchFailed { .. } => "LeaseDispatchFailed",
         }
     }
 
@@ -185,7 +192,7 @@ impl DomainEvent for LeaseEvent {
 
 impl LeaseEvent {
     /// Every event type a lease stream may hold, for projections that subscribe to them.
-    pub const TYPES: [&'static str; 25] = [
+    pub const TYPES: [&'static str; 27] = [
         "LeaseProvisionRequested",
         "LeaseProvisioned",
         "LeaseActivated",
@@ -211,6 +218,8 @@ impl LeaseEvent {
         "LeaseClosedForFailure",
         "LeaseClosed",
         "LeaseExpired",
+        "LeaseDispatched",
+        "LeaseDispatchFailed",
     ];
 }
 
@@ -221,7 +230,7 @@ pub const KIND: AggregateKind = AggregateKind { stream_type: "lease", events: &V
 
 const AT: &[&str] = &["at"];
 
-const VIEWS: [EventView; 25] = [
+const VIEWS: [EventView; 27] = [
     view(
         "LeaseProvisionRequested",
         &[
@@ -288,6 +297,8 @@ const VIEWS: [EventView; 25] = [
     view("LeaseClosedForFailure", AT, &["consecutive_failures"]),
     view("LeaseClosed", &["cause", "at"], &[]),
     view("LeaseExpired", AT, &[]),
+    view("LeaseDispatched", &["attempt", "at"], &["generation"]),
+    view("LeaseDispatchFailed", &["attempt", "at"], &["generation", "detail"]),
 ];
 
 const fn view(

@@ -134,6 +134,9 @@ pub(super) fn evolve(mut lease: Lease, event: &LeaseEvent) -> Lease {
             set_chain(&mut lease, ChainState::Closed, *at);
         }
         E::LeaseExpired { at } => set_chain(&mut lease, ChainState::Expired, *at),
+        E::LeaseDispatched { at, .. } | E::LeaseDispatchFailed { at, .. } => {
+            lease.updated_at = Some(*at);
+        }
     }
     lease
 }

@@ -6,8 +6,9 @@ mod properties;
 
 use fixtures::*;
 use leasehold_domain::lease::{
-    ChainState, CloseCause, LeaseCommand as C, LeaseError, LeaseFacts, LeaseItems, LeaseStatus,
-    MaintenanceOutcome, OperatorDetail, ReapCause, RetentionStatus, TerminalVerdict,
+    ChainState, CloseCause, DispatchAnswer, Lease, LeaseCommand as C, LeaseError, LeaseFacts,
+    LeaseItems, LeaseStatus, MaintenanceOutcome, OperatorDetail, ReapCause, RetentionStatus,
+    TerminalVerdict,
 };
 use leasehold_domain::{Refusal, RefusalKind};
 
@@ -910,4 +911,77 @@ fn a_provision_request_contradicting_the_recorded_terms_while_provisioning_is_a_
         check(&provisioning(), contradiction, routed(), refused);
     }
     assert_eq!(LeaseError::ProvisionMismatch.kind(), RefusalKind::Conflict);
+}
+
+fn dispatch(generation: u64, answer: DispatchAnswer) -> C {
+    C::RecordDispatch { generation, attempt: 1, answer }
+}
+
+fn refused() -> DispatchAnswer {
+    let (reason, message, detail) = failure();
+    DispatchAnswer::Refused { reason, message, detail }
+}
+
+fn no_answer() -> DispatchAnswer {
+    DispatchAnswer::Failed { detail: OperatorDetail::new("connection refused") }
+}
+
+#[test]
+fn record_dispatch() {
+    // Accepted and unanswered attempts are recorded and change no status.
+    let lease = check(
+        &provisioning(),
+        dispatch(1, DispatchAnswer::Accepted),
+        none(),
+        Events(&["LeaseDispatched"]),
+    );
+    assert_eq!(lease.status, LeaseStatus::Provisioning);
+    let lease =
+        check(&provisioning(), dispatch(1, no_answer()), none(), Events(&["LeaseDispatchFailed"]));
+    assert_eq!(lease.status, LeaseStatus::Provisioning);
+    let lease = check(
+        &deprovisioning(),
+        dispatch(2, DispatchAnswer::Accepted),
+        none(),
+        Events(&["LeaseDispatched"]),
+    );
+    assert_eq!(lease.status, LeaseStatus::Deprovisioning);
+    // A refused provision fails the lease, and rejects it while pending.
+    let lease = check(
+        &provisioning(),
+        dispatch(1, refused()),
+        none(),
+        Events(&["LeaseProvisionFailed", "LeaseRejected"]),
+    );
+    assert_eq!((lease.status, lease.chain), (LeaseStatus::Failed, ChainState::Rejected));
+    // A refused restart or update settles the maintenance as failed.
+    let lease =
+        check(&restarting(), dispatch(2, refused()), none(), Events(&["LeaseMaintenanceFailed"]));
+    assert_eq!((lease.status, lease.pending), (LeaseStatus::Failed, None));
+    check(&updating(), dispatch(2, refused()), none(), Events(&["LeaseMaintenanceFailed"]));
+    // An answer about older work changes nothing: the lease has moved on.
+    check(&ready(), dispatch(0, refused()), none(), NoChange);
+    check(&restarting(), dispatch(1, refused()), none(), NoChange);
+    check(&deprovisioning(), dispatch(1, DispatchAnswer::Accepted), none(), NoChange);
+    // A refusal of work already settled (the callback came first) changes nothing.
+    check(&ready(), dispatch(1, refused()), none(), NoChange);
+    check(&deprovisioning(), dispatch(2, refused()), none(), NoChange);
+    check(&[], dispatch(1, DispatchAnswer::Accepted), none(), Refused(LeaseError::NotFound));
+}
+
+#[test]
+fn a_refused_restore_rolls_its_source_back() {
+    use leasehold_domain::Aggregate;
+    let given = vec![(restore_command(None, items()), retained_source(true, retained()))];
+    let before = Lease::replay(&history(&given));
+    let command = dispatch(before.generation, refused());
+    let events = before.decide(&command, &ctx_at(30, none())).expect("decided");
+    let linked = before.linked(&command, &events);
+    assert_eq!(
+        linked,
+        vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: false })]
+    );
+    let accepted = dispatch(before.generation, DispatchAnswer::Accepted);
+    let events = before.decide(&accepted, &ctx_at(30, none())).expect("decided");
+    assert!(before.linked(&accepted, &events).is_empty());
 }

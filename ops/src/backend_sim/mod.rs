@@ -4,8 +4,8 @@
 //! status codes and error envelope, and reports each provision's outcome by a signed callback
 //! to the URL the provision named, after `--callback-delay-ms`.
 //!
-//! Served so far: provision, info, deprovision, provisions (keyset pages and lookups),
-//! health and stats. Restart, update, restore, logs, releases, retentions, custom domains and
+//! Served so far: provision, info, deprovision, provisions (keyset pages, lookups and point
+//! reads), health and stats; `GET /sim/requests` counts the requests received per route. Restart, update, restore, logs, releases, retentions, custom domains and
 //! the failure modes (refuse, time out, roll back, garbage) follow with the dispatcher.
 
 mod routes;
@@ -55,12 +55,20 @@ struct Sim {
     secret: SigningSecret,
     callback_delay: Duration,
     provisions: Arc<Mutex<BTreeMap<Uuid, Provision>>>,
+    /// Requests received per route (`GET /sim/requests`, for tests).
+    received: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     http: reqwest::Client,
 }
 
 impl Sim {
     fn provisions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Provision>> {
         self.provisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts one request to `route`.
+    fn received(&self, route: &'static str) {
+        let mut received = self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *received.entry(route).or_default() += 1;
     }
 }
 
@@ -74,6 +82,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
         secret,
         callback_delay: Duration::from_millis(args.callback_delay_ms),
         provisions: Arc::default(),
+        received: Arc::default(),
         http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -38,11 +38,13 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/deprovision", post(deprovision))
         .route("/info/{lease}", get(info))
         .route("/provisions", get(provisions))
+        .route("/provisions/{lease}", get(provision_info))
         .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
     Router::new()
         .merge(signed)
         .route("/health", get(|| async { axum::Json(json!({ "status": "healthy" })) }))
         .route("/stats", get(stats))
+        .route("/sim/requests", get(received))
         .with_state(sim)
 }
 
@@ -69,6 +71,7 @@ async fn verify_signature(State(sim): State<Sim>, request: Request, next: Next) 
 }
 
 async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("provision");
     let request: ProvisionRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(_) => return error(StatusCode::BAD_REQUEST, "invalid request body"),
@@ -145,6 +148,7 @@ async fn send_callback(sim: &Sim, url: &str, payload: &CallbackPayload) {
 }
 
 async fn deprovision(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("deprovision");
     let Ok(request) = serde_json::from_slice::<DeprovisionRequest>(&body) else {
         return error(StatusCode::BAD_REQUEST, "invalid request body");
     };
@@ -208,6 +212,20 @@ async fn provisions(State(sim): State<Sim>, request: Request) -> Response {
     let taken: Vec<ProvisionInfo> = rest.iter().take(limit).map(|p| info_of(&sim, p)).collect();
     let next = more.then(|| taken.last().map(|p| p.lease_uuid.to_string())).flatten();
     page(taken, next)
+}
+
+/// `GET /provisions/{lease}`: one record, or 404.
+async fn provision_info(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+    match sim.provisions().get(&lease) {
+        Some(provision) => (StatusCode::OK, axum::Json(info_of(&sim, provision))).into_response(),
+        None => error(StatusCode::NOT_FOUND, "lease not provisioned"),
+    }
+}
+
+/// `GET /sim/requests`: how many requests each route received (the simulator's own route).
+async fn received(State(sim): State<Sim>) -> Response {
+    let received = sim.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    axum::Json(received).into_response()
 }
 
 fn page(provisions: Vec<ProvisionInfo>, next: Option<String>) -> Response {

@@ -3,6 +3,7 @@
 mod access;
 mod callbacks;
 mod clients;
+mod dispatch;
 mod leases;
 mod limits;
 mod operations;

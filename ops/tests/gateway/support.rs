@@ -73,6 +73,13 @@ impl Server {
         self.child = child;
     }
 
+    /// Starts the binary again on the same address and database with other extra arguments,
+    /// after it stopped (terminated or killed).
+    pub async fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(ToString::to_string).collect();
+        self.start_again().await;
+    }
+
     /// Sends SIGTERM and waits for a clean exit.
     pub async fn terminate(&mut self) {
         let pid = self.child.id().expect("running");

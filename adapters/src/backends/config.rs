@@ -1,0 +1,188 @@
+//! The backends file: how to reach each lease backend (`serve --backends-file`), in JSON:
+//!
+//! ```json
+//! { "backends": [
+//!     { "name": "docker-1", "url": "http://10.0.0.5:9000",
+//!       "secret_file": "/etc/leasehold/docker-1.secret", "timeout_seconds": 30,
+//!       "breaker_open_seconds": 60 } ] }
+//! ```
+//!
+//! `timeout_seconds` (one exchange, body included) and `breaker_open_seconds` (how long the
+//! circuit stays open after 5 failures in a row) default to fred's 30 and 60.
+//!
+//! Each backend has its own signing secret, read from its file (at least 32 bytes; never
+//! logged, never in an event). Names are unique, URLs are `http://` or `https://`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{BackendConfig, SigningSecret};
+use crate::limits::BACKEND_TIMEOUT_DEFAULT_SECONDS;
+
+/// Longest timeout a backend may be given.
+const TIMEOUT_SECONDS_MAX: u64 = 600;
+
+/// Why the backends file cannot be used. No variant carries a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file (or a secret file) cannot be read.
+    #[error("cannot read {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not the JSON described above.
+    #[error("{path} is not a backends file: {reason}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+    /// One backend's settings are wrong.
+    #[error("backend {name:?}: {reason}")]
+    Invalid {
+        /// The backend.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    backends: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    url: String,
+    secret_file: PathBuf,
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+    #[serde(default)]
+    breaker_open_seconds: Option<u64>,
+}
+
+/// Reads the backends file at `path` (relative secret files are relative to it).
+///
+/// # Errors
+/// [`ConfigError`].
+pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
+    let unreadable = |path: &Path, error: std::io::Error| ConfigError::Unreadable {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
+    };
+    let text = std::fs::read(path).map_err(|error| unreadable(path, error))?;
+    let file: File = serde_json::from_slice(&text).map_err(|error| ConfigError::Malformed {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut configs: Vec<BackendConfig> = Vec::new();
+    for entry in file.backends {
+        let invalid =
+            |reason: &str| ConfigError::Invalid { name: entry.name.clone(), reason: reason.into() };
+        if entry.name.is_empty() || configs.iter().any(|c| c.name == entry.name) {
+            return Err(invalid("names must be present and unique"));
+        }
+        if !(entry.url.starts_with("http://") || entry.url.starts_with("https://")) {
+            return Err(invalid("url must start with http:// or https://"));
+        }
+        let timeout = entry.timeout_seconds.unwrap_or(BACKEND_TIMEOUT_DEFAULT_SECONDS);
+        if !(1..=TIMEOUT_SECONDS_MAX).contains(&timeout) {
+            return Err(invalid("timeout_seconds must be 1 to 600"));
+        }
+        let secret_path = base.join(&entry.secret_file);
+        let bytes = std::fs::read(&secret_path).map_err(|error| unreadable(&secret_path, error))?;
+        let secret = SigningSecret::new(&bytes)
+            .map_err(|_| invalid("its secret file must hold at least 32 bytes"))?;
+        let mut config = BackendConfig::new(&entry.name, &entry.url, secret);
+        config.timeout = Duration::from_secs(timeout);
+        if let Some(open) = entry.breaker_open_seconds {
+            if !(1..=TIMEOUT_SECONDS_MAX).contains(&open) {
+                return Err(invalid("breaker_open_seconds must be 1 to 600"));
+            }
+            config.breaker_open = Duration::from_secs(open);
+        }
+        configs.push(config);
+    }
+    Ok(configs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("lh-backends-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn reads_each_backend_with_its_own_secret() {
+        let dir = dir();
+        write(&dir, "a.secret", "a-secret-of-at-least-thirty-two-bytes!!\n");
+        let file = write(
+            &dir,
+            "backends.json",
+            r#"{"backends":[{"name":"a","url":"http://127.0.0.1:1/","secret_file":"a.secret","timeout_seconds":5}]}"#,
+        );
+        let configs = load(&file).expect("loads");
+        assert_eq!(configs.len(), 1);
+        assert_eq!(
+            (configs[0].name.as_str(), configs[0].url.as_str()),
+            ("a", "http://127.0.0.1:1")
+        );
+        assert_eq!(configs[0].timeout, Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn refuses_what_would_fail_later() {
+        let dir = dir();
+        write(&dir, "short", "too short");
+        write(&dir, "ok", "a-secret-of-at-least-thirty-two-bytes!!");
+        let cases = [
+            (r#"{"backends":[{"name":"a","url":"http://x","secret_file":"short"}]}"#, "32 bytes"),
+            (r#"{"backends":[{"name":"a","url":"ftp://x","secret_file":"ok"}]}"#, "http://"),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret_file":"ok"},{"name":"a","url":"http://y","secret_file":"ok"}]}"#,
+                "unique",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret_file":"ok","timeout_seconds":0}]}"#,
+                "1 to 600",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret_file":"missing"}]}"#,
+                "cannot read",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret":"inline"}]}"#,
+                "not a backends file",
+            ),
+        ];
+        for (text, expected) in cases {
+            let file = write(&dir, "backends.json", text);
+            let error = load(&file).expect_err(text).to_string();
+            assert!(error.contains(expected), "{text}: {error}");
+            assert!(!error.contains("a-secret-of"), "a secret leaked: {error}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

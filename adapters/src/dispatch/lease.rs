@@ -1,0 +1,425 @@
+//! The lease backends' work: provision, restore, restart, update and release requests, sent
+//! over the backends' own protocol (`crate::backends`) with a callback URL per operation, and
+//! each answer recorded on the lease as `RecordDispatch`.
+//!
+//! How an answer is read (fred's client semantics, `docs/issue-10-research.md` §3 and §5):
+//! - `202` (`200` for a release) is **accepted**: the backend's callback settles the work. A
+//!   release has no callback: its `200` is the release, and the dispatcher reads the
+//!   provision back (`GET /provisions/{lease}`: `retained`, or gone) to confirm it.
+//! - A refusal the backend meant (validation, no capacity, no retained data, a demote that
+//!   does not fit, not provisioned, invalid state) is **refused**: the work fails with a
+//!   reason the tenant may read. On a later attempt, "already provisioned" and "invalid state"
+//!   mean an earlier attempt of this same work landed (its answer was lost): **accepted**.
+//! - Everything else (unreachable, timed out, a server error, a malformed error body, an
+//!   answer too large or undecodable) **failed**: tried again later. A malformed body is never
+//!   read as a refusal, so it never fails a lease.
+//! - A call the backend's breaker refused was **not sent**.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use leasehold_commands::CommandStore;
+use leasehold_commands::lease_service::{Caller, LeaseService};
+use leasehold_domain::lease::{
+    DispatchAnswer, KIND, Lease, LeaseCommand, LeaseEvent, LeaseId, LeaseItems, LeaseStatus,
+    MaintenanceId, OperationId, OperatorDetail, Reason, TenantMessage,
+};
+use leasehold_domain::{Actor, DomainEvent as _, RecordedEvent};
+use leasehold_projections::ReconcileError;
+use uuid::Uuid;
+
+use super::{DispatchKind, Intent, Sent, Work};
+use crate::backends::wire::{
+    LeaseItem, ProvisionRequest, RestartRequest, RestoreRequest, UpdateRequest,
+};
+use crate::backends::{BackendClient, BackendError, CallError, ValidationCode};
+
+/// The callback URLs the backends are handed: one per operation, under `base`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackUrls {
+    base: String,
+}
+
+impl CallbackUrls {
+    /// URLs under `base` (`https://leasehold.example.com`; a trailing `/` is cut).
+    pub fn new(base: &str) -> Self {
+        Self { base: base.trim_end_matches('/').to_string() }
+    }
+
+    /// Where a provision's or a restore's reports go.
+    pub fn operation(&self, lease: LeaseId, operation: OperationId) -> String {
+        format!("{}/callbacks/leases/{}/operations/{}", self.base, lease.0, operation.0)
+    }
+
+    /// Where a restart's or an update's completion goes.
+    pub fn maintenance(&self, lease: LeaseId, maintenance: MaintenanceId) -> String {
+        format!("{}/callbacks/leases/{}/maintenance/{}", self.base, lease.0, maintenance.0)
+    }
+}
+
+/// The backends a dispatcher may call, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Backends(Arc<HashMap<String, BackendClient>>);
+
+impl Backends {
+    /// These clients, by their names.
+    pub fn new(clients: impl IntoIterator<Item = BackendClient>) -> Self {
+        Self(Arc::new(clients.into_iter().map(|c| (c.name().to_string(), c)).collect()))
+    }
+
+    /// The client of `name`.
+    pub fn get(&self, name: &str) -> Option<&BackendClient> {
+        self.0.get(name)
+    }
+
+    /// Every client, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &BackendClient)> {
+        self.0.iter()
+    }
+}
+
+/// The lease backends' dispatcher kind.
+#[derive(Debug, Clone)]
+pub struct LeaseDispatch<S> {
+    service: LeaseService<S>,
+    backends: Backends,
+    callbacks: CallbackUrls,
+}
+
+impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
+    /// Sends leases' work to `backends`, recording answers through `service`.
+    pub fn new(service: LeaseService<S>, backends: Backends, callbacks: CallbackUrls) -> Self {
+        Self { service, backends, callbacks }
+    }
+
+    /// The lease on `stream`, if it exists.
+    async fn lease(
+        &self,
+        stream: &leasehold_domain::StreamId,
+    ) -> Result<Option<Lease>, ReconcileError> {
+        let found = self.service.pipeline().state::<Lease>(stream).await.map_err(|error| {
+            ReconcileError::Retry { action: "load a lease".into(), reason: error.to_string() }
+        })?;
+        Ok(found.map(|(_, _, lease)| lease))
+    }
+
+    /// The wire request of the work `event` started, and its action and target.
+    fn request(
+        &self,
+        event: &RecordedEvent,
+        decoded: &LeaseEvent,
+        lease: &Lease,
+    ) -> Option<(&'static str, String, serde_json::Value)> {
+        let terms = lease.terms.as_ref()?;
+        let id = terms.id;
+        let to_json = |value: serde_json::Result<serde_json::Value>| value.ok();
+        let (action, request) = match decoded {
+            LeaseEvent::LeaseProvisionRequested { provider, items, operation, .. } => {
+                let request = ProvisionRequest {
+                    lease_uuid: id.0,
+                    tenant: event.tenant_id.as_str().to_string(),
+                    provider_uuid: provider.0,
+                    items: wire_items(items),
+                    callback_url: self.callbacks.operation(id, (*operation)?),
+                    payload: None,
+                    payload_hash: None,
+                    lifecycle_callback_url: None,
+                };
+                ("provision", to_json(serde_json::to_value(request))?)
+            }
+            LeaseEvent::LeaseRestoreStarted { from, provider, items, operation, .. } => {
+                let request = RestoreRequest {
+                    lease_uuid: id.0,
+                    from_lease_uuid: from.0,
+                    tenant: event.tenant_id.as_str().to_string(),
+                    provider_uuid: provider.0,
+                    items: wire_items(items),
+                    callback_url: self.callbacks.operation(id, (*operation)?),
+                    lifecycle_callback_url: None,
+                };
+                ("restore", to_json(serde_json::to_value(request))?)
+            }
+            LeaseEvent::LeaseRestartStarted { maintenance_id, admitted_at, .. } => {
+                let request = RestartRequest {
+                    lease_uuid: id.0,
+                    callback_url: self.callbacks.maintenance(id, *maintenance_id),
+                    maintenance_id: Some(maintenance_id.0.to_string()),
+                    admitted_at: Some(stamp(*admitted_at)),
+                };
+                ("restart", to_json(serde_json::to_value(request))?)
+            }
+            LeaseEvent::LeaseUpdateStarted {
+                maintenance_id, admitted_at, payload_hash, ..
+            } => {
+                // The manifest itself is never stored (it may hold secrets): the backend gets
+                // its hash, and a backend that needs the bytes refuses the update.
+                let request = UpdateRequest {
+                    lease_uuid: id.0,
+                    callback_url: self.callbacks.maintenance(id, *maintenance_id),
+                    payload: Vec::new(),
+                    payload_hash: Some(payload_hash.as_str().to_string()),
+                    maintenance_id: Some(maintenance_id.0.to_string()),
+                    admitted_at: Some(stamp(*admitted_at)),
+                };
+                ("update", to_json(serde_json::to_value(request))?)
+            }
+            LeaseEvent::LeaseDeprovisionRequested { .. } => {
+                ("deprovision", serde_json::json!({ "lease_uuid": id.0 }))
+            }
+            _ => return None,
+        };
+        Some((action, terms.backend.as_str().to_string(), request))
+    }
+
+    /// Sends one attempt; `Ok(None)` when the breaker refused it before it left.
+    async fn call(
+        &self,
+        client: &BackendClient,
+        work: &Work,
+    ) -> Result<Option<DispatchAnswer>, ReconcileError> {
+        let bad = |error: serde_json::Error| ReconcileError::Retry {
+            action: format!("decode an outbox {} request", work.action),
+            reason: error.to_string(),
+        };
+        let request = work.request.clone();
+        let result = match work.action.as_str() {
+            "provision" => {
+                client.provision(&serde_json::from_value(request).map_err(bad)?).await.map(drop)
+            }
+            "restore" => client.restore(&serde_json::from_value(request).map_err(bad)?).await,
+            "restart" => client.restart(&serde_json::from_value(request).map_err(bad)?).await,
+            "update" => client.update(&serde_json::from_value(request).map_err(bad)?).await,
+            "deprovision" => client.deprovision(lease_of(work)?.0).await,
+            other => {
+                return Err(ReconcileError::Retry {
+                    action: "dispatch".into(),
+                    reason: format!("unknown action {other}"),
+                });
+            }
+        };
+        Ok(match result {
+            Ok(()) => Some(DispatchAnswer::Accepted),
+            Err(CallError::CircuitOpen(_)) => None,
+            Err(error) => Some(answer_of(work, &error)),
+        })
+    }
+
+    /// Records `command` on the work's lease, keyed by the work and `what`.
+    async fn record(
+        &self,
+        work: &Work,
+        what: &str,
+        command: LeaseCommand,
+    ) -> Result<(), ReconcileError> {
+        let lease = lease_of(work)?;
+        let key = format!("dispatch:{}:{}:{what}", lease.0, work.generation);
+        self.service.for_owner(&dispatcher(), &key, lease, command).await.map_err(|error| {
+            ReconcileError::Retry {
+                action: format!("record a {} dispatch", work.action),
+                reason: error.to_string(),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// After a release's `200`: whether the backend kept the data, read back from it.
+    async fn confirm_release(
+        &self,
+        client: &BackendClient,
+        work: &Work,
+    ) -> Result<Sent, ReconcileError> {
+        let lease = lease_of(work)?;
+        let retained = match client.provision_info(lease.0).await {
+            Ok(info) if info.status == "retained" => true,
+            Err(CallError::Backend(BackendError::NotProvisioned)) => false,
+            Ok(info) => {
+                let detail = format!("released, yet the backend lists it as {}", info.status);
+                return Ok(Sent::Failed { detail });
+            }
+            Err(error) => {
+                return Ok(Sent::Failed { detail: format!("reading the release back: {error}") });
+            }
+        };
+        let what = format!("{}:released:{retained}", work.attempt);
+        self.record(work, &what, LeaseCommand::ConfirmDeprovisioned { retained }).await?;
+        Ok(Sent::Delivered)
+    }
+}
+
+impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDispatch<S> {
+    const NAME: &'static str = "lease-dispatcher";
+    const VERSION: u32 = 1;
+
+    async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {
+        if event.stream_type.as_str() != KIND.stream_type {
+            return Ok(None);
+        }
+        let Ok(decoded) = LeaseEvent::from_stored(event.event_type.as_str(), &event.payload) else {
+            return Ok(None);
+        };
+        let Some(generation) = started_work(&decoded) else { return Ok(None) };
+        // Only work the lease still awaits: a dispatcher reading old history sends nothing
+        // that was settled before it started.
+        let Some(lease) = self.lease(&event.stream_id).await? else { return Ok(None) };
+        if !awaits(&lease, generation) {
+            return Ok(None);
+        }
+        let Some((action, target, request)) = self.request(event, &decoded, &lease) else {
+            return Ok(None);
+        };
+        Ok(Some(Intent {
+            stream: event.stream_id.clone(),
+            generation,
+            event_id: event.event_id,
+            tenant: event.tenant_id.clone(),
+            target,
+            action,
+            request,
+        }))
+    }
+
+    async fn send(&self, work: &Work, _now: DateTime<Utc>) -> Result<Sent, ReconcileError> {
+        match self.lease(&work.stream).await? {
+            Some(lease) if awaits(&lease, work.generation) => {}
+            _ => return Ok(Sent::Moot),
+        }
+        let Some(client) = self.backends.get(&work.target) else {
+            let detail = format!("no connection settings for backend {}", work.target);
+            return Ok(Sent::NotSent { detail });
+        };
+        let Some(answer) = self.call(client, work).await? else {
+            return Ok(Sent::NotSent { detail: format!("the circuit of {} is open", work.target) });
+        };
+        let command = LeaseCommand::RecordDispatch {
+            generation: work.generation,
+            attempt: work.attempt,
+            answer: answer.clone(),
+        };
+        self.record(work, &work.attempt.to_string(), command).await?;
+        Ok(match answer {
+            DispatchAnswer::Accepted if work.action == "deprovision" => {
+                self.confirm_release(client, work).await?
+            }
+            DispatchAnswer::Accepted => Sent::Delivered,
+            DispatchAnswer::Refused { .. } => Sent::Refused,
+            DispatchAnswer::Failed { detail } => {
+                Sent::Failed { detail: detail.as_str().to_string() }
+            }
+        })
+    }
+}
+
+/// The dispatcher as a caller: its own key namespace (`system:dispatcher`), which no token
+/// can take, and every provider.
+fn dispatcher() -> Caller {
+    Caller {
+        actor: Actor { subject: "dispatcher".into(), role: "system".into() },
+        tenant: None,
+        provider: None,
+        namespace: None,
+    }
+}
+
+/// The generation of the backend work `event` starts, if it starts any.
+fn started_work(event: &LeaseEvent) -> Option<u64> {
+    match event {
+        LeaseEvent::LeaseProvisionRequested { generation, .. }
+        | LeaseEvent::LeaseRestoreStarted { generation, .. }
+        | LeaseEvent::LeaseRestartStarted { generation, .. }
+        | LeaseEvent::LeaseUpdateStarted { generation, .. }
+        | LeaseEvent::LeaseDeprovisionRequested { generation, .. } => Some(*generation),
+        _ => None,
+    }
+}
+
+/// Whether the lease still waits for its backend to take the work of `generation`.
+fn awaits(lease: &Lease, generation: u64) -> bool {
+    lease.generation == generation
+        && matches!(
+            lease.status,
+            LeaseStatus::Provisioning
+                | LeaseStatus::Restarting
+                | LeaseStatus::Updating
+                | LeaseStatus::Deprovisioning
+        )
+}
+
+fn lease_of(work: &Work) -> Result<LeaseId, ReconcileError> {
+    work.request["lease_uuid"]
+        .as_str()
+        .and_then(|text| Uuid::parse_str(text).ok())
+        .map(LeaseId)
+        .ok_or_else(|| ReconcileError::Retry {
+            action: "dispatch".into(),
+            reason: "an outbox request names no lease".into(),
+        })
+}
+
+fn wire_items(items: &LeaseItems) -> Vec<LeaseItem> {
+    items
+        .as_slice()
+        .iter()
+        .map(|item| LeaseItem {
+            sku: item.sku.as_str().to_string(),
+            quantity: item.quantity,
+            service_name: item.service_name.as_ref().map(|name| name.as_str().to_string()),
+            custom_domain: item.custom_domain.as_ref().map(|domain| domain.as_str().to_string()),
+        })
+        .collect()
+}
+
+/// An admission stamp as the backends echo it: RFC 3339 UTC, whole seconds (how it is issued).
+fn stamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// What a backend's answer other than success means for the work.
+fn answer_of(work: &Work, error: &CallError) -> DispatchAnswer {
+    use BackendError as B;
+    // On a later attempt these mean an earlier attempt of this same work landed.
+    let again = work.attempt > 1;
+    let detail = OperatorDetail::new(&error.to_string());
+    let refused = |reason: &str, message: &str| DispatchAnswer::Refused {
+        reason: Reason::parse("reason", reason).unwrap_or_else(|_| Reason::unknown()),
+        message: TenantMessage::parse("message", crate::backends::tenant_detail(message))
+            .unwrap_or_else(|_| generic_refusal()),
+        detail: detail.clone(),
+    };
+    let CallError::Backend(backend) = error else {
+        return DispatchAnswer::Failed { detail };
+    };
+    match backend {
+        B::Validation { code, message } => refused(validation_reason(*code), message),
+        B::InsufficientResources => {
+            refused("InsufficientResources", "the provider has no capacity for this lease now")
+        }
+        B::AlreadyProvisioned | B::InvalidState if again => DispatchAnswer::Accepted,
+        B::AlreadyProvisioned => {
+            refused("AlreadyProvisioned", "the backend already holds this lease")
+        }
+        B::InvalidState => {
+            refused("InvalidState", "the backend cannot do this in the lease's current state")
+        }
+        B::NotProvisioned if matches!(work.action.as_str(), "restart" | "update") => {
+            refused("NotProvisioned", "the backend does not hold this lease")
+        }
+        B::NotRetained => refused("NotRetained", "no retained data found for that lease"),
+        B::DemoteExceedsTier { message } => refused("DemoteExceedsTier", message),
+        B::RestoreRefused { message } => refused("RestoreRefused", message),
+        _ => DispatchAnswer::Failed { detail },
+    }
+}
+
+fn validation_reason(code: Option<ValidationCode>) -> &'static str {
+    match code {
+        Some(ValidationCode::UnknownSku) => "UnknownSku",
+        Some(ValidationCode::InvalidManifest) => "InvalidManifest",
+        Some(ValidationCode::ImageNotAllowed) => "ImageNotAllowed",
+        None => "ValidationFailed",
+    }
+}
+
+fn generic_refusal() -> TenantMessage {
+    TenantMessage::parse("message", "the backend refused the request").expect("a valid message")
+}

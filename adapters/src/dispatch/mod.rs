@@ -1,0 +1,229 @@
+//! Dispatch: the outbox on the log. A command that needs an outside system records its intent
+//! as an event (a lease's `LeaseProvisionRequested`, …); a dispatcher — a reconciler — reads
+//! those events, keeps the work still to send in the `dispatch_outbox` table, sends it, and
+//! records each attempt's answer as an event on the work's stream.
+//!
+//! What holds, whatever crashes when:
+//! - **At least once.** Intake (event → outbox row) is idempotent and happens before the
+//!   reconciler's checkpoint passes the event, so an intent is never skipped; a row stays
+//!   pending until an answer is recorded, so work claimed and not answered (a crash between
+//!   claiming and recording) is sent again. The receiver's duplicate must be harmless; the
+//!   backends' protocol makes it so (a repeated provision is `409 already provisioned`).
+//! - **Attempt numbers are never reused.** An attempt is claimed (its number written) before
+//!   it is sent, so the event recording its answer is keyed by a number no other answer
+//!   has; a crash after the claim leaves a gap, never a second answer under one key.
+//! - **Backoff.** A failed attempt waits `first × 2^(n-1)`, at most `max`; work the target
+//!   refused without trying (its circuit breaker is open, or it has no connection settings)
+//!   gives its attempt number back and waits `first`.
+//! - **Nothing stale is sent.** Newer work on the same stream supersedes pending older work,
+//!   and a kind checks, before sending, that its aggregate still awaits the work (a
+//!   dispatcher reading old history never re-sends settled work).
+//!
+//! A kind of work ([`DispatchKind`]) says which events start work and how one attempt is
+//! sent and recorded; `lease.rs` is the lease backends' kind. Every later kind that reaches
+//! an outside system (host agents, rental providers, runner providers) is one more.
+
+mod lease;
+mod outbox;
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures_util::StreamExt as _;
+use leasehold_domain::{EventId, RecordedEvent, StreamId, TenantId};
+use leasehold_projections::{ReconcileError, Reconciler, Seen};
+
+pub use lease::{Backends, CallbackUrls, LeaseDispatch};
+pub use outbox::{OutboxRow, PgOutbox};
+
+use crate::limits::{
+    DISPATCH_CLAIM_ROWS_MAX, DISPATCH_CONCURRENCY_MAX, DISPATCH_RETRY_FIRST_MILLISECONDS,
+    DISPATCH_RETRY_MAX_MILLISECONDS,
+};
+
+/// Work an event started, as its kind describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    /// The stream whose event started it.
+    pub stream: StreamId,
+    /// The work's generation on that stream (its name there).
+    pub generation: u64,
+    /// The event that started it.
+    pub event_id: EventId,
+    /// The stream's tenant.
+    pub tenant: TenantId,
+    /// Who is called (a backend's name).
+    pub target: String,
+    /// What is asked of it (`provision`, `restart`, …).
+    pub action: &'static str,
+    /// What the kind needs to make the call; never a secret.
+    pub request: serde_json::Value,
+}
+
+/// Work due, with the attempt number claimed for this send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Work {
+    /// The stream.
+    pub stream: StreamId,
+    /// The work's generation.
+    pub generation: u64,
+    /// The stream's tenant.
+    pub tenant: TenantId,
+    /// Who is called.
+    pub target: String,
+    /// What is asked.
+    pub action: String,
+    /// The kind's request.
+    pub request: serde_json::Value,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+}
+
+/// How one attempt ended, as the kind recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// The target took the work: it is not sent again.
+    Delivered,
+    /// The target refused it for good (recorded on the stream): it is not sent again.
+    Refused,
+    /// The stream no longer awaits this work (settled, or newer work started): dropped.
+    Moot,
+    /// No usable answer (recorded on the stream): sent again after a backoff.
+    Failed {
+        /// Operator-only detail.
+        detail: String,
+    },
+    /// Not sent at all (the target's breaker is open, or it is unknown): the attempt number
+    /// is given back and the work waits.
+    NotSent {
+        /// Operator-only detail.
+        detail: String,
+    },
+}
+
+/// A kind of work a dispatcher sends.
+pub trait DispatchKind: Send + Sync + 'static {
+    /// The dispatcher's name (its reconciler name: lock, checkpoint, outbox rows).
+    const NAME: &'static str;
+    /// The version of what its checkpoint means.
+    const VERSION: u32;
+
+    /// The work `event` starts, if it starts any that is still awaited.
+    fn intent(
+        &self,
+        event: &RecordedEvent,
+    ) -> impl Future<Output = Result<Option<Intent>, ReconcileError>> + Send;
+
+    /// Sends one attempt of `work` and records its answer on the work's stream.
+    fn send(
+        &self,
+        work: &Work,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Sent, ReconcileError>> + Send;
+}
+
+/// Retry timings of a dispatcher.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// The wait after a first failure, and after a send the target refused to try.
+    pub first: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            first: Duration::from_millis(DISPATCH_RETRY_FIRST_MILLISECONDS),
+            max: Duration::from_millis(DISPATCH_RETRY_MAX_MILLISECONDS),
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait after failed attempt `attempt` (from 1).
+    pub fn after(&self, attempt: u32) -> TimeDelta {
+        let doublings = attempt.saturating_sub(1).min(20);
+        let wait = self.first.saturating_mul(1 << doublings).min(self.max);
+        TimeDelta::from_std(wait).unwrap_or(TimeDelta::MAX)
+    }
+}
+
+/// The reconciler that sends kind `K`'s work.
+#[derive(Debug)]
+pub struct Dispatcher<K> {
+    kind: K,
+    outbox: PgOutbox,
+    backoff: Backoff,
+}
+
+impl<K: DispatchKind> Dispatcher<K> {
+    /// A dispatcher of `kind`'s work, keeping its outbox in `outbox`.
+    pub fn new(kind: K, outbox: PgOutbox, backoff: Backoff) -> Self {
+        Self { kind, outbox, backoff }
+    }
+
+    /// Claims the work due at `now` and sends it, several at a time.
+    async fn send_due(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        let due = self.outbox.claim_due(K::NAME, now, DISPATCH_CLAIM_ROWS_MAX).await?;
+        let sends = futures_util::stream::iter(due)
+            .map(|work| async move {
+                let sent = self.kind.send(&work, now).await;
+                (work, sent)
+            })
+            .buffer_unordered(DISPATCH_CONCURRENCY_MAX);
+        tokio::pin!(sends);
+        let mut first_error = None;
+        while let Some((work, sent)) = sends.next().await {
+            match sent {
+                Ok(sent) => self.settle(&work, sent, now).await?,
+                Err(error) => {
+                    tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %error, "dispatch not recorded");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn settle(
+        &self,
+        work: &Work,
+        sent: Sent,
+        now: DateTime<Utc>,
+    ) -> Result<(), ReconcileError> {
+        let key = (&work.stream, work.generation);
+        match sent {
+            Sent::Delivered => self.outbox.finish(key, "delivered", now).await?,
+            Sent::Refused => self.outbox.finish(key, "refused", now).await?,
+            Sent::Moot => self.outbox.finish(key, "superseded", now).await?,
+            Sent::Failed { detail } => {
+                let next = now + self.backoff.after(work.attempt);
+                self.outbox.retry(key, work.attempt, next, &detail).await?;
+            }
+            Sent::NotSent { detail } => {
+                let next = now + self.backoff.after(1);
+                self.outbox.give_back(key, work.attempt, next, &detail).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K: DispatchKind> Reconciler for Dispatcher<K> {
+    const NAME: &'static str = K::NAME;
+    const VERSION: u32 = K::VERSION;
+
+    async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        let mut intents = Vec::new();
+        for event in seen.events {
+            if let Some(intent) = self.kind.intent(event).await? {
+                intents.push(intent);
+            }
+        }
+        self.outbox.enqueue(K::NAME, &intents, seen.now).await?;
+        self.send_due(seen.now).await?;
+        Ok(self.outbox.next_due(K::NAME).await?)
+    }
+}

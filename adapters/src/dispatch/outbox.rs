@@ -1,0 +1,266 @@
+//! The `dispatch_outbox` table (migration 0010): each dispatcher's work still to send.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::{StoreError, StreamId, TenantId};
+
+use super::{Intent, Work};
+use crate::store::{PgEventStore, from_driver, from_pool};
+
+/// One row, as operators see it (`leasehold dispatch status` and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    /// The stream.
+    pub stream: String,
+    /// The work's generation.
+    pub generation: u64,
+    /// Who is called.
+    pub target: String,
+    /// What is asked.
+    pub action: String,
+    /// `pending`, `delivered`, `refused` or `superseded`.
+    pub state: String,
+    /// Attempts claimed.
+    pub attempts: u32,
+    /// Operator-only: why the last attempt failed.
+    pub last_error: Option<String>,
+}
+
+/// The outbox, over the log's pool.
+#[derive(Debug, Clone)]
+pub struct PgOutbox {
+    log: PgEventStore,
+}
+
+type Key<'a> = (&'a StreamId, u64);
+
+impl PgOutbox {
+    /// The outbox in the database `log` is in.
+    pub fn new(log: PgEventStore) -> Self {
+        Self { log }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        let endpoint = self.log.endpoint();
+        self.log.pool().get().await.map_err(|error| from_pool(error, endpoint))
+    }
+
+    fn fail(&self) -> impl Fn(tokio_postgres::Error) -> StoreError + '_ {
+        |error| from_driver(error, self.log.endpoint())
+    }
+
+    /// Records `intents` as pending work of `dispatcher` (an intent already recorded is left
+    /// as it is) and supersedes pending older work on their streams.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn enqueue(
+        &self,
+        dispatcher: &str,
+        intents: &[Intent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(self.fail())?;
+        for intent in intents {
+            let generation = to_i64(intent.generation);
+            tx.execute(
+                "INSERT INTO dispatch_outbox (stream_id, generation, event_id, tenant_id, \
+                 dispatcher, target, action, request, next_attempt_at, recorded_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) ON CONFLICT DO NOTHING",
+                &[
+                    &intent.stream.as_str(),
+                    &generation,
+                    &intent.event_id.as_uuid(),
+                    &intent.tenant.as_str(),
+                    &dispatcher,
+                    &intent.target,
+                    &intent.action,
+                    &intent.request,
+                    &now,
+                ],
+            )
+            .await
+            .map_err(self.fail())?;
+            tx.execute(
+                "UPDATE dispatch_outbox SET state = 'superseded', settled_at = $3 \
+                 WHERE stream_id = $1 AND generation < $2 AND state = 'pending'",
+                &[&intent.stream.as_str(), &generation, &now],
+            )
+            .await
+            .map_err(self.fail())?;
+        }
+        tx.commit().await.map_err(self.fail())
+    }
+
+    /// Claims up to `limit` of `dispatcher`'s work due at `now`, oldest due first: each row's
+    /// attempt count rises by one, and the work carries the new number.
+    ///
+    /// # Errors
+    /// A database failure, or a row that does not decode.
+    pub async fn claim_due(
+        &self,
+        dispatcher: &str,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Work>, StoreError> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "UPDATE dispatch_outbox o SET attempts = o.attempts + 1 FROM ( \
+                   SELECT stream_id, generation FROM dispatch_outbox \
+                   WHERE dispatcher = $1 AND state = 'pending' AND next_attempt_at <= $2 \
+                   ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) due \
+                 WHERE o.stream_id = due.stream_id AND o.generation = due.generation \
+                 RETURNING o.stream_id, o.generation, o.tenant_id, o.target, o.action, \
+                   o.request, o.attempts",
+                &[&dispatcher, &now, &limit],
+            )
+            .await
+            .map_err(self.fail())?;
+        rows.iter().map(work_of).collect()
+    }
+
+    /// Ends `key`'s work in `state` (delivered, refused or superseded).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn finish(
+        &self,
+        key: Key<'_>,
+        state: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE dispatch_outbox SET state = $3, settled_at = $4 \
+                 WHERE stream_id = $1 AND generation = $2 AND state = 'pending'",
+                &[&key.0.as_str(), &to_i64(key.1), &state, &now],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// After failed attempt `attempt`: the work is due again at `next`.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn retry(
+        &self,
+        key: Key<'_>,
+        attempt: u32,
+        next: DateTime<Utc>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        self.reschedule(key, (attempt, attempt), next, detail).await
+    }
+
+    /// Attempt `attempt` was not sent: its number is given back and the work is due at `next`.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn give_back(
+        &self,
+        key: Key<'_>,
+        attempt: u32,
+        next: DateTime<Utc>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        self.reschedule(key, (attempt, attempt - 1), next, detail).await
+    }
+
+    async fn reschedule(
+        &self,
+        key: Key<'_>,
+        (claimed, attempts): (u32, u32),
+        next: DateTime<Utc>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE dispatch_outbox SET attempts = $4, next_attempt_at = $5, last_error = $6 \
+                 WHERE stream_id = $1 AND generation = $2 AND attempts = $3 AND state = 'pending'",
+                &[
+                    &key.0.as_str(),
+                    &to_i64(key.1),
+                    &i32::try_from(claimed).unwrap_or(i32::MAX),
+                    &i32::try_from(attempts).unwrap_or(i32::MAX),
+                    &next,
+                    &detail,
+                ],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// When `dispatcher`'s next pending work is due, if it has any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn next_due(&self, dispatcher: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT min(next_attempt_at) FROM dispatch_outbox \
+                 WHERE dispatcher = $1 AND state = 'pending'",
+                &[&dispatcher],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(row.get(0))
+    }
+
+    /// Every row of `dispatcher`, by stream and generation.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn rows(&self, dispatcher: &str) -> Result<Vec<OutboxRow>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT stream_id, generation, target, action, state, attempts, last_error \
+                 FROM dispatch_outbox WHERE dispatcher = $1 ORDER BY stream_id, generation",
+                &[&dispatcher],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(rows
+            .iter()
+            .map(|row| OutboxRow {
+                stream: row.get(0),
+                generation: u64::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+                target: row.get(2),
+                action: row.get(3),
+                state: row.get(4),
+                attempts: u32::try_from(row.get::<_, i32>(5)).unwrap_or(0),
+                last_error: row.get(6),
+            })
+            .collect())
+    }
+}
+
+fn work_of(row: &tokio_postgres::Row) -> Result<Work, StoreError> {
+    let bad = |what: &str| StoreError::Database {
+        reason: format!("an outbox row's {what} does not decode"),
+    };
+    Ok(Work {
+        stream: StreamId::parse(row.get::<_, String>(0)).map_err(|_| bad("stream"))?,
+        generation: u64::try_from(row.get::<_, i64>(1)).map_err(|_| bad("generation"))?,
+        tenant: TenantId::parse(row.get::<_, String>(2)).map_err(|_| bad("tenant"))?,
+        target: row.get(3),
+        action: row.get(4),
+        request: row.get(5),
+        attempt: u32::try_from(row.get::<_, i32>(6)).map_err(|_| bad("attempts"))?,
+    })
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,201 @@
+//! Dispatch end to end: `leasehold serve` with a backends file sends each lease's work to
+//! `leasehold backend-sim` (a separate process speaking the backends' protocol), the sim calls
+//! back on the operation's URL, and the lease becomes ready, read back by its tenant.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use uuid::Uuid;
+
+use crate::support::*;
+
+/// How long a lease may take to become ready.
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// A running `leasehold backend-sim`; killed when dropped.
+struct Sim {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+impl Sim {
+    /// Starts the simulator on `listen`, signing with the test servers' callback secret.
+    async fn start(listen: &str, dir: &Path) -> Sim {
+        let secret = dir.join("sim.secret");
+        std::fs::write(&secret, CALLBACK_SECRET).expect("written");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["backend-sim", "--listen", listen, "--callback-delay-ms", "20", "--secret-file"])
+            .arg(&secret)
+            .env("LEASEHOLD_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the simulator starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        tokio::time::timeout(READY_WAIT, BufReader::new(stdout).read_line(&mut line))
+            .await
+            .expect("the simulator says where it listens")
+            .expect("readable");
+        let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
+        Sim { url, _child: child }
+    }
+
+    /// How many requests `route` received.
+    async fn received(&self, route: &str) -> u64 {
+        let counts: Value = reqwest::get(format!("{}/sim/requests", self.url))
+            .await
+            .expect("the simulator answers")
+            .json()
+            .await
+            .expect("JSON");
+        counts[route].as_u64().unwrap_or(0)
+    }
+}
+
+/// A directory for the secret and backends files, removed when dropped.
+fn scratch() -> TempDir {
+    let dir = std::env::temp_dir().join(format!("lh-dispatch-{}", Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("created");
+    TempDir(dir)
+}
+
+/// A backends file naming backend `sim-1` at `url`.
+fn backends_file(dir: &Path, url: &str) -> PathBuf {
+    let file = dir.join("backends.json");
+    let backends = json!({ "backends": [{
+        "name": "sim-1", "url": url, "secret_file": "sim.secret",
+        "timeout_seconds": 5, "breaker_open_seconds": 1,
+    }]});
+    std::fs::write(dir.join("sim.secret"), CALLBACK_SECRET).expect("written");
+    std::fs::write(&file, backends.to_string()).expect("written");
+    file
+}
+
+async fn serve_dispatching(file: &Path) -> Server {
+    let file = file.to_str().expect("a UTF-8 path");
+    Server::start_with(&["--backend", "sim-1", "--backends-file", file]).await
+}
+
+/// Waits until the tenant reads the lease in `status`.
+async fn wait_for_status(server: &Server, token: &str, lease: &Value, status: &str) {
+    let query = "query($id: ID!) { lease(id: $id) { status } }";
+    let waited = tokio::time::timeout(READY_WAIT, async {
+        loop {
+            let answer = server.graphql(token, query, json!({ "id": lease })).await;
+            // The read model may not hold it yet: not found until then.
+            if answer["data"]["lease"]["status"] == status {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "lease {lease} never became {status}");
+}
+
+/// The event types of the lease's stream, in order.
+async fn stream_events(server: &Server, lease: &Value) -> Vec<String> {
+    let client = server.db.client().await;
+    let stream = format!("lease-{}", lease.as_str().expect("an id"));
+    let rows = client
+        .query("SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version", &[&stream])
+        .await
+        .expect("read");
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
+fn count(events: &[String], event_type: &str) -> usize {
+    events.iter().filter(|event| *event == event_type).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_lease_is_dispatched_called_back_and_ready() {
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let tenant = tenant_token("acme");
+    let lease = request_lease(&server, &tenant, "req-1").await;
+    wait_for_status(&server, &tenant, &lease["id"], "READY").await;
+    let events = stream_events(&server, &lease["id"]).await;
+    assert_eq!(events[0], "LeaseProvisionRequested", "{events:?}");
+    for event_type in ["LeaseDispatched", "LeaseProvisioned", "LeaseActivated"] {
+        assert_eq!(count(&events, event_type), 1, "{events:?}");
+    }
+    assert_eq!(sim.received("provision").await, 1);
+
+    // Releasing it: the backend's `200` is the release; the dispatcher reads it back (gone,
+    // not retained) and confirms it.
+    let deprovision =
+        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "release-1" } });
+    data(&server.graphql(&tenant, deprovision, input).await);
+    wait_for_status(&server, &tenant, &lease["id"], "DEPROVISIONED").await;
+    assert_eq!(sim.received("deprovision").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_waits_while_the_backend_is_down_and_completes_once_when_it_is_back() {
+    let dir = scratch();
+    // A free port nothing listens on yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bound").local_addr().unwrap();
+    let url = format!("http://{port}");
+    let server = serve_dispatching(&backends_file(&dir.0, &url)).await;
+    let tenant = tenant_token("acme");
+    let mut leases = Vec::new();
+    for key in ["down-1", "down-2", "down-3"] {
+        leases.push(request_lease(&server, &tenant, key).await["id"].clone());
+    }
+    // Attempts fail and are recorded; the leases wait, provisioning.
+    let waited = tokio::time::timeout(READY_WAIT, async {
+        loop {
+            let client = server.db.client().await;
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM events WHERE event_type = 'LeaseDispatchFailed'",
+                    &[],
+                )
+                .await
+                .expect("counted");
+            if row.get::<_, i64>(0) >= 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "no failed attempt was recorded");
+    let sim = Sim::start(&port.to_string(), &dir.0).await;
+    for lease in &leases {
+        wait_for_status(&server, &tenant, lease, "READY").await;
+    }
+    for lease in &leases {
+        let events = stream_events(&server, lease).await;
+        assert_eq!(count(&events, "LeaseProvisioned"), 1, "{events:?}");
+        assert_eq!(count(&events, "LeaseDispatched"), 1, "{events:?}");
+    }
+    assert_eq!(sim.received("provision").await, 3);
+    drop(sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_recorded_before_a_crash_is_sent_after_the_restart() {
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let file = backends_file(&dir.0, &sim.url);
+    // Recorded by a server that dispatches nothing, which is then killed outright.
+    let mut server = Server::start_with(&["--backend", "sim-1"]).await;
+    let tenant = tenant_token("acme");
+    let lease = request_lease(&server, &tenant, "crash-1").await["id"].clone();
+    server.child.start_kill().expect("killed");
+    let _ = server.child.wait().await;
+    assert_eq!(sim.received("provision").await, 0);
+    // The same database, now dispatching.
+    server.restart_with(&["--backend", "sim-1", "--backends-file", file.to_str().unwrap()]).await;
+    wait_for_status(&server, &tenant, &lease, "READY").await;
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(count(&events, "LeaseProvisioned"), 1, "{events:?}");
+    assert!(sim.received("provision").await >= 1);
+}
