@@ -39,7 +39,7 @@
 //! | ready, failing, failed | Restart | restarting | RestartStarted | chain not terminal, else `InvalidState` |
 //! | ready, failing, failed | Update | updating | UpdateStarted (a new release) | chain not terminal, else `InvalidState` |
 //! | restarting, updating | Restart, Update | unchanged | refused | `InvalidState` (one maintenance at a time) |
-//! | restarting, updating | CompleteMaintenance(succeeded) | ready | MaintenanceSucceeded | `(maintenance_id, admitted_at)` equals the pending one (the stamp, issued in whole seconds, compared at whole seconds), else `Fenced` |
+//! | restarting, updating | CompleteMaintenance(succeeded) | ready | MaintenanceSucceeded | `(maintenance_id, admitted_at)` equals the pending one (the stamp, issued in whole seconds, compared at whole seconds; a completion without a stamp, from a backend that predates them, matches by the id alone), else `Fenced` |
 //! | restarting, updating | CompleteMaintenance(recovered) | ready | MaintenanceRecovered | as above |
 //! | restarting, updating | CompleteMaintenance(failed) | failed | MaintenanceFailed | as above |
 //! | live | CompleteMaintenance | unchanged | — when nothing is pending and it repeats the last settled completion | otherwise `Fenced` (a stale completion never settles a newer command) |
@@ -453,8 +453,9 @@ pub enum LeaseCommand {
     CompleteMaintenance {
         /// The command completed.
         maintenance_id: MaintenanceId,
-        /// Its admission stamp, as the backend echoes it.
-        admitted_at: DateTime<Utc>,
+        /// Its admission stamp, as the backend echoes it; `None` from a backend that predates
+        /// stamps, whose completion is settled by the maintenance id alone.
+        admitted_at: Option<DateTime<Utc>>,
         /// How it went.
         outcome: MaintenanceOutcome,
     },

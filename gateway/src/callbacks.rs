@@ -5,8 +5,10 @@
 //!   restore: `success` (provisioned), `failed` (the provision failed, or the running lease
 //!   did), `deprovisioned` (released).
 //! - `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}` completes a restart or an
-//!   update when the body carries `maintenance_admitted_at`; without it, it reports on the
-//!   lease as above, the maintenance id being the operation.
+//!   update when the body carries `maintenance_admitted_at`, or, without it (a backend that
+//!   predates stamps: every public fred backend), when that maintenance is the one pending;
+//!   otherwise (a later observation on the URL the backend kept) it reports on the lease as
+//!   above, the maintenance id being the operation.
 //!
 //! A valid callback becomes the same fenced command as the agent mutation: a report naming an
 //! operation older than the lease's current one is `FENCED` (409), so a late report of one
@@ -172,24 +174,27 @@ async fn handle(
     {
         return Err(ApiError::bad_input("the body names another lease than the signed URL"));
     }
-    let command = command_of(&payload, named, operation)?;
-    // Callbacks have a key namespace of their own: no tenant, agent or operator can take a
-    // key a callback will use.
-    let caller = Caller {
-        actor: Actor { subject: "backend-callback".into(), role: Role::Agent.as_str().into() },
-        tenant: None,
-        provider: None,
-        namespace: Some(KeyNamespace::callback()),
+    let pending = match named {
+        Named::Maintenance => inner.leases.current_work(&caller(), lease).await?.maintenance,
+        Named::Operation => None,
     };
+    let unstamped_completion = pending.is_some_and(|(id, _)| id.0 == operation);
+    let command = command_of(&payload, (named, unstamped_completion), operation)?;
     // Redeliveries of one callback carry the same URL and body: the same operation key.
     let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
     let mut digest = Sha256::new();
     digest.update(target.as_bytes());
     digest.update(b"\n");
     digest.update(body);
+    // An unstamped body on a maintenance URL is read by the state it arrives in (the pending
+    // maintenance's completion, or later a report on the lease): each reading its own key,
+    // so a redelivery after the completion settled is a harmless report, never a conflict.
+    if unstamped_completion && payload.maintenance_admitted_at.is_none() {
+        digest.update(b"\ncompletion");
+    }
     let operation_key = format!("callback-{}", &hex::encode(digest.finalize())[..40]);
     let LeaseOutcome { outcome, .. } =
-        inner.leases.for_owner(&caller, &operation_key, lease, command).await?;
+        inner.leases.for_owner(&caller(), &operation_key, lease, command).await?;
     Ok(json!({
         "streamId": outcome.stream_id.as_str(),
         "version": outcome.version,
@@ -198,13 +203,33 @@ async fn handle(
     }))
 }
 
-/// The command a callback stands for.
-fn command_of(payload: &CallbackPayload, named: Named, id: Uuid) -> Result<LeaseCommand, ApiError> {
+/// Callbacks have a key namespace of their own: no tenant, agent or operator can take a key a
+/// callback will use.
+fn caller() -> Caller {
+    Caller {
+        actor: Actor { subject: "backend-callback".into(), role: Role::Agent.as_str().into() },
+        tenant: None,
+        provider: None,
+        namespace: Some(KeyNamespace::callback()),
+    }
+}
+
+/// The command a callback stands for. On a maintenance URL, success or failure completes the
+/// maintenance when the body echoes its stamp, or, without one (a backend that predates
+/// stamps), when that maintenance is the one pending; otherwise it reports on the lease.
+fn command_of(
+    payload: &CallbackPayload,
+    (named, pending): (Named, bool),
+    id: Uuid,
+) -> Result<LeaseCommand, ApiError> {
     let error = payload.error.as_deref().unwrap_or_default();
     let bad = |error: leasehold_domain::lease::FieldError| ApiError::bad_input(error.to_string());
-    let completion = match (named, payload.status) {
-        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed) => {
-            payload.maintenance_admitted_at.as_deref()
+    let completion = match (named, payload.status, payload.maintenance_admitted_at.as_deref()) {
+        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed, Some(stamp)) => {
+            Some(Some(stamp))
+        }
+        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed, None) if pending => {
+            Some(None)
         }
         _ => None,
     };
@@ -212,9 +237,13 @@ fn command_of(payload: &CallbackPayload, named: Named, id: Uuid) -> Result<Lease
     Ok(match (completion, payload.status) {
         (Some(admitted), _) => {
             let maintenance_id = MaintenanceId(id);
-            let admitted_at = DateTime::parse_from_rfc3339(admitted)
-                .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))?
-                .with_timezone(&Utc);
+            let admitted_at = admitted
+                .map(|stamp| {
+                    DateTime::parse_from_rfc3339(stamp)
+                        .map(|at| at.with_timezone(&Utc))
+                        .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))
+                })
+                .transpose()?;
             let success = payload.status == CallbackStatus::Success;
             let outcome = lease_input::maintenance_outcome(success, Some(error));
             LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }

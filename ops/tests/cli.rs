@@ -165,15 +165,15 @@ async fn verify_holds_the_log_to_its_seals_and_names_the_first_bad_position() {
     // the cluster: another test's open transaction can hold the last ones back for a while.)
     let store = db.store();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut seen = 0;
+    let mut events = Vec::new();
     let mut after = leasehold_domain::Cursor::START;
-    while seen < 9 && tokio::time::Instant::now() < deadline {
+    while events.len() < 9 && tokio::time::Instant::now() < deadline {
         let left = deadline - tokio::time::Instant::now();
-        let page = store.wait_for_log(after, 9 - seen, left).await.unwrap();
-        seen += page.events.len();
+        let page = store.wait_for_log(after, 9 - events.len(), left).await.unwrap();
+        events.extend(page.events);
         after = page.next;
     }
-    assert_eq!(seen, 9, "the events are visible in time");
+    assert_eq!(events.len(), 9, "the events are visible in time");
     let sealed =
         leasehold(&["events", "seal", "--every", "4", "--database-url", &url_of(&db)]).await;
     assert!(sealed.status.success(), "{sealed:?}");
@@ -184,7 +184,7 @@ async fn verify_holds_the_log_to_its_seals_and_names_the_first_bad_position() {
 
     // A whole stream deleted from both tables leaves every chain and head intact: the seals
     // tell, at the deleted stream's first position.
-    let first_of_lease_2 = page.events[3].cursor.position;
+    let first_of_lease_2 = events[3].cursor.position;
     let client = db.client().await;
     client
         .batch_execute(

@@ -138,7 +138,7 @@ fn record_dispatch(
                     message: message.clone(),
                     detail: detail.clone(),
                 };
-                complete_maintenance(lease, (pending.id, pending.admitted_at), &outcome, at)
+                complete_maintenance(lease, (pending.id, Some(pending.admitted_at)), &outcome, at)
             }
             _ if lease.status == LeaseStatus::Provisioning
                 || lease.status == LeaseStatus::Restarting =>
@@ -277,15 +277,17 @@ fn start_maintenance(
 
 fn complete_maintenance(
     lease: &Lease,
-    fence: (MaintenanceId, DateTime<Utc>),
+    fence: (MaintenanceId, Option<DateTime<Utc>>),
     outcome: &MaintenanceOutcome,
     at: DateTime<Utc>,
 ) -> Decision {
     if lease.status.is_gone() {
         return NO_CHANGE;
     }
+    // A backend that predates admission stamps echoes none: the id alone must match.
     let same = |(id, admitted_at): (MaintenanceId, DateTime<Utc>)| {
-        id == fence.0 && admission_stamp(admitted_at) == admission_stamp(fence.1)
+        id == fence.0
+            && fence.1.is_none_or(|echoed| admission_stamp(admitted_at) == admission_stamp(echoed))
     };
     let pending = match lease.pending {
         Some(pending) if same((pending.id, pending.admitted_at)) => pending,

@@ -99,7 +99,7 @@ pub fn report_failed_on(operation: OperationId) -> LeaseCommand {
 pub fn complete(admitted_minute: u32, outcome: MaintenanceOutcome) -> LeaseCommand {
     LeaseCommand::CompleteMaintenance {
         maintenance_id: MAINTENANCE,
-        admitted_at: t(admitted_minute),
+        admitted_at: Some(t(admitted_minute)),
         outcome,
     }
 }

@@ -258,7 +258,7 @@ fn completions_settle_only_the_matching_maintenance() {
     );
     let other = C::CompleteMaintenance {
         maintenance_id: leasehold_domain::lease::MaintenanceId(uuid::Uuid::from_u128(0x99)),
-        admitted_at: t(2),
+        admitted_at: Some(t(2)),
         outcome: MaintenanceOutcome::Succeeded,
     };
     check(&restarting(), other, none(), Refused(LeaseError::Fenced));
@@ -821,7 +821,7 @@ fn a_completion_echoing_its_admission_stamp_in_whole_seconds_settles_it() {
     for echo in [t(5), late_in_the_second] {
         let completion = C::CompleteMaintenance {
             maintenance_id: MAINTENANCE,
-            admitted_at: echo,
+            admitted_at: Some(echo),
             outcome: MaintenanceOutcome::Succeeded,
         };
         let settled = restarting.decide(&completion, &ctx_at(6, none()));
@@ -862,7 +862,7 @@ fn a_maintenance_id_reused_within_its_second_gets_a_later_stamp() {
     for id in [other, MAINTENANCE] {
         let settle = |lease: &Lease, stamp| C::CompleteMaintenance {
             maintenance_id: lease.pending.map_or(id, |p| p.id),
-            admitted_at: stamp,
+            admitted_at: Some(stamp),
             outcome: MaintenanceOutcome::Succeeded,
         };
         let pending = lease.pending.expect("a pending maintenance");
@@ -984,4 +984,28 @@ fn a_refused_restore_rolls_its_source_back() {
     let accepted = dispatch(before.generation, DispatchAnswer::Accepted);
     let events = before.decide(&accepted, &ctx_at(30, none())).expect("decided");
     assert!(before.linked(&accepted, &events).is_empty());
+}
+
+/// Defect 7.4: a backend that predates admission stamps echoes none; its completion settles
+/// the pending maintenance by the id alone, repeats as a no-op, and never settles another.
+#[test]
+fn an_unstamped_completion_settles_by_the_maintenance_id() {
+    let unstamped = |id| C::CompleteMaintenance {
+        maintenance_id: id,
+        admitted_at: None,
+        outcome: MaintenanceOutcome::Succeeded,
+    };
+    let lease = check(
+        &restarting(),
+        unstamped(MAINTENANCE),
+        none(),
+        Events(&["LeaseMaintenanceSucceeded"]),
+    );
+    assert_eq!((lease.status, lease.pending), (LeaseStatus::Ready, None));
+    let mut settled = restarting();
+    settled.push((unstamped(MAINTENANCE), none()));
+    check(&settled, unstamped(MAINTENANCE), none(), NoChange);
+    let other = leasehold_domain::lease::MaintenanceId(uuid::Uuid::from_u128(0x99));
+    check(&restarting(), unstamped(other), none(), Refused(LeaseError::Fenced));
+    check(&updating(), unstamped(MAINTENANCE), none(), Events(&["LeaseMaintenanceSucceeded"]));
 }

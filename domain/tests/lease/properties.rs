@@ -50,7 +50,7 @@ fn command() -> impl Strategy<Value = C> {
         (maintenance_id(), 1..4u8)
             .prop_map(|(maintenance_id, n)| C::Update { maintenance_id, payload_hash: hash(n) }),
         (maintenance_id(), minute, outcome()).prop_map(|(maintenance_id, m, outcome)| {
-            C::CompleteMaintenance { maintenance_id, admitted_at: t(m), outcome }
+            C::CompleteMaintenance { maintenance_id, admitted_at: Some(t(m)), outcome }
         }),
         Just(C::Deprovision),
         any::<bool>().prop_map(|retained| C::ConfirmDeprovisioned { retained }),

@@ -168,6 +168,40 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     assert_eq!(answer["events"][0], "LeaseMaintenanceSucceeded");
 }
 
+/// Defect 7.4: a backend that predates the admission stamp (every public fred backend) omits
+/// `maintenance_admitted_at`; its completion settles the pending maintenance its URL names by
+/// the id alone. After that, an unstamped failure on the same URL is the running lease's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unstamped_completion_settles_the_maintenance_its_url_names() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let provisioned = json!({ "lease_uuid": id, "status": "success" });
+    let path = operation_path(&server, &lease).await;
+    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
+    let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": id, "operationKey": "restart-1" } });
+    data(&server.graphql(&acme, restart, input).await);
+    let work = lease_work(&server, &lease["id"]).await;
+    let path = work["callbackPath"].as_str().expect("a maintenance path").to_string();
+    assert!(path.contains("/maintenance/"), "{work}");
+
+    let done = json!({ "lease_uuid": id, "status": "success" });
+    let (status, answer) = Callback::now(&path, &done).send(&server).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["events"], json!(["LeaseMaintenanceSucceeded"]));
+    // Its redelivery, now that nothing is pending, is a report on the ready lease: harmless.
+    let (status, answer) =
+        Callback::signed(&path, &done, Utc::now().timestamp() - 5).send(&server).await;
+    assert_eq!((status, &answer["events"]), (200, &json!([])), "{answer}");
+    // The backend keeps the URL and reports a later container death there.
+    let died = json!({ "lease_uuid": id, "status": "failed", "error": "exit 137" });
+    let (status, answer) = Callback::now(&path, &died).send(&server).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["events"], json!(["LeaseFailed"]));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_take_the_keys_its_backend_or_agents_will_use() {
     let server = Server::start().await;

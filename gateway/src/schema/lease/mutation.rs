@@ -291,7 +291,7 @@ impl LeaseMutation {
         let maintenance_id = MaintenanceId(uuid_arg("maintenanceId", &input.maintenance_id)?);
         let command = LeaseCommand::CompleteMaintenance {
             maintenance_id,
-            admitted_at: input.admitted_at,
+            admitted_at: Some(input.admitted_at),
             outcome: lease_input::maintenance_outcome(input.success, input.error.as_deref()),
         };
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await

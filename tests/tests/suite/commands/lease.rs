@@ -36,7 +36,7 @@ fn complete(
 ) -> LeaseCommand {
     LeaseCommand::CompleteMaintenance {
         maintenance_id: maintenance,
-        admitted_at,
+        admitted_at: Some(admitted_at),
         outcome: MaintenanceOutcome::Succeeded,
     }
 }

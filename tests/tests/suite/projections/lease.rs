@@ -43,7 +43,7 @@ async fn the_read_models_show_each_lease_to_its_tenant_only() {
         .expect("an event");
     let done = LeaseCommand::CompleteMaintenance {
         maintenance_id: MaintenanceId(Uuid::from_u128(1)),
-        admitted_at: serde_json::from_value(admitted).expect("a time"),
+        admitted_at: Some(serde_json::from_value(admitted).expect("a time")),
         outcome: MaintenanceOutcome::Succeeded,
     };
     pipeline.execute(plain("acme", a, "a-done", done)).await.expect("updated");
@@ -211,7 +211,7 @@ async fn a_fenced_completion_changes_no_read_model() {
     let before = dump(&db).await;
     let stale = LeaseCommand::CompleteMaintenance {
         maintenance_id: maintenance,
-        admitted_at: chrono::Utc::now() - chrono::TimeDelta::hours(1),
+        admitted_at: Some(chrono::Utc::now() - chrono::TimeDelta::hours(1)),
         outcome: MaintenanceOutcome::Succeeded,
     };
     let refused = pipeline.execute(plain("acme", lease, "stale", stale)).await;
