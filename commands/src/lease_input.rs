@@ -4,8 +4,8 @@
 use leasehold_domain::OperationKey;
 use leasehold_domain::lease::{
     FieldError, HostName, LeaseCommand, LeaseId, LeaseItem, LeaseItems, MaintenanceId,
-    MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash, Problem, ProviderId, Reason,
-    ServiceName, Sku, TenantMessage,
+    MaintenanceKind, MaintenanceOutcome, OperationId, OperatorDetail, PayloadHash, Problem,
+    ProviderId, Reason, ServiceName, Sku, TenantMessage,
 };
 use leasehold_domain::limits::LEASE_QUANTITY_DEFAULT_MAX;
 use uuid::Uuid;
@@ -165,6 +165,43 @@ const MAINTENANCE_FAILED_MESSAGE: &str = "the restart or update failed";
 
 /// A restart's or update's outcome as a backend reports it: succeeded, or failed with its
 /// error kept as operator-only detail.
+/// A failed restart or update as its backend reports it. A backend that rolled back to what
+/// ran before (fred always does for a restart; for an update it says so with `rolled_back`)
+/// leaves the lease running its previous release: recovered, not failed. The reason is the
+/// backends' own (`RestartFailed`, `UpdateFailed`); the backend's error text is for operators.
+pub fn failed_maintenance(
+    kind: MaintenanceKind,
+    rolled_back: Option<bool>,
+    error: Option<&str>,
+) -> MaintenanceOutcome {
+    let detail = OperatorDetail::new(error.unwrap_or_default());
+    let text = |text: &str| TenantMessage::parse("message", text).expect("a fixed, valid message");
+    let (reason, rolled_back) = match kind {
+        MaintenanceKind::Restart => ("RestartFailed", rolled_back.unwrap_or(true)),
+        MaintenanceKind::Update => ("UpdateFailed", rolled_back.unwrap_or(false)),
+    };
+    let reason = Reason::parse("reason", reason).expect("a fixed, valid reason");
+    match (kind, rolled_back) {
+        (MaintenanceKind::Restart, true) => MaintenanceOutcome::Recovered {
+            reason,
+            message: text("the restart failed; the lease runs as it did before"),
+            detail,
+        },
+        (MaintenanceKind::Update, true) => MaintenanceOutcome::Recovered {
+            reason,
+            message: text("the update failed; the lease runs its previous release"),
+            detail,
+        },
+        (MaintenanceKind::Restart, false) => {
+            MaintenanceOutcome::Failed { reason, message: text("the restart failed"), detail }
+        }
+        (MaintenanceKind::Update, false) => {
+            MaintenanceOutcome::Failed { reason, message: text("the update failed"), detail }
+        }
+    }
+}
+
+/// An agent's completion report: succeeded, or failed for a reason it did not name.
 pub fn maintenance_outcome(success: bool, error: Option<&str>) -> MaintenanceOutcome {
     if success {
         return MaintenanceOutcome::Succeeded;

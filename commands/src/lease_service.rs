@@ -52,6 +52,8 @@ pub struct CurrentWork {
     pub operation: Option<OperationId>,
     /// The pending restart or update: its id and admission stamp.
     pub maintenance: Option<(MaintenanceId, chrono::DateTime<chrono::Utc>)>,
+    /// Whether the pending maintenance is a restart or an update.
+    pub maintenance_kind: Option<leasehold_domain::lease::MaintenanceKind>,
 }
 
 /// Runs lease commands for callers.
@@ -198,6 +200,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
             status: stored.status,
             operation: stored.operation,
             maintenance: stored.pending.map(|pending| (pending.id, pending.admitted_at)),
+            maintenance_kind: stored.pending.map(|pending| pending.kind),
         })
     }
 

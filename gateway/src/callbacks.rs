@@ -32,7 +32,9 @@ use chrono::{DateTime, Utc};
 use leasehold_adapters::backends::SigningSecret;
 use leasehold_commands::lease_input;
 use leasehold_commands::lease_service::{Caller, LeaseOutcome};
-use leasehold_domain::lease::{LeaseCommand, LeaseId, MaintenanceId, OperationId};
+use leasehold_domain::lease::{
+    LeaseCommand, LeaseId, MaintenanceId, MaintenanceKind, MaintenanceOutcome, OperationId,
+};
 use leasehold_domain::{Actor, KeyNamespace};
 use serde::Deserialize;
 use serde_json::json;
@@ -95,6 +97,10 @@ struct CallbackPayload {
     maintenance_admitted_at: Option<String>,
     #[serde(default)]
     retained: bool,
+    /// Leasehold's extension: whether a failed update was rolled back to the release that ran
+    /// before (absent: a restart was, an update was not, as fred's backends do).
+    #[serde(default)]
+    rolled_back: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -174,12 +180,17 @@ async fn handle(
     {
         return Err(ApiError::bad_input("the body names another lease than the signed URL"));
     }
-    let pending = match named {
-        Named::Maintenance => inner.leases.current_work(&caller(), lease).await?.maintenance,
+    // On a maintenance URL, what is pending decides how the report reads: the pending
+    // maintenance's kind (a failed restart was rolled back), and whether an unstamped report
+    // is its completion.
+    let work = match named {
+        Named::Maintenance => Some(inner.leases.current_work(&caller(), lease).await?),
         Named::Operation => None,
     };
-    let unstamped_completion = pending.is_some_and(|(id, _)| id.0 == operation);
-    let command = command_of(&payload, (named, unstamped_completion), operation)?;
+    let pending = work.as_ref().and_then(|work| work.maintenance.zip(work.maintenance_kind));
+    let pending = pending.filter(|((id, _), _)| id.0 == operation).map(|(_, kind)| kind);
+    let unstamped_completion = pending.is_some();
+    let command = command_of(&payload, (named, pending), operation)?;
     // Redeliveries of one callback carry the same URL and body: the same operation key.
     let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
     let mut digest = Sha256::new();
@@ -219,7 +230,7 @@ fn caller() -> Caller {
 /// stamps), when that maintenance is the one pending; otherwise it reports on the lease.
 fn command_of(
     payload: &CallbackPayload,
-    (named, pending): (Named, bool),
+    (named, pending): (Named, Option<MaintenanceKind>),
     id: Uuid,
 ) -> Result<LeaseCommand, ApiError> {
     let error = payload.error.as_deref().unwrap_or_default();
@@ -228,7 +239,9 @@ fn command_of(
         (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed, Some(stamp)) => {
             Some(Some(stamp))
         }
-        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed, None) if pending => {
+        (Named::Maintenance, CallbackStatus::Success | CallbackStatus::Failed, None)
+            if pending.is_some() =>
+        {
             Some(None)
         }
         _ => None,
@@ -244,8 +257,13 @@ fn command_of(
                         .map_err(|_| ApiError::bad_input("maintenance_admitted_at: not RFC 3339"))
                 })
                 .transpose()?;
-            let success = payload.status == CallbackStatus::Success;
-            let outcome = lease_input::maintenance_outcome(success, Some(error));
+            // A stamped completion of a maintenance no longer pending is fenced or a repeat:
+            // its kind only shapes an outcome that is then refused or ignored.
+            let kind = pending.unwrap_or(MaintenanceKind::Update);
+            let outcome = match payload.status {
+                CallbackStatus::Success => MaintenanceOutcome::Succeeded,
+                _ => lease_input::failed_maintenance(kind, payload.rolled_back, Some(error)),
+            };
             LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome }
         }
         (None, CallbackStatus::Deprovisioned) => {

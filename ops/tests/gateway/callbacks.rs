@@ -202,6 +202,72 @@ async fn an_unstamped_completion_settles_the_maintenance_its_url_names() {
     assert_eq!(answer["events"], json!(["LeaseFailed"]));
 }
 
+/// Defect 7.5: a backend rolls a failed restart back to the containers that ran before (fred
+/// always does), and may say it rolled a failed update back (`rolled_back`): the lease stays
+/// ready with the old release active, not failed `Unknown`. An update failure without the
+/// note leaves it failed, with the backends' reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_maintenance_keeps_the_lease_ready_on_its_old_release() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let id = lease["id"].as_str().expect("an id");
+    let path = operation_path(&server, &lease).await;
+    let provisioned = json!({ "lease_uuid": id, "status": "success" });
+    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
+    let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { id } }";
+    let update = "mutation($input: UpdateLeaseInput!) { updateLease(input: $input) { id } }";
+    let failed = |note: Option<bool>| {
+        let mut body = json!({ "lease_uuid": id, "status": "failed", "error": "exit 1" });
+        if let Some(rolled_back) = note {
+            body["rolled_back"] = json!(rolled_back);
+        }
+        body
+    };
+    let read = "query($id: ID!) { lease(id: $id) { status reason } }";
+    let cases = [
+        (restart, None, ["LeaseMaintenanceRecovered"], "READY", "RestartFailed"),
+        (update, Some(true), ["LeaseMaintenanceRecovered"], "READY", "UpdateFailed"),
+        (update, None, ["LeaseMaintenanceFailed"], "FAILED", "UpdateFailed"),
+    ];
+    for (n, (mutation, note, events, status, reason)) in cases.into_iter().enumerate() {
+        let key = format!("maintenance-{n}");
+        let input = if mutation == update {
+            json!({ "input": { "leaseId": id, "operationKey": key, "payload": format!("image: trainer:{n}") } })
+        } else {
+            json!({ "input": { "leaseId": id, "operationKey": key } })
+        };
+        data(&server.graphql(&acme, mutation, input).await);
+        let work = lease_work(&server, &lease["id"]).await;
+        let path = work["callbackPath"].as_str().expect("a maintenance path").to_string();
+        let mut body = failed(note);
+        body["maintenance_admitted_at"] = work["admittedAt"].clone();
+        let (code, answer) = Callback::now(&path, &body).send(&server).await;
+        assert_eq!((code, &answer["events"]), (200, &json!(events)), "{answer}");
+        // The read model follows the log: wait for it to show the status.
+        let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            loop {
+                let got = server.graphql(&acme, read, json!({ "id": id })).await;
+                if data(&got)["lease"]["status"] == status {
+                    return got;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the read model catches up");
+        assert_eq!(data(&got)["lease"]["status"], status, "{got}");
+        assert_eq!(data(&got)["lease"]["reason"], reason, "{got}");
+        if status == "READY" {
+            let client = server.db.client().await;
+            let lease_id = uuid::Uuid::parse_str(id).expect("a UUID");
+            let first = "SELECT status FROM releases WHERE lease_id = $1 AND version = 1";
+            let row = client.query_one(first, &[&lease_id]).await.expect("release 1");
+            assert_eq!(row.get::<_, String>(0), "active", "the old release runs");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_take_the_keys_its_backend_or_agents_will_use() {
     let server = Server::start().await;
