@@ -54,6 +54,8 @@ pub struct CurrentWork {
     pub maintenance: Option<(MaintenanceId, chrono::DateTime<chrono::Utc>)>,
     /// Whether the pending maintenance is a restart or an update.
     pub maintenance_kind: Option<leasehold_domain::lease::MaintenanceKind>,
+    /// The backend it is placed on.
+    pub backend: Option<BackendName>,
 }
 
 /// Runs lease commands for callers.
@@ -201,6 +203,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
             operation: stored.operation,
             maintenance: stored.pending.map(|pending| (pending.id, pending.admitted_at)),
             maintenance_kind: stored.pending.map(|pending| pending.kind),
+            backend: stored.terms.as_ref().map(|terms| terms.backend.clone()),
         })
     }
 

@@ -43,8 +43,8 @@
 //! | restarting, updating | CompleteMaintenance(recovered) | ready | MaintenanceRecovered | as above |
 //! | restarting, updating | CompleteMaintenance(failed) | failed | MaintenanceFailed | as above |
 //! | live | CompleteMaintenance | unchanged | — when nothing is pending and it repeats the last settled completion | otherwise `Fenced` (a stale completion never settles a newer command) |
-//! | live | Deprovision | deprovisioning | DeprovisionRequested | — |
-//! | gone | Deprovision | unchanged | — (idempotent) | — |
+//! | live | Deprovision | deprovisioning | DeprovisionRequested (+ Closed(tenant) when chain active, + Rejected when pending); when restoring, linked: FinishRestore(rolled back) on the source | — |
+//! | gone | Deprovision | unchanged | — (idempotent), or Closed(tenant) when the chain was left active | — |
 //! | deprovisioning | ConfirmDeprovisioned | deprovisioned or retained | Deprovisioned | — |
 //! | deprovisioned, retained | ConfirmDeprovisioned | unchanged | — (duplicate report) | — |
 //! | gone | ReportProvisioned, ReportFailed, ReportContainerDied, CompleteMaintenance | unchanged | — (late reports are ignored) | — |
@@ -59,8 +59,8 @@
 //! | any but none | ObserveTerminalBudget (complete inventory) | unchanged | TerminalBudgetObserved when it changed | — |
 //! | failed, chain active | ObserveTerminalBudget(exhausted, ≥ 1 failure, complete) | chain closed | + ClosedForFailure | never from `fail_count`; a partial inventory or no budget never closes |
 //! | any but none | ObserveTerminalBudget (partial inventory) | unchanged | — | — |
-//! | chain active | Close | chain closed | Closed | — |
-//! | chain closed | Close | unchanged | — (idempotent) | — |
+//! | chain active | Close | chain closed | Closed (+ DeprovisionRequested when live; when restoring, linked as for Deprovision) | — |
+//! | chain closed | Close | unchanged | — (idempotent), or DeprovisionRequested when still live | — |
 //! | chain active | Expire | chain expired | Expired | — |
 //! | chain expired | Expire | unchanged | — (idempotent) | — |
 //! | any but none | RecordDispatch(any) naming an older generation | unchanged | — (superseded work: its answer changes nothing) | — |
@@ -758,6 +758,16 @@ impl Aggregate for Lease {
             ) if restoring => {
                 let committed = matches!(first, LeaseEvent::LeaseProvisioned { .. });
                 vec![(from.stream_id(), LeaseCommand::FinishRestore { into, committed })]
+            }
+            // Released while restoring: the restore never completed, so the source's record
+            // is available again rather than left `restoring` for ever.
+            (LeaseCommand::Deprovision | LeaseCommand::Close { .. }, _, Some((into, from)))
+                if restoring
+                    && events.iter().any(|event| {
+                        matches!(event, LeaseEvent::LeaseDeprovisionRequested { .. })
+                    }) =>
+            {
+                vec![(from.stream_id(), LeaseCommand::FinishRestore { into, committed: false })]
             }
             _ => Vec::new(),
         }

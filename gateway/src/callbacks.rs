@@ -18,7 +18,9 @@
 //! t=<unix seconds>,sha256=<hex>`, the HMAC-SHA256 of
 //! `t "\n" METHOD "\n" request-URI "\n" hex(sha256(body))` under the callback secret
 //! (`leasehold_adapters::backends`), compared in constant time; a signature more than 5 minutes
-//! old or 1 minute ahead is refused.
+//! old or 1 minute ahead is refused. The secret is the lease's backend's own (from the backends
+//! file) when it has one, else the callback secret: one backend's secret never verifies a
+//! callback on another's lease.
 //! Authority — which lease, which operation — comes from the signed URL only: the body's
 //! `operation_id`, `lifecycle_id` and `backend` are never read, and a body naming another
 //! lease is refused. A redelivery of the same callback (same URL and body) is a duplicate; the
@@ -62,6 +64,11 @@ impl CallbackSecret {
     /// [`crate::auth::AuthError::WeakSecret`] when shorter.
     pub fn new(bytes: &[u8]) -> Result<Self, crate::auth::AuthError> {
         SigningSecret::new(bytes).map(Self).map_err(|_| crate::auth::AuthError::WeakSecret)
+    }
+
+    /// A backend's own secret, already checked.
+    pub(crate) fn of(secret: SigningSecret) -> Self {
+        Self(secret)
     }
 
     /// The `X-Fred-Signature` value for a request (what a backend sends).
@@ -165,12 +172,19 @@ async fn handle(
     body: &[u8],
 ) -> Result<serde_json::Value, ApiError> {
     let inner = &http.state.inner;
-    let secret = inner.callback_secret.as_ref().ok_or_else(|| {
+    let global = inner.callback_secret.as_ref().ok_or_else(|| {
         ApiError::new(Code::NotFound, "callbacks are not enabled (no callback secret)")
     })?;
-    secret.verify(headers, method, uri, body)?;
     let lease = LeaseId(parse_uuid("lease id", lease)?);
     let operation = parse_uuid("operation id", operation)?;
+    // The lease's backend signs with its own secret when the backends file names it; a lease
+    // that does not exist (or is on another backend) is verified with the callback secret,
+    // so a signature check answers the same whether the lease exists or not.
+    let work = inner.leases.current_work(&caller(), lease).await.ok();
+    let backend = work.as_ref().and_then(|work| work.backend.as_ref());
+    let secret =
+        backend.and_then(|name| inner.backend_secrets.get(name.as_str())).unwrap_or(global);
+    secret.verify(headers, method, uri, body)?;
     let payload: CallbackPayload = serde_json::from_slice(body)
         .map_err(|error| ApiError::bad_input(format!("not a callback payload: {error}")))?;
     if payload
@@ -183,10 +197,7 @@ async fn handle(
     // On a maintenance URL, what is pending decides how the report reads: the pending
     // maintenance's kind (a failed restart was rolled back), and whether an unstamped report
     // is its completion.
-    let work = match named {
-        Named::Maintenance => Some(inner.leases.current_work(&caller(), lease).await?),
-        Named::Operation => None,
-    };
+    let work = work.filter(|_| matches!(named, Named::Maintenance));
     let pending = work.as_ref().and_then(|work| work.maintenance.zip(work.maintenance_kind));
     let pending = pending.filter(|((id, _), _)| id.0 == operation).map(|(_, kind)| kind);
     let unstamped_completion = pending.is_some();

@@ -97,6 +97,9 @@ pub(crate) struct Inner {
     pub(crate) sockets: Gauge,
     /// Verifies backend callbacks; `None` disables them.
     pub(crate) callback_secret: Option<CallbackSecret>,
+    /// Each backend's own secret, by name: a callback on a lease placed on one of these is
+    /// verified with its backend's secret, never with another's.
+    pub(crate) backend_secrets: std::collections::HashMap<String, CallbackSecret>,
     /// Operations running on WebSockets.
     pub(crate) subscriptions: Gauge,
     /// Request counts and latencies.
@@ -162,6 +165,7 @@ impl AppState {
             stopping,
             sockets,
             callback_secret: None,
+            backend_secrets: std::collections::HashMap::new(),
             subscriptions: Gauge::default(),
             metrics: Metrics::default(),
         };
@@ -177,6 +181,19 @@ impl AppState {
         Arc::get_mut(&mut self.inner).expect("configured before sharing").callback_secret =
             Some(secret);
         Ok(self)
+    }
+
+    /// Verifies callbacks on leases placed on each of these backends with that backend's own
+    /// secret (the backends file's). Call before [`crate::app`].
+    #[must_use]
+    pub fn with_backend_secrets(
+        mut self,
+        secrets: impl IntoIterator<Item = (String, leasehold_adapters::backends::SigningSecret)>,
+    ) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
+        inner.backend_secrets =
+            secrets.into_iter().map(|(name, secret)| (name, CallbackSecret::of(secret))).collect();
+        self
     }
 
     /// Tells sockets to close (1012) and the live hub to stop.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use leasehold_adapters::backends::{BackendClient, config};
+use leasehold_adapters::backends::{BackendClient, BackendConfig, config};
 use leasehold_adapters::dispatch::{
     Backends, Backoff, CallbackUrls, Dispatcher, LeaseDispatch, PgOutbox,
 };
@@ -18,18 +18,25 @@ use leasehold_projections::{ReconcilerConfig, ReconcilerRunner};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Reads the backends file and starts the lease dispatcher; it stops when `stopped` turns
-/// true. `callback_base` is the URL backends reach this gateway at.
+/// The backends the backends file names.
 ///
 /// # Errors
 /// The backends file cannot be used.
+pub fn backends(backends_file: &Path) -> anyhow::Result<Vec<BackendConfig>> {
+    config::load(backends_file).context("--backends-file")
+}
+
+/// Starts the lease dispatcher over `configs`; it stops when `stopped` turns true.
+/// `callback_base` is the URL backends reach this gateway at.
+///
+/// # Errors
+/// A backend's HTTP client cannot be built.
 pub fn start(
     store: &PgEventStore,
-    backends_file: &Path,
+    configs: Vec<BackendConfig>,
     (callback_base, placed_on): (&str, BackendName),
     stopped: &watch::Receiver<bool>,
 ) -> anyhow::Result<(Vec<String>, JoinHandle<()>)> {
-    let configs = config::load(backends_file).context("--backends-file")?;
     let clock = Arc::new(SystemClock);
     let mut clients = Vec::new();
     for config in configs {

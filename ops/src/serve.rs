@@ -98,10 +98,16 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let projectors = crate::projectors::start(&store, runner_config, &stopped);
     let progress = projectors.progress.clone();
     let secret = args.secret.secret()?;
+    let backends = match &args.backends_file {
+        Some(file) => Some(crate::dispatch::backends(file)?),
+        None => None,
+    };
+    let backend_secrets = backends.iter().flatten().map(|b| (b.name.clone(), b.secret.clone()));
     let state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
-        .context("the callback secret")?;
+        .context("the callback secret")?
+        .with_backend_secrets(backend_secrets.collect::<Vec<_>>());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {} (--listen)", args.listen))?;
@@ -113,12 +119,13 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // covers what the gateway's last requests appended.
     let (stop_sealer, sealer_stopped) = watch::channel(false);
     let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, sealer_stopped));
-    let dispatcher = match &args.backends_file {
-        Some(file) => {
+    let dispatcher = match backends {
+        Some(configs) => {
             let base =
                 args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
             let placed_on = placement(args)?;
-            let (names, task) = crate::dispatch::start(&store, file, (&base, placed_on), &stopped)?;
+            let (names, task) =
+                crate::dispatch::start(&store, configs, (&base, placed_on), &stopped)?;
             tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
             Some(task)
         }

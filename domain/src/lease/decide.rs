@@ -54,13 +54,7 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
         LeaseCommand::CompleteMaintenance { maintenance_id, admitted_at, outcome } => {
             complete_maintenance(lease, (*maintenance_id, *admitted_at), outcome, at)
         }
-        LeaseCommand::Deprovision => {
-            if lease.status.is_gone() {
-                return NO_CHANGE;
-            }
-            let generation = lease.generation + 1;
-            Ok(vec![LeaseEvent::LeaseDeprovisionRequested { generation, at }])
-        }
+        LeaseCommand::Deprovision => Ok(deprovision(lease, at)),
         LeaseCommand::ConfirmDeprovisioned { retained, .. } => {
             confirm_deprovisioned(lease, command, *retained, ctx)
         }
@@ -459,12 +453,37 @@ fn observe_budget(
     events
 }
 
-fn close(lease: &Lease, command: &LeaseCommand, cause: CloseCause, at: DateTime<Utc>) -> Decision {
-    match lease.chain {
-        ChainState::Active => Ok(vec![LeaseEvent::LeaseClosed { cause, at }]),
-        ChainState::Closed => NO_CHANGE,
-        _ => Err(invalid(lease, command)),
+/// A tenant releases its lease: the backend is asked to release it, and the lease ends on the
+/// chain (closed by its tenant; rejected if never acknowledged). A lease released before
+/// this rule, whose chain was left active, is closed when asked again.
+fn deprovision(lease: &Lease, at: DateTime<Utc>) -> Vec<LeaseEvent> {
+    let mut events = Vec::new();
+    if !lease.status.is_gone() {
+        let generation = lease.generation + 1;
+        events.push(LeaseEvent::LeaseDeprovisionRequested { generation, at });
     }
+    match lease.chain {
+        ChainState::Active => {
+            events.push(LeaseEvent::LeaseClosed { cause: CloseCause::Tenant, at })
+        }
+        ChainState::Pending if !events.is_empty() => events.push(LeaseEvent::LeaseRejected { at }),
+        _ => {}
+    }
+    events
+}
+
+/// Closing a lease on the chain also releases what its backend holds.
+fn close(lease: &Lease, command: &LeaseCommand, cause: CloseCause, at: DateTime<Utc>) -> Decision {
+    let mut events = match lease.chain {
+        ChainState::Active => vec![LeaseEvent::LeaseClosed { cause, at }],
+        ChainState::Closed => Vec::new(),
+        _ => return Err(invalid(lease, command)),
+    };
+    if !lease.status.is_gone() {
+        let generation = lease.generation + 1;
+        events.push(LeaseEvent::LeaseDeprovisionRequested { generation, at });
+    }
+    Ok(events)
 }
 
 /// An admission stamp is issued in whole seconds and compared at that precision: backends

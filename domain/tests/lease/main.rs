@@ -214,7 +214,7 @@ fn a_second_maintenance_while_one_is_pending_is_invalid_state() {
         &deprovisioned(),
         update(),
         none(),
-        invalid("Update", LeaseStatus::Deprovisioned, ChainState::Active),
+        invalid("Update", LeaseStatus::Deprovisioned, ChainState::Closed),
     );
     let mut closed_failed = closed();
     closed_failed.push((report_failed(), none()));
@@ -222,7 +222,7 @@ fn a_second_maintenance_while_one_is_pending_is_invalid_state() {
         &closed_failed,
         restart(),
         none(),
-        invalid("Restart", LeaseStatus::Failed, ChainState::Closed),
+        invalid("Restart", LeaseStatus::Deprovisioning, ChainState::Closed),
     );
 }
 
@@ -319,8 +319,17 @@ fn an_update_completion_moves_the_releases() {
 
 #[test]
 fn deprovision_is_idempotent() {
-    for given in [provisioning(), ready(), failing(), failed(), restarting(), updating()] {
-        let lease = check(&given, C::Deprovision, none(), Events(&["LeaseDeprovisionRequested"]));
+    // A pending lease is rejected, an active one closed by its tenant (defect 7.7).
+    let lease = check(
+        &provisioning(),
+        C::Deprovision,
+        none(),
+        Events(&["LeaseDeprovisionRequested", "LeaseRejected"]),
+    );
+    assert_eq!((lease.status, lease.pending), (LeaseStatus::Deprovisioning, None));
+    for given in [ready(), failing(), failed(), restarting(), updating()] {
+        let expected = Events(&["LeaseDeprovisionRequested", "LeaseClosed"]);
+        let lease = check(&given, C::Deprovision, none(), expected);
         assert_eq!((lease.status, lease.pending), (LeaseStatus::Deprovisioning, None));
     }
     for given in [deprovisioning(), deprovisioned(), retained()] {
@@ -514,7 +523,7 @@ fn the_retained_record() {
         &source_restoring(),
         reap(),
         none(),
-        invalid("Reap", LeaseStatus::Retained, ChainState::Active),
+        invalid("Reap", LeaseStatus::Retained, ChainState::Closed),
     );
     let lease = check(&reaping(), C::ConfirmReaped, none(), Events(&["LeaseRetentionDeleted"]));
     assert_eq!((lease.status, lease.retention), (LeaseStatus::Deprovisioned, None));
@@ -522,7 +531,7 @@ fn the_retained_record() {
         &retained(),
         C::ConfirmReaped,
         none(),
-        invalid("ConfirmReaped", LeaseStatus::Retained, ChainState::Active),
+        invalid("ConfirmReaped", LeaseStatus::Retained, ChainState::Closed),
     );
 }
 
@@ -556,13 +565,13 @@ fn custom_domains() {
         &deprovisioning(),
         set(),
         none(),
-        invalid("SetCustomDomain", LeaseStatus::Deprovisioning, ChainState::Active),
+        invalid("SetCustomDomain", LeaseStatus::Deprovisioning, ChainState::Closed),
     );
     check(
         &closed(),
         set(),
         none(),
-        invalid("SetCustomDomain", LeaseStatus::Ready, ChainState::Closed),
+        invalid("SetCustomDomain", LeaseStatus::Deprovisioning, ChainState::Closed),
     );
 }
 
@@ -633,8 +642,12 @@ fn a_high_fail_count_never_closes_a_lease() {
 #[test]
 fn the_chain_state() {
     let close = |cause| C::Close { cause };
-    let lease =
-        check(&ready(), close(CloseCause::CreditDepleted), none(), Events(&["LeaseClosed"]));
+    let lease = check(
+        &ready(),
+        close(CloseCause::CreditDepleted),
+        none(),
+        Events(&["LeaseClosed", "LeaseDeprovisionRequested"]),
+    );
     assert_eq!(lease.chain, ChainState::Closed);
     check(&closed(), close(CloseCause::Operator), none(), NoChange);
     check(
@@ -660,7 +673,12 @@ fn the_chain_state() {
         none(),
         invalid("Close", LeaseStatus::Ready, ChainState::Expired),
     );
-    check(&closed(), C::Expire, none(), invalid("Expire", LeaseStatus::Ready, ChainState::Closed));
+    check(
+        &closed(),
+        C::Expire,
+        none(),
+        invalid("Expire", LeaseStatus::Deprovisioning, ChainState::Closed),
+    );
     check(
         &provisioning(),
         C::Expire,
@@ -1008,4 +1026,72 @@ fn an_unstamped_completion_settles_by_the_maintenance_id() {
     let other = leasehold_domain::lease::MaintenanceId(uuid::Uuid::from_u128(0x99));
     check(&restarting(), unstamped(other), none(), Refused(LeaseError::Fenced));
     check(&updating(), unstamped(MAINTENANCE), none(), Events(&["LeaseMaintenanceSucceeded"]));
+}
+
+/// Defect 7.7: a lease its tenant releases ends on the chain too (closed by the tenant, or
+/// rejected while never acknowledged); one released before this rule is closed when asked again.
+#[test]
+fn a_tenant_release_ends_the_lease_on_the_chain() {
+    use leasehold_domain::Aggregate;
+    use leasehold_domain::lease::LeaseEvent;
+    let lease = check(
+        &ready(),
+        C::Deprovision,
+        none(),
+        Events(&["LeaseDeprovisionRequested", "LeaseClosed"]),
+    );
+    assert_eq!((lease.status, lease.chain), (LeaseStatus::Deprovisioning, ChainState::Closed));
+    let lease = check(
+        &provisioning(),
+        C::Deprovision,
+        none(),
+        Events(&["LeaseDeprovisionRequested", "LeaseRejected"]),
+    );
+    assert_eq!(lease.chain, ChainState::Rejected);
+    // Released (the old way) with the chain still active: asking again closes it.
+    let stranded = vec![LeaseEvent::LeaseDeprovisionRequested { generation: 2, at: t(3) }];
+    let before = Lease::replay(&[history(&ready()), stranded].concat());
+    assert_eq!((before.status, before.chain), (LeaseStatus::Deprovisioning, ChainState::Active));
+    let events = before.decide(&C::Deprovision, &ctx_at(30, none())).expect("decided");
+    let types: Vec<&str> = events.iter().map(leasehold_domain::DomainEvent::event_type).collect();
+    assert_eq!(types, ["LeaseClosed"]);
+    check(&deprovisioned(), C::Deprovision, none(), NoChange);
+}
+
+/// Defect 7.6: closing a lease releases what its backend holds.
+#[test]
+fn closing_a_lease_releases_it() {
+    let lease = check(
+        &ready(),
+        C::Close { cause: CloseCause::Operator },
+        none(),
+        Events(&["LeaseClosed", "LeaseDeprovisionRequested"]),
+    );
+    assert_eq!((lease.status, lease.chain), (LeaseStatus::Deprovisioning, ChainState::Closed));
+    check(
+        &failed(),
+        C::Close { cause: CloseCause::CreditDepleted },
+        none(),
+        Events(&["LeaseClosed", "LeaseDeprovisionRequested"]),
+    );
+    // Closed and released already: nothing more.
+    let mut closed = ready();
+    closed.push((C::Close { cause: CloseCause::Tenant }, none()));
+    check(&closed, C::Close { cause: CloseCause::Tenant }, none(), NoChange);
+}
+
+/// Defect 7.1: a lease released while it is being restored gives its source's retained record
+/// back (the restore never completed), in the same transaction, instead of stranding it in
+/// `restoring`.
+#[test]
+fn releasing_a_restoring_lease_rolls_its_source_back() {
+    use leasehold_domain::Aggregate;
+    let given = vec![(restore_command(None, items()), retained_source(true, retained()))];
+    let restoring = Lease::replay(&history(&given));
+    // (A restored lease is pending until its restore completes: only a release applies.)
+    let events = restoring.decide(&C::Deprovision, &ctx_at(30, none())).expect("decided");
+    assert_eq!(
+        restoring.linked(&C::Deprovision, &events),
+        vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: false })],
+    );
 }

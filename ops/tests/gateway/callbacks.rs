@@ -248,7 +248,8 @@ async fn a_rolled_back_maintenance_keeps_the_lease_ready_on_its_old_release() {
         let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
             loop {
                 let got = server.graphql(&acme, read, json!({ "id": id })).await;
-                if data(&got)["lease"]["status"] == status {
+                let shown = &got["data"]["lease"];
+                if shown["status"] == status && shown["reason"] == reason {
                     return got;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;

@@ -11,6 +11,10 @@ use uuid::Uuid;
 
 use crate::support::*;
 
+/// The simulated backend's own secret: it signs requests to it and its callbacks (not the
+/// servers' callback secret).
+const SIM_SECRET: &str = "sim-1-own-secret-0123456789abcdef0123456789";
+
 /// How long a lease may take to become ready.
 const READY_WAIT: Duration = Duration::from_secs(60);
 
@@ -21,10 +25,10 @@ struct Sim {
 }
 
 impl Sim {
-    /// Starts the simulator on `listen`, signing with the test servers' callback secret.
+    /// Starts the simulator on `listen`, with its own secret.
     async fn start(listen: &str, dir: &Path) -> Sim {
         let secret = dir.join("sim.secret");
-        std::fs::write(&secret, CALLBACK_SECRET).expect("written");
+        std::fs::write(&secret, SIM_SECRET).expect("written");
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["backend-sim", "--listen", listen, "--callback-delay-ms", "20", "--secret-file"])
             .arg(&secret)
@@ -69,7 +73,7 @@ fn backends_file(dir: &Path, url: &str) -> PathBuf {
         "name": "sim-1", "url": url, "secret_file": "sim.secret",
         "timeout_seconds": 5, "breaker_open_seconds": 1,
     }]});
-    std::fs::write(dir.join("sim.secret"), CALLBACK_SECRET).expect("written");
+    std::fs::write(dir.join("sim.secret"), SIM_SECRET).expect("written");
     std::fs::write(&file, backends.to_string()).expect("written");
     file
 }
@@ -125,6 +129,23 @@ async fn a_requested_lease_is_dispatched_called_back_and_ready() {
         assert_eq!(count(&events, event_type), 1, "{events:?}");
     }
     assert_eq!(sim.received("provision").await, 1);
+    // Its callbacks are verified with its backend's secret: the callback secret (another
+    // backend's, say) does not verify one on this lease.
+    let path =
+        lease_work(&server, &lease["id"]).await["callbackPath"].as_str().unwrap().to_string();
+    let body =
+        json!({ "lease_uuid": lease["id"], "status": "failed", "error": "forged" }).to_string();
+    let secret =
+        leasehold_gateway::callbacks::CallbackSecret::new(CALLBACK_SECRET.as_bytes()).unwrap();
+    let signature = secret.sign(chrono::Utc::now().timestamp(), "POST", &path, body.as_bytes());
+    let forged = reqwest::Client::new()
+        .post(format!("{}{path}", server.base))
+        .header(leasehold_gateway::callbacks::SIGNATURE_HEADER, signature)
+        .body(body)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(forged.status().as_u16(), 401);
 
     // Releasing it: the backend's `200` is the release; the dispatcher reads it back (gone,
     // not retained) and confirms it.
