@@ -364,6 +364,10 @@ pub struct CallbackPayload {
     /// The echo of the maintenance's `admitted_at` (the seed's extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_admitted_at: Option<String>,
+    /// Leasehold's extension: whether a failed restart or update was rolled back to what ran
+    /// before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<bool>,
 }
 
 /// Go's zero `time.Time`, which fred writes for "no time", read as `None`.

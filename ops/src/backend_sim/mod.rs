@@ -4,10 +4,13 @@
 //! status codes and error envelope, and reports each provision's outcome by a signed callback
 //! to the URL the provision named, after `--callback-delay-ms`.
 //!
-//! Served so far: provision, info, deprovision, provisions (keyset pages, lookups and point
-//! reads), health and stats; `GET /sim/requests` counts the requests received per route. Restart, update, restore, logs, releases, retentions, custom domains and
+//! Served so far: provision, restart, update (`maintenance.rs`), info, deprovision, provisions
+//! (keyset pages, lookups and point reads), health and stats; `GET /sim/requests` counts the
+//! requests received per route. `--fault` makes it misbehave (fail, refuse, answer garbage,
+//! time out, roll back, omit the maintenance stamp). Restart, update, restore, logs, releases, retentions, custom domains and
 //! the failure modes (refuse, time out, roll back, garbage) follow with the dispatcher.
 
+mod maintenance;
 mod routes;
 
 use std::collections::BTreeMap;
@@ -38,6 +41,32 @@ pub struct SimArgs {
     /// How long a provision takes before its callback is sent.
     #[arg(long, default_value_t = 50)]
     pub callback_delay_ms: u64,
+    /// Misbehave as a real backend can (repeatable): `fail` (provisions report failed),
+    /// `refuse-validation` (400 `unknown_sku`), `refuse-capacity` (503), `garbage` (error
+    /// answers with an HTML body), `timeout` (never answer a provision), `rollback` (restarts
+    /// and updates fail and roll back), `omit-stamp` (completions echo no maintenance id or
+    /// stamp, as an older backend).
+    #[arg(long = "fault", value_enum)]
+    pub faults: Vec<Fault>,
+}
+
+/// One way the simulator misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    /// Provisions are accepted, then report failed.
+    Fail,
+    /// Provisions are refused as invalid (`400`, `validation_code: unknown_sku`).
+    RefuseValidation,
+    /// Provisions are refused for capacity (`503`).
+    RefuseCapacity,
+    /// Every refusal's body is an HTML page, not the error envelope (and provisions answer 500).
+    Garbage,
+    /// Provisions are never answered.
+    Timeout,
+    /// Restarts and updates fail and roll back to what ran before.
+    Rollback,
+    /// Completions echo no maintenance id or stamp, as a backend that predates them.
+    OmitStamp,
 }
 
 /// One provision the simulator holds.
@@ -55,6 +84,8 @@ struct Sim {
     secret: SigningSecret,
     callback_delay: Duration,
     provisions: Arc<Mutex<BTreeMap<Uuid, Provision>>>,
+    /// How it misbehaves.
+    faults: Arc<Vec<Fault>>,
     /// Requests received per route (`GET /sim/requests`, for tests).
     received: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     http: reqwest::Client,
@@ -63,6 +94,11 @@ struct Sim {
 impl Sim {
     fn provisions(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Provision>> {
         self.provisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether it misbehaves this way.
+    fn has(&self, fault: Fault) -> bool {
+        self.faults.contains(&fault)
     }
 
     /// Counts one request to `route`.
@@ -83,6 +119,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
         callback_delay: Duration::from_millis(args.callback_delay_ms),
         provisions: Arc::default(),
         received: Arc::default(),
+        faults: Arc::new(args.faults.clone()),
         http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -20,7 +20,7 @@ use leasehold_adapters::backends::wire::{
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Provision, Sim};
+use super::{Fault, Provision, Sim};
 
 /// fred's backends' inbound body cap (`DefaultMaxRequestBodySize`).
 const REQUEST_BODY_BYTES_MAX: usize = 2 << 20;
@@ -36,6 +36,8 @@ pub(super) fn router(sim: Sim) -> Router {
     let signed = Router::new()
         .route("/provision", post(provision))
         .route("/deprovision", post(deprovision))
+        .route("/restart", post(super::maintenance::restart))
+        .route("/update", post(super::maintenance::update))
         .route("/info/{lease}", get(info))
         .route("/provisions", get(provisions))
         .route("/provisions/{lease}", get(provision_info))
@@ -48,7 +50,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .with_state(sim)
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+pub(super) fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(json!({ "error": message }))).into_response()
 }
 
@@ -87,6 +89,12 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
     {
         return error(StatusCode::BAD_REQUEST, "callback_url must be http(s)");
     }
+    if let Some(refused) = refusal(&sim) {
+        return refused;
+    }
+    if sim.has(Fault::Timeout) {
+        std::future::pending::<()>().await;
+    }
     let lease = request.lease_uuid;
     {
         let mut provisions = sim.provisions();
@@ -103,29 +111,46 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
     (StatusCode::ACCEPTED, axum::Json(json!({ "provision_id": lease.to_string() }))).into_response()
 }
 
+/// The refusal `--fault` asks provisions to get, if any.
+fn refusal(sim: &Sim) -> Option<Response> {
+    let body = if sim.has(Fault::Garbage) {
+        let page = "<html><body>502 Bad Gateway /var/lib/sim</body></html>";
+        return Some((StatusCode::INTERNAL_SERVER_ERROR, page).into_response());
+    } else if sim.has(Fault::RefuseValidation) {
+        json!({ "error": "sku is not offered here", "validation_code": "unknown_sku" })
+    } else if sim.has(Fault::RefuseCapacity) {
+        return Some(error(StatusCode::SERVICE_UNAVAILABLE, "insufficient resources"));
+    } else {
+        return None;
+    };
+    Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
+}
+
 /// After the delay, the provision is ready and its callback is sent.
 async fn complete(sim: Sim, lease: Uuid) {
     tokio::time::sleep(sim.callback_delay).await;
     let callback_url = {
         let mut provisions = sim.provisions();
         let Some(provision) = provisions.get_mut(&lease) else { return };
-        provision.status = "ready";
+        provision.status = if sim.has(Fault::Fail) { "failed" } else { "ready" };
         provision.request.callback_url.clone()
     };
+    let failed = sim.has(Fault::Fail);
     let payload = CallbackPayload {
         lease_uuid: lease.to_string(),
-        status: "success".into(),
-        error: None,
+        status: if failed { "failed" } else { "success" }.into(),
+        error: failed.then(|| "image pull failed".to_string()),
         backend: Some(sim.name.clone()),
         retained: false,
         maintenance_id: None,
         maintenance_admitted_at: None,
+        rolled_back: None,
     };
     send_callback(&sim, &callback_url, &payload).await;
 }
 
 /// Signs and posts a callback: three attempts, any 2xx ends them.
-async fn send_callback(sim: &Sim, url: &str, payload: &CallbackPayload) {
+pub(super) async fn send_callback(sim: &Sim, url: &str, payload: &CallbackPayload) {
     let body = serde_json::to_vec(payload).expect("a callback serializes");
     let target = url::target_of(url);
     for pause in CALLBACK_BACKOFF {

@@ -27,11 +27,18 @@ struct Sim {
 impl Sim {
     /// Starts the simulator on `listen`, with its own secret.
     async fn start(listen: &str, dir: &Path) -> Sim {
+        Sim::start_with(listen, dir, &[]).await
+    }
+
+    /// Starts the simulator misbehaving as `faults` say.
+    async fn start_with(listen: &str, dir: &Path, faults: &[&str]) -> Sim {
         let secret = dir.join("sim.secret");
         std::fs::write(&secret, SIM_SECRET).expect("written");
+        let faults = faults.iter().flat_map(|fault| ["--fault", fault]);
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["backend-sim", "--listen", listen, "--callback-delay-ms", "20", "--secret-file"])
             .arg(&secret)
+            .args(faults)
             .env("LEASEHOLD_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -219,4 +226,99 @@ async fn work_recorded_before_a_crash_is_sent_after_the_restart() {
     let events = stream_events(&server, &lease).await;
     assert_eq!(count(&events, "LeaseProvisioned"), 1, "{events:?}");
     assert!(sim.received("provision").await >= 1);
+}
+
+/// Waits until the lease's stream holds `n` events of `event_type`; its event types.
+async fn wait_for_events(
+    server: &Server,
+    lease: &Value,
+    event_type: &str,
+    n: usize,
+) -> Vec<String> {
+    let waited = tokio::time::timeout(READY_WAIT, async {
+        loop {
+            let events = stream_events(server, lease).await;
+            if count(&events, event_type) >= n {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    waited.unwrap_or_else(|_| panic!("lease {lease} never recorded {n} {event_type}"))
+}
+
+/// A lease requested and made ready through the dispatcher; its id.
+async fn ready_lease(server: &Server, tenant: &str, key: &str) -> Value {
+    let lease = request_lease(server, tenant, key).await["id"].clone();
+    wait_for_status(server, tenant, &lease, "READY").await;
+    lease
+}
+
+const RESTART: &str =
+    "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { id } }";
+
+/// A restart is sent with its maintenance id and admission stamp; the backend's completion
+/// settles it: echoing both, echoing neither (an older backend: by the id alone), or
+/// reporting the restart failed and rolled back (the lease stays ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatched_restart_settles_with_the_completion_the_backend_sends() {
+    let cases = [
+        (&[][..], "LeaseMaintenanceSucceeded", None),
+        (&["omit-stamp"][..], "LeaseMaintenanceSucceeded", None),
+        (&["rollback"][..], "LeaseMaintenanceRecovered", Some("RestartFailed")),
+    ];
+    for (faults, settled, reason) in cases {
+        let dir = scratch();
+        let sim = Sim::start_with("127.0.0.1:0", &dir.0, faults).await;
+        let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+        let tenant = tenant_token("acme");
+        let lease = ready_lease(&server, &tenant, "req-1").await;
+        let input = json!({ "input": { "leaseId": lease, "operationKey": "restart-1" } });
+        data(&server.graphql(&tenant, RESTART, input).await);
+        let events = wait_for_events(&server, &lease, settled, 1).await;
+        assert_eq!(count(&events, "LeaseRestartStarted"), 1, "{faults:?}: {events:?}");
+        assert_eq!(count(&events, "LeaseDispatched"), 2, "{faults:?}: {events:?}");
+        assert_eq!(sim.received("restart").await, 1, "{faults:?}");
+        wait_for_status(&server, &tenant, &lease, "READY").await;
+        let read = "query($id: ID!) { lease(id: $id) { reason } }";
+        let shown = server.graphql(&tenant, read, json!({ "id": lease })).await;
+        assert_eq!(data(&shown)["lease"]["reason"].as_str(), reason, "{faults:?}");
+    }
+}
+
+/// A backend's typed refusal fails the lease with the backend's reason and its own words (the
+/// tenant may read them); a garbage error body is never read as a refusal: the work is tried
+/// again and the lease waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_fail_the_lease_and_garbage_never_does() {
+    let dir = scratch();
+    let sim = Sim::start_with("127.0.0.1:0", &dir.0, &["refuse-validation"]).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let tenant = tenant_token("acme");
+    let lease = request_lease(&server, &tenant, "req-1").await["id"].clone();
+    wait_for_status(&server, &tenant, &lease, "FAILED").await;
+    let read = "query($id: ID!) { lease(id: $id) { status chainState reason message } }";
+    let shown = server.graphql(&tenant, read, json!({ "id": lease })).await;
+    let shown = &data(&shown)["lease"];
+    assert_eq!(
+        (&shown["chainState"], &shown["reason"], &shown["message"]),
+        (&json!("REJECTED"), &json!("UnknownSku"), &json!("sku is not offered here"))
+    );
+
+    let dir = scratch();
+    let sim = Sim::start_with("127.0.0.1:0", &dir.0, &["garbage"]).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let lease = request_lease(&server, &tenant, "req-1").await["id"].clone();
+    let events = wait_for_events(&server, &lease, "LeaseDispatchFailed", 2).await;
+    assert_eq!(count(&events, "LeaseProvisionFailed"), 0, "{events:?}");
+    let shown = server.graphql(&tenant, read, json!({ "id": lease })).await;
+    assert_eq!(data(&shown)["lease"]["status"], "PROVISIONING");
+    let client = server.db.client().await;
+    let row = client
+        .query_one("SELECT last_error FROM dispatch_outbox WHERE state = 'pending'", &[])
+        .await
+        .expect("its outbox row");
+    let last_error: String = row.get(0);
+    assert!(!last_error.contains("/var/lib"), "the body is not quoted: {last_error}");
 }

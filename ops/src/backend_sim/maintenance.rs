@@ -1,0 +1,94 @@
+//! Restart and update, as fred's docker backend answers them: 404 when the lease is not held,
+//! 409 unless it is `ready` or `failed`, 400 for an update without a payload; otherwise 202,
+//! and after the delay a signed callback to the new `callback_url` (which replaces the stored
+//! one) echoing `maintenance_id` and `maintenance_admitted_at` as the seed's backends do, or
+//! neither with `--fault omit-stamp`. With `--fault rollback` the work fails and is rolled
+//! back: the old containers run (`ready`) and the callback reports `failed`.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use leasehold_adapters::backends::wire::{CallbackPayload, RestartRequest, UpdateRequest};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::routes::{error, send_callback};
+use super::{Fault, Sim};
+
+/// What a restart or an update asked for.
+struct Asked {
+    lease: Uuid,
+    callback_url: String,
+    maintenance_id: Option<String>,
+    admitted_at: Option<String>,
+}
+
+pub(super) async fn restart(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("restart");
+    let Ok(request) = serde_json::from_slice::<RestartRequest>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "invalid request body");
+    };
+    let asked = Asked {
+        lease: request.lease_uuid,
+        callback_url: request.callback_url,
+        maintenance_id: request.maintenance_id,
+        admitted_at: request.admitted_at,
+    };
+    start(sim, asked, ("restarting", "restart")).await
+}
+
+pub(super) async fn update(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("update");
+    let Ok(request) = serde_json::from_slice::<UpdateRequest>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "invalid request body");
+    };
+    if request.payload.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "payload is required");
+    }
+    let asked = Asked {
+        lease: request.lease_uuid,
+        callback_url: request.callback_url,
+        maintenance_id: request.maintenance_id,
+        admitted_at: request.admitted_at,
+    };
+    start(sim, asked, ("updating", "update")).await
+}
+
+async fn start(sim: Sim, asked: Asked, (status, what): (&'static str, &str)) -> Response {
+    {
+        let mut provisions = sim.provisions();
+        let Some(provision) = provisions.get_mut(&asked.lease) else {
+            return error(StatusCode::NOT_FOUND, "lease not provisioned");
+        };
+        if !matches!(provision.status, "ready" | "failed") {
+            return error(StatusCode::CONFLICT, &format!("invalid state for {what}"));
+        }
+        provision.status = status;
+        provision.request.callback_url.clone_from(&asked.callback_url);
+    }
+    tokio::spawn(complete(sim, asked));
+    (StatusCode::ACCEPTED, axum::Json(json!({ "status": status }))).into_response()
+}
+
+async fn complete(sim: Sim, asked: Asked) {
+    tokio::time::sleep(sim.callback_delay).await;
+    let rolled_back = sim.has(Fault::Rollback);
+    {
+        let mut provisions = sim.provisions();
+        let Some(provision) = provisions.get_mut(&asked.lease) else { return };
+        provision.status = "ready";
+    }
+    let stamped = !sim.has(Fault::OmitStamp);
+    let payload = CallbackPayload {
+        lease_uuid: asked.lease.to_string(),
+        status: if rolled_back { "failed" } else { "success" }.into(),
+        error: rolled_back.then(|| "the new containers did not start; rolled back".to_string()),
+        backend: Some(sim.name.clone()),
+        retained: false,
+        maintenance_id: asked.maintenance_id.filter(|_| stamped),
+        maintenance_admitted_at: asked.admitted_at.filter(|_| stamped),
+        rolled_back: rolled_back.then_some(true),
+    };
+    send_callback(&sim, &asked.callback_url, &payload).await;
+}
