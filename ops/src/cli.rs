@@ -98,6 +98,10 @@ enum BenchCommand {
     /// Page latency over HTTP at a million leases, and delivery latency with 1,000
     /// subscriptions (gaps and duplicates counted), each beside a raw baseline.
     Gateway(bench::gateway::GatewayBenchArgs),
+    /// Leases from request to ready per second through the dispatcher, an in-process
+    /// backend-sim and the gateway's callbacks at 16 clients, beside the pipeline's
+    /// commands/s; and the p99 from request to ready.
+    Dispatch(bench::dispatch::DispatchBenchArgs),
 }
 
 /// Where the database is.
@@ -144,6 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
         Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
         Command::Bench(BenchCommand::Gateway(args)) => bench::gateway::run(&args).await,
+        Command::Bench(BenchCommand::Dispatch(args)) => bench::dispatch::run(&args).await,
     }
 }
 

@@ -164,27 +164,38 @@ impl<K: DispatchKind> Dispatcher<K> {
         Self { kind, outbox, backoff }
     }
 
-    /// Claims the work due at `now` and sends it, several at a time.
+    /// Claims the work due at `now` and sends it, several at a time, each settled as soon as
+    /// its answer is recorded.
     async fn send_due(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
         let due = self.outbox.claim_due(K::NAME, now, DISPATCH_CLAIM_ROWS_MAX).await?;
         let sends = futures_util::stream::iter(due)
-            .map(|work| async move {
-                let sent = self.kind.send(&work, now).await;
-                (work, sent)
-            })
+            .map(|work| async move { self.send_one(&work, now).await })
             .buffer_unordered(DISPATCH_CONCURRENCY_MAX);
         tokio::pin!(sends);
         let mut first_error = None;
-        while let Some((work, sent)) = sends.next().await {
-            match sent {
-                Ok(sent) => self.settle(&work, sent, now).await?,
-                Err(error) => {
-                    tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %error, "dispatch not recorded");
-                    first_error.get_or_insert(error);
-                }
+        while let Some(result) = sends.next().await {
+            if let Err(error) = result {
+                first_error.get_or_insert(error);
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    async fn send_one(&self, work: &Work, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        match self.kind.send(work, now).await {
+            Ok(sent) => self.settle(work, sent, now).await,
+            // One piece of work that cannot be recorded waits like a failed attempt; it never
+            // holds the dispatcher's checkpoint (and every other intake) back.
+            Err(ReconcileError::Retry { action, reason }) => {
+                tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %action, %reason, "dispatch not recorded");
+                let detail = format!("{action}: {reason}");
+                self.settle(work, Sent::Failed { detail }, now).await
+            }
+            Err(error) => {
+                tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %error, "dispatch not recorded");
+                Err(error)
+            }
+        }
     }
 
     async fn settle(
@@ -216,12 +227,14 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
     const VERSION: u32 = K::VERSION;
 
     async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
-        let mut intents = Vec::new();
+        // Each intake may read its aggregate: all of a batch's are read at once (the pool
+        // bounds how many run), keeping the log's order.
+        let mut intakes = Vec::with_capacity(seen.events.len());
         for event in seen.events {
-            if let Some(intent) = self.kind.intent(event).await? {
-                intents.push(intent);
-            }
+            intakes.push(self.kind.intent(event));
         }
+        let intents: Vec<Intent> =
+            futures_util::future::try_join_all(intakes).await?.into_iter().flatten().collect();
         self.outbox.enqueue(K::NAME, &intents, seen.now).await?;
         self.send_due(seen.now).await?;
         Ok(self.outbox.next_due(K::NAME).await?)

@@ -62,36 +62,45 @@ impl PgOutbox {
         if intents.is_empty() {
             return Ok(());
         }
+        let column = |f: fn(&Intent) -> String| intents.iter().map(f).collect::<Vec<_>>();
+        let streams = column(|i| i.stream.as_str().to_string());
+        let generations: Vec<i64> = intents.iter().map(|i| to_i64(i.generation)).collect();
+        let event_ids: Vec<uuid::Uuid> = intents.iter().map(|i| i.event_id.as_uuid()).collect();
+        let tenants = column(|i| i.tenant.as_str().to_string());
+        let targets = column(|i| i.target.clone());
+        let actions = column(|i| i.action.to_string());
+        let requests: Vec<serde_json::Value> = intents.iter().map(|i| i.request.clone()).collect();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(self.fail())?;
-        for intent in intents {
-            let generation = to_i64(intent.generation);
-            tx.execute(
-                "INSERT INTO dispatch_outbox (stream_id, generation, event_id, tenant_id, \
-                 dispatcher, target, action, request, next_attempt_at, recorded_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) ON CONFLICT DO NOTHING",
-                &[
-                    &intent.stream.as_str(),
-                    &generation,
-                    &intent.event_id.as_uuid(),
-                    &intent.tenant.as_str(),
-                    &dispatcher,
-                    &intent.target,
-                    &intent.action,
-                    &intent.request,
-                    &now,
-                ],
-            )
-            .await
-            .map_err(self.fail())?;
-            tx.execute(
-                "UPDATE dispatch_outbox SET state = 'superseded', settled_at = $3 \
-                 WHERE stream_id = $1 AND generation < $2 AND state = 'pending'",
-                &[&intent.stream.as_str(), &generation, &now],
-            )
-            .await
-            .map_err(self.fail())?;
-        }
+        tx.execute(
+            "INSERT INTO dispatch_outbox (stream_id, generation, event_id, tenant_id, dispatcher, \
+             target, action, request, next_attempt_at, recorded_at) \
+             SELECT s, g, e, t, $7, tg, a, r, $8, $8 \
+             FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], \
+                         $6::text[], $9::jsonb[]) AS i(s, g, e, t, tg, a, r) \
+             ON CONFLICT DO NOTHING",
+            &[
+                &streams,
+                &generations,
+                &event_ids,
+                &tenants,
+                &targets,
+                &actions,
+                &dispatcher,
+                &now,
+                &requests,
+            ],
+        )
+        .await
+        .map_err(self.fail())?;
+        tx.execute(
+            "UPDATE dispatch_outbox o SET state = 'superseded', settled_at = $3 \
+             FROM unnest($1::text[], $2::bigint[]) AS i(s, g) \
+             WHERE o.stream_id = i.s AND o.generation < i.g AND o.state = 'pending'",
+            &[&streams, &generations, &now],
+        )
+        .await
+        .map_err(self.fail())?;
         tx.commit().await.map_err(self.fail())
     }
 

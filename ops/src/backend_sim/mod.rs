@@ -113,15 +113,8 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.secret_file)
         .with_context(|| format!("reading --secret-file {}", args.secret_file.display()))?;
     let secret = SigningSecret::new(&bytes).context("--secret-file")?;
-    let sim = Sim {
-        name: args.name.clone(),
-        secret,
-        callback_delay: Duration::from_millis(args.callback_delay_ms),
-        provisions: Arc::default(),
-        received: Arc::default(),
-        faults: Arc::new(args.faults.clone()),
-        http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
-    };
+    let sim = Sim::new(&args.name, secret, Duration::from_millis(args.callback_delay_ms))?;
+    let sim = Sim { faults: Arc::new(args.faults.clone()), ..sim };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -134,4 +127,37 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
         })
         .await
         .context("serving")
+}
+
+/// Serves a well-behaved simulator named `name` on `listener` inside this process until the
+/// task is aborted (`bench dispatch`).
+///
+/// # Errors
+/// Its HTTP client cannot be built.
+pub fn spawn(
+    listener: tokio::net::TcpListener,
+    name: &str,
+    secret: SigningSecret,
+    callback_delay: Duration,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let router = routes::router(Sim::new(name, secret, callback_delay)?);
+    Ok(tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router).await {
+            tracing::warn!(%error, "the in-process backend-sim stopped");
+        }
+    }))
+}
+
+impl Sim {
+    fn new(name: &str, secret: SigningSecret, callback_delay: Duration) -> anyhow::Result<Self> {
+        Ok(Self {
+            name: name.to_string(),
+            secret,
+            callback_delay,
+            provisions: Arc::default(),
+            received: Arc::default(),
+            faults: Arc::default(),
+            http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
+        })
+    }
 }

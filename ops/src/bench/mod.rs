@@ -1,6 +1,7 @@
 //! `leasehold bench ...`: throughput measured beside a raw PostgreSQL baseline taken in the
 //! same run on the same database, reported as ratios.
 
+pub mod dispatch;
 pub mod gateway;
 pub mod log;
 pub mod pipeline;

@@ -129,7 +129,11 @@ fn lifecycle(lease: LeaseId) -> anyhow::Result<[(LeaseCommand, LeaseFacts); 4]> 
     ])
 }
 
-async fn commands(store: &PgEventStore, clients: usize, duration: Duration) -> anyhow::Result<f64> {
+pub(super) async fn commands(
+    store: &PgEventStore,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
     let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
     run_for(clients, duration, |_, deadline| {
         let pipeline = pipeline.clone();

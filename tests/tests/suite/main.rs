@@ -1,6 +1,7 @@
 //! Leasehold's integration tests: one binary, each test on a database of its own.
 
 mod commands;
+mod dispatch;
 mod log;
 mod migrations;
 mod projections;

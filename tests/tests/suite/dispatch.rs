@@ -1,0 +1,87 @@
+//! The dispatcher's outbox (`adapters::dispatch::PgOutbox`) on a real database: intake is
+//! idempotent, newer work supersedes pending older work, an attempt number is claimed before
+//! a send and never reused, a send the target refused to try gives its number back, and work
+//! waits until it is due.
+
+use chrono::{TimeDelta, Timelike as _, Utc};
+use leasehold_adapters::dispatch::{Backoff, Intent, PgOutbox};
+use leasehold_domain::{EventId, StreamId, TenantId};
+use leasehold_tests::TestDb;
+use uuid::Uuid;
+
+const DISPATCHER: &str = "test-dispatcher";
+
+fn intent(stream: &str, generation: u64) -> Intent {
+    Intent {
+        stream: StreamId::parse(stream).expect("valid"),
+        generation,
+        event_id: EventId::from_uuid(Uuid::now_v7()),
+        tenant: TenantId::parse("acme").expect("valid"),
+        target: "sim-1".into(),
+        action: "provision",
+        request: serde_json::json!({ "lease_uuid": Uuid::nil() }),
+    }
+}
+
+#[tokio::test]
+async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
+    let db = TestDb::migrated().await;
+    let outbox = PgOutbox::new(db.store());
+    // Whole seconds: the table keeps microseconds.
+    let now = Utc::now().with_nanosecond(0).expect("valid");
+    let first = intent("lease-a", 1);
+    outbox.enqueue(DISPATCHER, &[first.clone()], now).await.unwrap();
+    // A replayed intake changes nothing.
+    outbox.enqueue(DISPATCHER, &[first.clone()], now).await.unwrap();
+    let claimed = outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].attempt, 1);
+    // Claimed and not yet answered: not due again until rescheduled (a crash leaves it due,
+    // and the next claim takes a new number).
+    let again = outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    assert_eq!(again[0].attempt, 2, "a claimed number is never handed out twice");
+    let key = (&first.stream, 1);
+    // Not sent (the breaker was open): the number is given back, the work waits.
+    let later = now + TimeDelta::seconds(1);
+    outbox.give_back(key, 2, later, "circuit open").await.unwrap();
+    assert!(outbox.claim_due(DISPATCHER, now, 10).await.unwrap().is_empty(), "not due yet");
+    assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(later));
+    let due = outbox.claim_due(DISPATCHER, later, 10).await.unwrap();
+    assert_eq!(due[0].attempt, 2, "the given-back number is used again");
+    // Failed: it keeps its number and waits for the backoff.
+    let backoff = Backoff::default();
+    let next = later + backoff.after(2);
+    outbox.retry(key, 2, next, "connection refused").await.unwrap();
+    let rows = outbox.rows(DISPATCHER).await.unwrap();
+    assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("pending", 2));
+    assert_eq!(rows[0].last_error.as_deref(), Some("connection refused"));
+    assert_eq!(outbox.claim_due(DISPATCHER, next, 10).await.unwrap()[0].attempt, 3);
+    outbox.finish(key, "delivered", next).await.unwrap();
+    assert!(outbox.claim_due(DISPATCHER, next + TimeDelta::hours(1), 10).await.unwrap().is_empty());
+    assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
+    let db = TestDb::migrated().await;
+    let outbox = PgOutbox::new(db.store());
+    let now = Utc::now();
+    outbox.enqueue(DISPATCHER, &[intent("lease-a", 1), intent("lease-b", 1)], now).await.unwrap();
+    outbox.enqueue(DISPATCHER, &[intent("lease-a", 2)], now).await.unwrap();
+    let rows = outbox.rows(DISPATCHER).await.unwrap();
+    let states: Vec<(&str, u64, &str)> =
+        rows.iter().map(|r| (r.stream.as_str(), r.generation, r.state.as_str())).collect();
+    assert_eq!(
+        states,
+        [("lease-a", 1, "superseded"), ("lease-a", 2, "pending"), ("lease-b", 1, "pending")]
+    );
+    // Another dispatcher's work is its own.
+    assert!(outbox.claim_due("another", now, 10).await.unwrap().is_empty());
+}
+
+#[test]
+fn backoff_doubles_up_to_its_maximum() {
+    let backoff = Backoff::default();
+    let waits: Vec<i64> = (1..=9).map(|n| backoff.after(n).num_milliseconds()).collect();
+    assert_eq!(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]);
+}
