@@ -30,9 +30,9 @@ async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
     // Whole seconds: the table keeps microseconds.
     let now = Utc::now().with_nanosecond(0).expect("valid");
     let first = intent("lease-a", 1);
-    outbox.enqueue(DISPATCHER, &[first.clone()], now).await.unwrap();
+    outbox.enqueue(DISPATCHER, std::slice::from_ref(&first), now).await.unwrap();
     // A replayed intake changes nothing.
-    outbox.enqueue(DISPATCHER, &[first.clone()], now).await.unwrap();
+    outbox.enqueue(DISPATCHER, std::slice::from_ref(&first), now).await.unwrap();
     let claimed = outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].attempt, 1);
