@@ -63,6 +63,7 @@ pub struct CurrentWork {
 pub struct LeaseService<S> {
     pipeline: CommandPipeline<S>,
     backend: Option<BackendName>,
+    router: Option<std::sync::Arc<dyn crate::BackendRouter>>,
     limits: LeaseInputLimits,
 }
 
@@ -73,7 +74,14 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
         backend: Option<BackendName>,
         limits: LeaseInputLimits,
     ) -> Self {
-        Self { pipeline, backend, limits }
+        Self { pipeline, backend, router: None, limits }
+    }
+
+    /// The same service placing new leases where `router` says instead of on one backend.
+    #[must_use]
+    pub fn with_router(mut self, router: std::sync::Arc<dyn crate::BackendRouter>) -> Self {
+        self.router = Some(router);
+        self
     }
 
     /// The pipeline commands run through.
@@ -96,7 +104,13 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
         let lease = lease.unwrap_or_else(|| LeaseId(minted_id("lease", tenant, key)));
         let operation = OperationId(minted_id("provision", tenant, key));
         let command = lease_input::request_provision(lease, operation, input, self.limits)?;
-        let facts = LeaseFacts { backend: self.backend.clone(), ..LeaseFacts::default() };
+        let backend = match (&self.router, &command) {
+            (Some(router), LeaseCommand::RequestProvision { items, .. }) => {
+                router.route(items).await
+            }
+            _ => self.backend.clone(),
+        };
+        let facts = LeaseFacts { backend, ..LeaseFacts::default() };
         self.run(caller, tenant.clone(), lease, key, command, facts).await
     }
 

@@ -18,6 +18,7 @@ mod outcome;
 mod pipeline;
 mod port;
 mod request;
+mod routing;
 
 pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
@@ -25,3 +26,4 @@ pub use outcome::{CommandError, CommandOutcome, ErrorClass};
 pub use pipeline::{CommandPipeline, PipelineConfig};
 pub use port::{CommandStore, Recorded};
 pub use request::CommandRequest;
+pub use routing::{BackendRouter, Routed};

@@ -196,6 +196,15 @@ impl AppState {
         self
     }
 
+    /// Places new leases where `router` says (the backends file's routing) instead of on the
+    /// configured backend. Call before [`crate::app`].
+    #[must_use]
+    pub fn with_router(mut self, router: Arc<dyn leasehold_commands::BackendRouter>) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
+        inner.leases = inner.leases.clone().with_router(router);
+        self
+    }
+
     /// Tells sockets to close (1012) and the live hub to stop.
     pub fn stop(&self) {
         self.inner.stopping.send_replace(true);

@@ -18,25 +18,13 @@ use leasehold_projections::{ReconcilerConfig, ReconcilerRunner};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// The backends the backends file names.
+/// The backends the backends file names, each with its HTTP client (one breaker per backend,
+/// shared by the router and the dispatcher), and their names in the file's order.
 ///
 /// # Errors
-/// The backends file cannot be used.
-pub fn backends(backends_file: &Path) -> anyhow::Result<Vec<BackendConfig>> {
-    config::load(backends_file).context("--backends-file")
-}
-
-/// Starts the lease dispatcher over `configs`; it stops when `stopped` turns true.
-/// `callback_base` is the URL backends reach this gateway at.
-///
-/// # Errors
-/// A backend's HTTP client cannot be built.
-pub fn start(
-    store: &PgEventStore,
-    configs: Vec<BackendConfig>,
-    (callback_base, placed_on): (&str, BackendName),
-    stopped: &watch::Receiver<bool>,
-) -> anyhow::Result<(Vec<String>, JoinHandle<()>)> {
+/// The backends file cannot be used, or a client cannot be built.
+pub fn backends(backends_file: &Path) -> anyhow::Result<(Backends, Vec<String>)> {
+    let configs = config::load(backends_file).context("--backends-file")?;
     let clock = Arc::new(SystemClock);
     let mut clients = Vec::new();
     for config in configs {
@@ -46,15 +34,37 @@ pub fn start(
         clients.push(client);
     }
     let names = clients.iter().map(|client| client.name().to_string()).collect();
+    Ok((Backends::new(clients), names))
+}
+
+/// The clients of `configs`.
+///
+/// # Errors
+/// A client cannot be built.
+pub fn clients(configs: Vec<BackendConfig>) -> anyhow::Result<Backends> {
+    let clock = Arc::new(SystemClock);
+    let clients: Result<Vec<_>, _> =
+        configs.into_iter().map(|config| BackendClient::new(config, clock.clone())).collect();
+    Ok(Backends::new(clients.context("a backend's HTTP client")?))
+}
+
+/// Starts the lease dispatcher over `backends`; it stops when `stopped` turns true.
+/// `callback_base` is the URL backends reach this gateway at; leases without a router's
+/// choice are placed on `placed_on`.
+pub fn start(
+    store: &PgEventStore,
+    backends: Backends,
+    (callback_base, placed_on): (&str, BackendName),
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
     let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
     let service = LeaseService::new(pipeline, Some(placed_on), Default::default());
-    let kind =
-        LeaseDispatch::new(service, Backends::new(clients), CallbackUrls::new(callback_base));
+    let kind = LeaseDispatch::new(service, backends, CallbackUrls::new(callback_base));
     let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
     let runner = ReconcilerRunner::new(
         dispatcher,
         PgProjectionStore::new(store.clone()),
-        ReconcilerConfig::new(clock),
+        ReconcilerConfig::new(Arc::new(SystemClock)),
     );
-    Ok((names, tokio::spawn(runner.run(stopped.clone()))))
+    tokio::spawn(runner.run(stopped.clone()))
 }

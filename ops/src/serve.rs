@@ -4,6 +4,7 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -102,12 +103,16 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         Some(file) => Some(crate::dispatch::backends(file)?),
         None => None,
     };
-    let backend_secrets = backends.iter().flatten().map(|b| (b.name.clone(), b.secret.clone()));
-    let state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
+    let mut state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
-        .context("the callback secret")?
-        .with_backend_secrets(backend_secrets.collect::<Vec<_>>());
+        .context("the callback secret")?;
+    if let Some((backends, order)) = &backends {
+        let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
+        let router = leasehold_adapters::backends::Router::new(backends, order);
+        state =
+            state.with_backend_secrets(secrets.collect::<Vec<_>>()).with_router(Arc::new(router));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {} (--listen)", args.listen))?;
@@ -120,12 +125,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let (stop_sealer, sealer_stopped) = watch::channel(false);
     let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, sealer_stopped));
     let dispatcher = match backends {
-        Some(configs) => {
+        Some((backends, names)) => {
             let base =
                 args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
             let placed_on = placement(args)?;
-            let (names, task) =
-                crate::dispatch::start(&store, configs, (&base, placed_on), &stopped)?;
+            let task = crate::dispatch::start(&store, backends, (&base, placed_on), &stopped);
             tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
             Some(task)
         }

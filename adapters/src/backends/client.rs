@@ -42,6 +42,12 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// How long its breaker stays open once 5 failures in a row opened it (fred's: 60 s).
     pub breaker_open: Duration,
+    /// The SKUs it serves (exact matches; routing).
+    pub skus: Vec<String>,
+    /// Whether SKUs no backend lists go to it (routing).
+    pub default: bool,
+    /// Fenced by an operator: never chosen, never called, reported unhealthy.
+    pub fenced: bool,
 }
 
 impl BackendConfig {
@@ -50,7 +56,16 @@ impl BackendConfig {
         let timeout = Duration::from_secs(BACKEND_TIMEOUT_DEFAULT_SECONDS);
         let breaker_open = super::BREAKER_OPEN.to_std().expect("a positive duration");
         let url = url.trim_end_matches('/').to_string();
-        Self { name: name.to_string(), url, secret, timeout, breaker_open }
+        Self {
+            name: name.to_string(),
+            url,
+            secret,
+            timeout,
+            breaker_open,
+            skus: Vec::new(),
+            default: false,
+            fenced: false,
+        }
     }
 }
 
@@ -133,6 +148,11 @@ impl BackendClient {
     /// Its name.
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// How it was configured (no secret is shown by its `Debug`).
+    pub fn config(&self) -> &BackendConfig {
+        &self.config
     }
 
     /// Its breaker's state now.

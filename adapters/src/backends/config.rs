@@ -8,7 +8,10 @@
 //! ```
 //!
 //! `timeout_seconds` (one exchange, body included) and `breaker_open_seconds` (how long the
-//! circuit stays open after 5 failures in a row) default to fred's 30 and 60.
+//! circuit stays open after 5 failures in a row) default to fred's 30 and 60. Routing (fred's
+//! rules, `routing.rs`): `skus` lists the SKUs a backend serves (exact matches), `default:
+//! true` marks the one SKUs no backend lists go to (at most one; without it, the first
+//! backend), and `fenced: true` takes a backend out: never chosen, never called.
 //!
 //! Each backend has its own signing secret, read from its file (at least 32 bytes; never
 //! logged, never in an event). Names are unique, URLs are `http://` or `https://`.
@@ -69,6 +72,12 @@ struct Entry {
     timeout_seconds: Option<u64>,
     #[serde(default)]
     breaker_open_seconds: Option<u64>,
+    #[serde(default)]
+    skus: Vec<String>,
+    #[serde(default)]
+    default: bool,
+    #[serde(default)]
+    fenced: bool,
 }
 
 /// Reads the backends file at `path` (relative secret files are relative to it).
@@ -106,6 +115,12 @@ pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
             .map_err(|_| invalid("its secret file must hold at least 32 bytes"))?;
         let mut config = BackendConfig::new(&entry.name, &entry.url, secret);
         config.timeout = Duration::from_secs(timeout);
+        if entry.default && configs.iter().any(|c| c.default) {
+            return Err(invalid("at most one backend is the default"));
+        }
+        config.skus.clone_from(&entry.skus);
+        config.default = entry.default;
+        config.fenced = entry.fenced;
         if let Some(open) = entry.breaker_open_seconds {
             if !(1..=TIMEOUT_SECONDS_MAX).contains(&open) {
                 return Err(invalid("breaker_open_seconds must be 1 to 600"));

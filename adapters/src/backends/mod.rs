@@ -4,12 +4,14 @@
 //! on requests to backends and on their callbacks. `refusal.rs`: what an answer means, by
 //! route and status, and the error envelope. `wire.rs`: the JSON bodies, field for field.
 //! `breaker.rs`: each backend's circuit breaker. `client.rs`: one backend over HTTP.
-//! `config.rs`: the backends file (each backend's URL, secret file, timeout).
+//! `config.rs`: the backends file (each backend's URL, secret file, timeout, routing).
+//! `routing.rs`: where a new lease goes (SKU lists, a default, least-loaded, never fenced).
 
 mod breaker;
 mod client;
 pub mod config;
 mod refusal;
+mod routing;
 mod signature;
 pub mod wire;
 
@@ -20,4 +22,5 @@ pub use client::{BackendClient, BackendConfig, CallError};
 pub use refusal::{
     BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
 };
+pub use routing::Router;
 pub use signature::{SIGNATURE_HEADER, SignatureError, SigningSecret};

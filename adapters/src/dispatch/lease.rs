@@ -288,6 +288,11 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
             let detail = format!("no connection settings for backend {}", work.target);
             return Ok(Sent::NotSent { detail });
         };
+        // A fenced backend is never called: its work waits until an operator lifts the fence.
+        if client.config().fenced {
+            let detail = format!("backend {} is fenced by an operator", work.target);
+            return Ok(Sent::NotSent { detail });
+        }
         let Some(answer) = self.call(client, work).await? else {
             return Ok(Sent::NotSent { detail: format!("the circuit of {} is open", work.target) });
         };

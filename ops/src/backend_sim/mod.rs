@@ -45,9 +45,13 @@ pub struct SimArgs {
     /// `refuse-validation` (400 `unknown_sku`), `refuse-capacity` (503), `garbage` (error
     /// answers with an HTML body), `timeout` (never answer a provision), `rollback` (restarts
     /// and updates fail and roll back), `omit-stamp` (completions echo no maintenance id or
-    /// stamp, as an older backend).
+    /// stamp, as an older backend), `no-stats` (`GET /stats` answers 404).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
+    /// The CPU cores `GET /stats` reports allocated, out of 64 (default: one per ready
+    /// provision), so that routing tests can make one backend look busier.
+    #[arg(long)]
+    pub allocated_cpu_cores: Option<f64>,
 }
 
 /// One way the simulator misbehaves.
@@ -67,6 +71,8 @@ pub enum Fault {
     Rollback,
     /// Completions echo no maintenance id or stamp, as a backend that predates them.
     OmitStamp,
+    /// `GET /stats` answers 404, as a backend without it (routing then has no signal).
+    NoStats,
 }
 
 /// One provision the simulator holds.
@@ -86,6 +92,8 @@ struct Sim {
     provisions: Arc<Mutex<BTreeMap<Uuid, Provision>>>,
     /// How it misbehaves.
     faults: Arc<Vec<Fault>>,
+    /// What `GET /stats` reports allocated, if fixed.
+    allocated_cpu_cores: Option<f64>,
     /// Requests received per route (`GET /sim/requests`, for tests).
     received: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     http: reqwest::Client,
@@ -114,7 +122,11 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading --secret-file {}", args.secret_file.display()))?;
     let secret = SigningSecret::new(&bytes).context("--secret-file")?;
     let sim = Sim::new(&args.name, secret, Duration::from_millis(args.callback_delay_ms))?;
-    let sim = Sim { faults: Arc::new(args.faults.clone()), ..sim };
+    let sim = Sim {
+        faults: Arc::new(args.faults.clone()),
+        allocated_cpu_cores: args.allocated_cpu_cores,
+        ..sim
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -157,6 +169,7 @@ impl Sim {
             provisions: Arc::default(),
             received: Arc::default(),
             faults: Arc::default(),
+            allocated_cpu_cores: None,
             http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
         })
     }

@@ -281,10 +281,15 @@ fn info_of(sim: &Sim, provision: &Provision) -> ProvisionInfo {
 }
 
 async fn stats(State(sim): State<Sim>) -> Response {
+    sim.received("stats");
+    if sim.has(Fault::NoStats) {
+        return error(StatusCode::NOT_FOUND, "not found");
+    }
     let ready = sim.provisions().values().filter(|p| p.status == "ready").count();
+    let allocated = sim.allocated_cpu_cores.unwrap_or(ready as f64);
     let body = json!({
-        "total_cpu_cores": 64.0, "allocated_cpu_cores": ready as f64,
-        "available_cpu_cores": 64.0 - ready as f64, "active_containers": ready,
+        "total_cpu_cores": 64.0, "allocated_cpu_cores": allocated,
+        "available_cpu_cores": 64.0 - allocated, "active_containers": ready,
     });
     axum::Json(body).into_response()
 }

@@ -90,9 +90,8 @@ async fn to_ready(
     let gateway = tokio::spawn(leasehold_gateway::serve(gateway_listener, state, async move {
         let _ = gateway_stopped.wait_for(|stopped| *stopped).await;
     }));
-    let configs = vec![BackendConfig::new(BACKEND, &sim_url, secret)];
-    let (_, dispatcher) =
-        crate::dispatch::start(store, configs, (&base, backend.clone()), &stopped)?;
+    let backends = crate::dispatch::clients(vec![BackendConfig::new(BACKEND, &sim_url, secret)])?;
+    let dispatcher = crate::dispatch::start(store, backends, (&base, backend.clone()), &stopped);
     let waiters: Waiters = Arc::default();
     let watcher = tokio::spawn(watch_ready(store.clone(), Arc::clone(&waiters), stopped.clone()));
 

@@ -32,9 +32,14 @@ impl Sim {
 
     /// Starts the simulator misbehaving as `faults` say.
     async fn start_with(listen: &str, dir: &Path, faults: &[&str]) -> Sim {
+        let args: Vec<&str> = faults.iter().flat_map(|fault| ["--fault", fault]).collect();
+        Sim::start_args(listen, dir, &args).await
+    }
+
+    /// Starts the simulator with more arguments.
+    async fn start_args(listen: &str, dir: &Path, faults: &[&str]) -> Sim {
         let secret = dir.join("sim.secret");
         std::fs::write(&secret, SIM_SECRET).expect("written");
-        let faults = faults.iter().flat_map(|fault| ["--fault", fault]);
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(["backend-sim", "--listen", listen, "--callback-delay-ms", "20", "--secret-file"])
             .arg(&secret)
@@ -321,4 +326,99 @@ async fn refusals_fail_the_lease_and_garbage_never_does() {
         .expect("its outbox row");
     let last_error: String = row.get(0);
     assert!(!last_error.contains("/var/lib"), "the body is not quoted: {last_error}");
+}
+
+/// A backends file of several backends: `(name, url, extra settings)`.
+fn routed_backends_file(dir: &Path, name: &str, backends: &[(&str, &str, Value)]) -> PathBuf {
+    let entries: Vec<Value> = backends
+        .iter()
+        .map(|(backend, url, extra)| {
+            let mut entry = json!({ "name": backend, "url": url, "secret_file": "sim.secret" });
+            for (key, value) in extra.as_object().expect("an object") {
+                entry[key] = value.clone();
+            }
+            entry
+        })
+        .collect();
+    let file = dir.join(name);
+    std::fs::write(dir.join("sim.secret"), SIM_SECRET).expect("written");
+    std::fs::write(&file, json!({ "backends": entries }).to_string()).expect("written");
+    file
+}
+
+/// Requests a lease of one `sku`.
+async fn request_sku(server: &Server, tenant: &str, key: &str, sku: &str) -> Value {
+    let mut input = lease_request(key);
+    input["input"]["items"] = json!([{ "sku": sku, "quantity": 1 }]);
+    data(&server.graphql(tenant, REQUEST_LEASE, input).await)["requestLease"]["id"].clone()
+}
+
+/// Fred's routing: the backends listing the SKU are the candidates, the least loaded by its
+/// stats wins; a SKU nobody lists goes to the default; a fenced backend is never chosen,
+/// never asked for its stats, never sent work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_picks_the_least_loaded_matching_backend_and_never_a_fenced_one() {
+    let dir = scratch();
+    let busy = Sim::start_args("127.0.0.1:0", &dir.0, &["--allocated-cpu-cores", "48"]).await;
+    let idle = Sim::start_args("127.0.0.1:0", &dir.0, &["--allocated-cpu-cores", "8"]).await;
+    let other = Sim::start("127.0.0.1:0", &dir.0).await;
+    let gpu = json!({ "skus": ["gpu.h100.1x"] });
+    let file = routed_backends_file(
+        &dir.0,
+        "open.json",
+        &[
+            ("busy", &busy.url, gpu.clone()),
+            ("idle", &idle.url, gpu.clone()),
+            ("other", &other.url, json!({ "default": true })),
+        ],
+    );
+    let mut server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let tenant = tenant_token("acme");
+    let lease = request_sku(&server, &tenant, "gpu-1", "gpu.h100.1x").await;
+    wait_for_status(&server, &tenant, &lease, "READY").await;
+    assert_eq!((busy.received("provision").await, idle.received("provision").await), (0, 1));
+    assert_eq!((busy.received("stats").await, idle.received("stats").await), (1, 1));
+    let lease = request_sku(&server, &tenant, "cpu-1", "cpu.small.1x").await;
+    wait_for_status(&server, &tenant, &lease, "READY").await;
+    assert_eq!(other.received("provision").await, 1, "a SKU nobody lists goes to the default");
+    assert_eq!(other.received("stats").await, 0, "one candidate: no stats asked");
+
+    // The idle backend fenced: the busy one takes the work, and the fenced one hears nothing.
+    server.terminate().await;
+    let fenced = json!({ "skus": ["gpu.h100.1x"], "fenced": true });
+    let file = routed_backends_file(
+        &dir.0,
+        "fenced.json",
+        &[
+            ("busy", &busy.url, gpu),
+            ("idle", &idle.url, fenced),
+            ("other", &other.url, json!({ "default": true })),
+        ],
+    );
+    server.restart_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let lease = request_sku(&server, &tenant, "gpu-2", "gpu.h100.1x").await;
+    wait_for_status(&server, &tenant, &lease, "READY").await;
+    assert_eq!((busy.received("provision").await, idle.received("provision").await), (1, 1));
+    assert_eq!(idle.received("stats").await, 1, "a fenced backend is not asked");
+}
+
+/// Without stats from any candidate, leases go to the candidates in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_stats_routing_takes_the_candidates_in_turn() {
+    let dir = scratch();
+    let first = Sim::start_with("127.0.0.1:0", &dir.0, &["no-stats"]).await;
+    let second = Sim::start_with("127.0.0.1:0", &dir.0, &["no-stats"]).await;
+    let gpu = json!({ "skus": ["gpu.h100.1x"] });
+    let file = routed_backends_file(
+        &dir.0,
+        "backends.json",
+        &[("first", &first.url, gpu.clone()), ("second", &second.url, gpu)],
+    );
+    let server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let tenant = tenant_token("acme");
+    for key in ["turn-1", "turn-2"] {
+        let lease = request_sku(&server, &tenant, key, "gpu.h100.1x").await;
+        wait_for_status(&server, &tenant, &lease, "READY").await;
+    }
+    assert_eq!((first.received("provision").await, second.received("provision").await), (1, 1));
 }

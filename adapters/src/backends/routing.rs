@@ -1,0 +1,100 @@
+//! Where a new lease goes, by fred's rules (`docs/issue-10-research.md` §8): the routing SKU is
+//! the first item's; the backends listing it exactly are the candidates. None: the default
+//! backend (the one marked `default`, else the first). One: it, asked nothing. Several: each
+//! one's `GET /stats` at once (2 s at most); a candidate is usable when it reports CPU cores;
+//! candidates not withholding disk are preferred (the seed's extension), then the lowest
+//! allocated/total CPU ratio (ties within 1e-9), ties taken in turn. No usable answer: the
+//! candidates in turn, counted as a routing fallback. A fenced backend is never a candidate,
+//! never the default, and never asked for its stats.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use leasehold_commands::{BackendRouter, Routed};
+use leasehold_domain::lease::{BackendName, LeaseItems};
+
+use super::BackendClient;
+use crate::dispatch::Backends;
+
+/// How long the candidates' stats are waited for (fred's `statsFetchTimeout`).
+const STATS_WAIT: Duration = Duration::from_secs(2);
+
+/// CPU ratios closer than this are a tie (fred's `cpuRatioEpsilon`).
+const RATIO_EPSILON: f64 = 1e-9;
+
+/// The router over the backends file's backends.
+#[derive(Debug)]
+pub struct Router {
+    /// In the file's order.
+    backends: Vec<BackendClient>,
+    turn: AtomicUsize,
+    fallbacks: AtomicU64,
+}
+
+impl Router {
+    /// Routes over `backends`, in the order `order` names them (the file's).
+    pub fn new(backends: &Backends, order: &[String]) -> Self {
+        let backends = order.iter().filter_map(|name| backends.get(name).cloned()).collect();
+        Self { backends, turn: AtomicUsize::new(0), fallbacks: AtomicU64::new(0) }
+    }
+
+    /// How many times no candidate reported usable stats.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// The backend's name for a lease whose first SKU is `sku`.
+    pub async fn route_sku(&self, sku: &str) -> Option<String> {
+        let open = || self.backends.iter().filter(|b| !b.config().fenced);
+        let candidates: Vec<&BackendClient> =
+            open().filter(|b| b.config().skus.iter().any(|listed| listed == sku)).collect();
+        match candidates.as_slice() {
+            [] => self.default_backend().map(|b| b.name().to_string()),
+            [only] => Some(only.name().to_string()),
+            several => Some(self.least_loaded(several).await.name().to_string()),
+        }
+    }
+
+    /// The default backend, unless it is fenced.
+    fn default_backend(&self) -> Option<&BackendClient> {
+        let marked = self.backends.iter().find(|b| b.config().default);
+        marked.or_else(|| self.backends.first()).filter(|b| !b.config().fenced)
+    }
+
+    async fn least_loaded<'a>(&self, candidates: &[&'a BackendClient]) -> &'a BackendClient {
+        let asked = candidates.iter().map(|backend| async move {
+            match tokio::time::timeout(STATS_WAIT, backend.stats()).await {
+                Ok(Ok(stats)) if stats.total_cpu_cores > 0.0 => Some((
+                    *backend,
+                    stats.disk_withheld.unwrap_or(false),
+                    stats.allocated_cpu_cores / stats.total_cpu_cores,
+                )),
+                _ => None,
+            }
+        });
+        let usable: Vec<_> =
+            futures_util::future::join_all(asked).await.into_iter().flatten().collect();
+        if usable.is_empty() {
+            self.fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(candidates = candidates.len(), "routing fallback: no usable stats");
+            return candidates[self.turn.fetch_add(1, Ordering::Relaxed) % candidates.len()];
+        }
+        let keeping_disk: Vec<_> = usable.iter().filter(|(_, withheld, _)| !withheld).collect();
+        let pool: Vec<_> =
+            if keeping_disk.is_empty() { usable.iter().collect() } else { keeping_disk };
+        let lowest = pool.iter().map(|(_, _, ratio)| *ratio).fold(f64::INFINITY, f64::min);
+        let tied: Vec<_> =
+            pool.iter().filter(|(_, _, ratio)| ratio - lowest <= RATIO_EPSILON).collect();
+        tied[self.turn.fetch_add(1, Ordering::Relaxed) % tied.len()].0
+    }
+}
+
+impl BackendRouter for Router {
+    fn route<'a>(&'a self, items: &'a LeaseItems) -> Routed<'a> {
+        Box::pin(async move {
+            let sku = items.as_slice().first()?.sku.as_str();
+            let name = self.route_sku(sku).await?;
+            BackendName::parse("backend", name).ok()
+        })
+    }
+}
