@@ -177,6 +177,24 @@ impl PgReadModels {
         rows.iter().map(summary_of).collect()
     }
 
+    /// The tenant's leases among `ids` (another tenant's, and unknown ones, are absent),
+    /// newest first.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn leases_by_id(
+        &self,
+        tenant: &TenantId,
+        ids: &[Uuid],
+    ) -> Result<Vec<LeaseSummary>, StoreError> {
+        let sql = format!(
+            "SELECT {SUMMARY_COLUMNS} FROM leases WHERE tenant_id = $1 AND lease_id = ANY($2) \
+             ORDER BY created_at DESC, lease_id DESC"
+        );
+        let rows = self.query(&sql, &[&tenant.as_str(), &ids]).await?;
+        rows.iter().map(summary_of).collect()
+    }
+
     /// The tenant's releases of a lease, oldest first (none for another tenant's lease).
     ///
     /// # Errors

@@ -217,3 +217,46 @@ async fn read_your_writes_waits_only_for_the_projections_a_query_reads() {
     let fresh = answered(&server, &acme, with_min("{ leases { edges { cursor } } }")).await;
     assert_eq!(data(&fresh)["leases"]["edges"].as_array().map(Vec::len), Some(1), "{fresh}");
 }
+
+/// Rule 30: a lookup of up to 100 lease ids, validated and de-duplicated, answers the
+/// tenant's own leases among them; another tenant's and unknown ones are simply absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_by_ids_answers_only_the_tenants_own_leases() {
+    let server = Server::start().await;
+    let (acme, other) = (tenant_token("acme"), tenant_token("globex"));
+    let mine = request_lease(&server, &acme, "req-1").await;
+    let theirs = request_lease(&server, &other, "req-1").await;
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let lookup = "query($ids: [ID!]!) { leases(ids: $ids) { edges { node { id } } pageInfo { hasNextPage } } }";
+    let ids = json!([mine["id"], theirs["id"], unknown, mine["id"]]);
+    let request = json!({ "query": lookup, "variables": { "ids": ids }, "extensions": { "minCursor": mine["cursor"] } });
+    let answer = server.graphql_with(&acme, request).await;
+    let edges = &data(&answer)["leases"]["edges"];
+    assert_eq!(edges, &json!([{ "node": { "id": mine["id"] } }]), "{answer}");
+    assert_eq!(data(&answer)["leases"]["pageInfo"]["hasNextPage"], false);
+    let too_many: Vec<String> = (0..101).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    let answer = server.graphql(&acme, lookup, json!({ "ids": too_many })).await;
+    assert_eq!(code(&answer), Some("BAD_USER_INPUT"), "{answer}");
+    let answer = server.graphql(&acme, lookup, json!({ "ids": [mine["id"], "nope"] })).await;
+    assert_eq!(code(&answer), Some("BAD_USER_INPUT"));
+    assert!(answer["errors"][0]["message"].as_str().unwrap().contains("ids[1]"), "{answer}");
+    let answer = server.graphql(&acme, lookup, json!({ "ids": [] })).await;
+    assert_eq!(code(&answer), Some("BAD_USER_INPUT"));
+}
+
+/// A lease's releases, for its tenant only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reads_its_leases_releases() {
+    let server = Server::start().await;
+    let (acme, other) = (tenant_token("acme"), tenant_token("globex"));
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let releases = "query($id: ID!) { leaseReleases(id: $id) { version status payloadHash } }";
+    let request = json!({ "query": releases, "variables": { "id": lease["id"] }, "extensions": { "minCursor": lease["cursor"] } });
+    let answer = server.graphql_with(&acme, request).await;
+    let shown = &data(&answer)["leaseReleases"];
+    assert_eq!(shown[0]["version"], 1, "{answer}");
+    assert_eq!(shown[0]["status"], "deploying");
+    assert_eq!(shown[0]["payloadHash"].as_str().map(str::len), Some(64));
+    let answer = server.graphql(&other, releases, json!({ "id": lease["id"] })).await;
+    assert_eq!(code(&answer), Some("NOT_FOUND"));
+}

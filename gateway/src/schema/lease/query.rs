@@ -7,7 +7,7 @@ use leasehold_adapters::read_models::LeaseListing;
 use leasehold_domain::lease::LeaseId;
 use uuid::Uuid;
 
-use super::types::{LeaseFilter, LeaseView, LeaseWork};
+use super::types::{LeaseFilter, LeaseView, LeaseWork, ReleaseView};
 use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
@@ -40,7 +40,21 @@ impl LeaseQuery {
         found.map(LeaseView::from).ok_or_else(|| ApiError::not_found("lease"))
     }
 
-    /// Your leases, newest first.
+    /// The releases of one of your leases, oldest first (`NOT_FOUND` when you have no lease
+    /// with that id).
+    async fn lease_releases(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Vec<ReleaseView>> {
+        let tenant = tenant_of(ctx, "read leases")?;
+        let lease = LeaseId(uuid_arg("id", &id)?);
+        let read_models = &shared(ctx).read_models;
+        if read_models.lease(tenant, lease).await?.is_none() {
+            return Err(ApiError::not_found("lease"));
+        }
+        let releases = read_models.releases(tenant, lease).await?;
+        Ok(releases.into_iter().map(ReleaseView::from).collect())
+    }
+
+    /// Your leases, newest first; or, with `ids`, those of them you have (at most 100 ids,
+    /// repeated ones once, unknown ones simply absent; one page, no `first` or `after`).
     #[graphql(complexity = "first.unwrap_or(20).max(1) as usize * child_complexity")]
     async fn leases(
         &self,
@@ -48,9 +62,27 @@ impl LeaseQuery {
         #[graphql(desc = "Leases wanted, 1 to 100 (default 20).")] first: Option<i32>,
         #[graphql(desc = "The `endCursor` of the previous page.")] after: Option<String>,
         filter: Option<LeaseFilter>,
+        #[graphql(desc = "Look these leases up instead of listing (1 to 100 ids).")] ids: Option<
+            Vec<ID>,
+        >,
     ) -> ApiResult<Connection<String, LeaseView>> {
         let tenant = tenant_of(ctx, "read leases")?;
         let state = shared(ctx);
+        if let Some(ids) = ids {
+            if first.is_some() || after.is_some() || filter.is_some() {
+                return Err(ApiError::bad_input("ids: a lookup takes no first, after or filter"));
+            }
+            let ids = lookup_ids(&ids)?;
+            let rows = state.read_models.leases_by_id(tenant, &ids).await?;
+            let mut connection = Connection::new(false, false);
+            let scope = caller(ctx)?.cursor_scope();
+            for row in rows {
+                let key = (row.created_at, row.lease_id.0);
+                let cursor = state.cursors.seal(CursorKind::Leases, &scope, &key);
+                connection.edges.push(Edge::new(cursor, LeaseView::from(row)));
+            }
+            return Ok(connection);
+        }
         let scope = caller(ctx)?.cursor_scope();
         let first = page_rows(first)?;
         let after = after
@@ -83,4 +115,23 @@ impl LeaseQuery {
         }
         Ok(connection)
     }
+}
+
+/// Most ids one lookup takes (rule 30).
+const LOOKUP_IDS_MAX: usize = 100;
+
+/// The ids of a lookup: 1 to 100 UUIDs, each once, in the order first given.
+fn lookup_ids(ids: &[ID]) -> ApiResult<Vec<Uuid>> {
+    if ids.is_empty() || ids.len() > LOOKUP_IDS_MAX {
+        return Err(ApiError::bad_input(format!("ids: 1 to {LOOKUP_IDS_MAX} lease ids")));
+    }
+    let mut seen = Vec::with_capacity(ids.len());
+    for (index, id) in ids.iter().enumerate() {
+        let id = Uuid::parse_str(id)
+            .map_err(|_| ApiError::bad_input(format!("ids[{index}]: not a UUID")))?;
+        if !seen.contains(&id) {
+            seen.push(id);
+        }
+    }
+    Ok(seen)
 }

@@ -175,6 +175,38 @@ impl From<LeaseSummary> for LeaseView {
     }
 }
 
+/// One release of a lease: each provision and update is one (the manifest itself is never
+/// stored; its hash is).
+#[derive(Debug, Clone, SimpleObject)]
+#[graphql(name = "LeaseRelease")]
+pub struct ReleaseView {
+    /// From 1, rising.
+    pub version: u32,
+    /// The SHA-256 of the release's manifest.
+    pub payload_hash: String,
+    /// `deploying`, `active`, `superseded` or `failed`.
+    pub status: String,
+    /// Why it failed, if it did.
+    pub reason: Option<String>,
+    /// What to tell the tenant about it.
+    pub message: Option<String>,
+    /// When it was started.
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<leasehold_adapters::read_models::Release> for ReleaseView {
+    fn from(release: leasehold_adapters::read_models::Release) -> Self {
+        Self {
+            version: release.version,
+            payload_hash: release.payload_hash,
+            status: release.status,
+            reason: release.reason,
+            message: release.message,
+            created_at: release.created_at,
+        }
+    }
+}
+
 /// What a lease's backend is carrying out now, as agents and operators see it.
 #[derive(Debug, Clone, SimpleObject)]
 pub struct LeaseWork {
