@@ -11,11 +11,11 @@ pub use types::*;
 
 use crate::reads::KindReads;
 
-/// What the lease's root query fields read: `lease` and `leases` the lease projection's read
-/// models (`leasehold_projections::lease::LeaseProjection`), `leaseWork` the lease's stream.
+/// What the lease's root query fields read: `lease`, `leases` and `leaseReleases` the lease
+/// projection's read models (`leasehold_projections::lease::LeaseProjection`), `leaseWork` the lease's stream.
 pub(crate) const READS: KindReads = KindReads {
     stream_type: <leasehold_domain::lease::Lease as leasehold_domain::Aggregate>::STREAM_TYPE,
     projection: "lease_views",
-    projection_fields: &["lease", "leases"],
+    projection_fields: &["lease", "leases", "leaseReleases"],
     log_fields: &["leaseWork"],
 };
