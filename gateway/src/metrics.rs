@@ -132,11 +132,56 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         }
         Err(error) => tracing::warn!(%error, "projection status unavailable for /metrics"),
     }
+    if let Some(router) = &inner.router {
+        backends(&mut out, router);
+    }
     if let Ok(horizon) = inner.read_models.horizon_lag_seconds().await {
         let help = "How long the oldest open transaction has held back readers of the log.";
         gauge(&mut out, "leasehold_horizon_lag_seconds", help, horizon);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// Each backend's circuit (0 closed, 1 half-open, 2 open, as fred exports it), whether it is
+/// fenced, its malformed error bodies; and the routing fallbacks.
+fn backends(out: &mut String, router: &leasehold_adapters::backends::Router) {
+    use leasehold_adapters::backends::BreakerState;
+    let rows = [
+        (
+            "leasehold_backend_circuit_state",
+            "gauge",
+            "A backend's circuit breaker: 0 closed, 1 half-open, 2 open.",
+        ),
+        (
+            "leasehold_backend_fenced",
+            "gauge",
+            "Whether an operator fenced the backend (never called).",
+        ),
+        (
+            "leasehold_backend_malformed_error_bodies_total",
+            "counter",
+            "Error answers whose body was not the error envelope.",
+        ),
+    ];
+    for (name, kind, help) in rows {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for backend in router.backends() {
+            let value = match name {
+                "leasehold_backend_circuit_state" => match backend.breaker_state() {
+                    BreakerState::Closed => 0,
+                    BreakerState::HalfOpen => 1,
+                    BreakerState::Open => 2,
+                },
+                "leasehold_backend_fenced" => u64::from(backend.config().fenced),
+                _ => backend.malformed_error_bodies(),
+            };
+            let _ = writeln!(out, "{name}{{backend=\"{}\"}} {value}", backend.name());
+        }
+    }
+    let name = "leasehold_routing_fallbacks_total";
+    let help = "Placements made in turn because no candidate reported usable stats.";
+    let _ =
+        writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", router.fallbacks());
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: f64) {

@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     /// Each backend's own secret, by name: a callback on a lease placed on one of these is
     /// verified with its backend's secret, never with another's.
     pub(crate) backend_secrets: std::collections::HashMap<String, CallbackSecret>,
+    /// The backends file's routing, whose backends `/metrics` reports on.
+    pub(crate) router: Option<Arc<leasehold_adapters::backends::Router>>,
     /// Operations running on WebSockets.
     pub(crate) subscriptions: Gauge,
     /// Request counts and latencies.
@@ -166,6 +168,7 @@ impl AppState {
             sockets,
             callback_secret: None,
             backend_secrets: std::collections::HashMap::new(),
+            router: None,
             subscriptions: Gauge::default(),
             metrics: Metrics::default(),
         };
@@ -199,9 +202,10 @@ impl AppState {
     /// Places new leases where `router` says (the backends file's routing) instead of on the
     /// configured backend. Call before [`crate::app`].
     #[must_use]
-    pub fn with_router(mut self, router: Arc<dyn leasehold_commands::BackendRouter>) -> Self {
+    pub fn with_router(mut self, router: Arc<leasehold_adapters::backends::Router>) -> Self {
         let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
-        inner.leases = inner.leases.clone().with_router(router);
+        inner.leases = inner.leases.clone().with_router(router.clone());
+        inner.router = Some(router);
         self
     }
 

@@ -116,6 +116,8 @@ pub struct BackendClient {
     http: reqwest::Client,
     breaker: SharedBreaker,
     clock: Arc<dyn Clock>,
+    /// Error bodies that were not the envelope (for `/metrics`).
+    malformed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One request: its route, method, target (path and query, as signed) and JSON body.
@@ -142,7 +144,8 @@ impl BackendClient {
         let open_for = chrono::TimeDelta::from_std(config.breaker_open)
             .map_err(|e| CallError::Transport { reason: format!("breaker_open: {e}") })?;
         let breaker = SharedBreaker::opening_for(open_for);
-        Ok(Self { config: Arc::new(config), http, breaker, clock })
+        let malformed = Arc::default();
+        Ok(Self { config: Arc::new(config), http, breaker, clock, malformed })
     }
 
     /// Its name.
@@ -153,6 +156,11 @@ impl BackendClient {
     /// How it was configured (no secret is shown by its `Debug`).
     pub fn config(&self) -> &BackendConfig {
         &self.config
+    }
+
+    /// How many of its error bodies were not the error envelope.
+    pub fn malformed_error_bodies(&self) -> u64 {
+        self.malformed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Its breaker's state now.
@@ -386,6 +394,9 @@ impl BackendClient {
         let admitted = self.breaker.admit(self.clock.now())?;
         let result = self.send(call).await.and_then(|body| read(&body));
         let failed = result.as_ref().err().is_some_and(CallError::counts_toward_breaker);
+        if let Err(CallError::Backend(BackendError::MalformedErrorBody { .. })) = &result {
+            self.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         admitted.record(failed, self.clock.now());
         result
     }

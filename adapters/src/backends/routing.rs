@@ -38,6 +38,11 @@ impl Router {
         Self { backends, turn: AtomicUsize::new(0), fallbacks: AtomicU64::new(0) }
     }
 
+    /// Every backend, in the file's order.
+    pub fn backends(&self) -> &[BackendClient] {
+        &self.backends
+    }
+
     /// How many times no candidate reported usable stats.
     pub fn fallbacks(&self) -> u64 {
         self.fallbacks.load(Ordering::Relaxed)

@@ -42,8 +42,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 50)]
     pub callback_delay_ms: u64,
     /// Misbehave as a real backend can (repeatable): `fail` (provisions report failed),
-    /// `refuse-validation` (400 `unknown_sku`), `refuse-capacity` (503), `garbage` (error
-    /// answers with an HTML body), `timeout` (never answer a provision), `rollback` (restarts
+    /// `refuse-validation` (400 `unknown_sku`), `refuse-capacity` (503), `garbage` (400 with an
+    /// HTML body, not the error envelope), `timeout` (never answer a provision), `rollback` (restarts
     /// and updates fail and roll back), `omit-stamp` (completions echo no maintenance id or
     /// stamp, as an older backend), `no-stats` (`GET /stats` answers 404).
     #[arg(long = "fault", value_enum)]
@@ -63,7 +63,7 @@ pub enum Fault {
     RefuseValidation,
     /// Provisions are refused for capacity (`503`).
     RefuseCapacity,
-    /// Every refusal's body is an HTML page, not the error envelope (and provisions answer 500).
+    /// Provisions answer 400 with an HTML page, not the error envelope.
     Garbage,
     /// Provisions are never answered.
     Timeout,

@@ -114,8 +114,9 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
 /// The refusal `--fault` asks provisions to get, if any.
 fn refusal(sim: &Sim) -> Option<Response> {
     let body = if sim.has(Fault::Garbage) {
-        let page = "<html><body>502 Bad Gateway /var/lib/sim</body></html>";
-        return Some((StatusCode::INTERNAL_SERVER_ERROR, page).into_response());
+        // A 400 whose body is not the envelope: the case that must never read as a refusal.
+        let page = "<html><body>400 Bad Request /var/lib/sim</body></html>";
+        return Some((StatusCode::BAD_REQUEST, page).into_response());
     } else if sim.has(Fault::RefuseValidation) {
         json!({ "error": "sku is not offered here", "validation_code": "unknown_sku" })
     } else if sim.has(Fault::RefuseCapacity) {

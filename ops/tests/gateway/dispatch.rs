@@ -326,6 +326,14 @@ async fn refusals_fail_the_lease_and_garbage_never_does() {
         .expect("its outbox row");
     let last_error: String = row.get(0);
     assert!(!last_error.contains("/var/lib"), "the body is not quoted: {last_error}");
+    let (_, metrics) = server.get("/metrics").await;
+    let counted = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("leasehold_backend_malformed_error_bodies_total{backend=\"sim-1\"}")
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok());
+    assert!(counted.is_some_and(|n| n >= 2), "{metrics}");
 }
 
 /// A backends file of several backends: `(name, url, extra settings)`.
@@ -400,6 +408,10 @@ async fn routing_picks_the_least_loaded_matching_backend_and_never_a_fenced_one(
     wait_for_status(&server, &tenant, &lease, "READY").await;
     assert_eq!((busy.received("provision").await, idle.received("provision").await), (1, 1));
     assert_eq!(idle.received("stats").await, 1, "a fenced backend is not asked");
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(metrics.contains("leasehold_backend_fenced{backend=\"idle\"} 1"), "{metrics}");
+    assert!(metrics.contains("leasehold_backend_fenced{backend=\"busy\"} 0"), "{metrics}");
+    assert!(metrics.contains("leasehold_backend_circuit_state{backend=\"busy\"} 0"), "{metrics}");
 }
 
 /// Without stats from any candidate, leases go to the candidates in turn.
@@ -421,4 +433,6 @@ async fn without_stats_routing_takes_the_candidates_in_turn() {
         wait_for_status(&server, &tenant, &lease, "READY").await;
     }
     assert_eq!((first.received("provision").await, second.received("provision").await), (1, 1));
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(metrics.contains("leasehold_routing_fallbacks_total 2"), "{metrics}");
 }
