@@ -32,6 +32,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use leasehold_adapters::backends::SigningSecret;
+use leasehold_commands::CommandError;
 use leasehold_commands::lease_input;
 use leasehold_commands::lease_service::{Caller, LeaseOutcome};
 use leasehold_domain::lease::{
@@ -200,7 +201,6 @@ async fn handle(
     let work = work.filter(|_| matches!(named, Named::Maintenance));
     let pending = work.as_ref().and_then(|work| work.maintenance.zip(work.maintenance_kind));
     let pending = pending.filter(|((id, _), _)| id.0 == operation).map(|(_, kind)| kind);
-    let unstamped_completion = pending.is_some();
     let command = command_of(&payload, (named, pending), operation)?;
     // Redeliveries of one callback carry the same URL and body: the same operation key.
     let target = uri.path_and_query().map_or(uri.path(), |target| target.as_str());
@@ -208,15 +208,22 @@ async fn handle(
     digest.update(target.as_bytes());
     digest.update(b"\n");
     digest.update(body);
-    // An unstamped body on a maintenance URL is read by the state it arrives in (the pending
-    // maintenance's completion, or later a report on the lease): each reading its own key,
-    // so a redelivery after the completion settled is a harmless report, never a conflict.
-    if unstamped_completion && payload.maintenance_admitted_at.is_none() {
-        digest.update(b"\ncompletion");
-    }
     let operation_key = format!("callback-{}", &hex::encode(digest.finalize())[..40]);
-    let LeaseOutcome { outcome, .. } =
-        inner.leases.for_owner(&caller(), &operation_key, lease, command).await?;
+    let outcome = match inner.leases.for_owner(&caller(), &operation_key, lease, command).await {
+        Ok(LeaseOutcome { outcome, .. }) => outcome,
+        // The key is the URL and body: taken means this very callback was accepted before.
+        // Read now, on a moved-on lease, it may stand for another command (a resent failed
+        // completion, once nothing is pending, reads as a report); it is a duplicate all the
+        // same, never a second report.
+        Err(CommandError::IdempotencyConflict) => {
+            return Ok(json!({
+                "streamId": lease.stream_id().as_str(),
+                "duplicate": true,
+                "events": [],
+            }));
+        }
+        Err(error) => return Err(error.into()),
+    };
     Ok(json!({
         "streamId": outcome.stream_id.as_str(),
         "version": outcome.version,

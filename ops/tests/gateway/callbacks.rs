@@ -191,10 +191,10 @@ async fn an_unstamped_completion_settles_the_maintenance_its_url_names() {
     let (status, answer) = Callback::now(&path, &done).send(&server).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["events"], json!(["LeaseMaintenanceSucceeded"]));
-    // Its redelivery, now that nothing is pending, is a report on the ready lease: harmless.
+    // Its redelivery is a duplicate.
     let (status, answer) =
         Callback::signed(&path, &done, Utc::now().timestamp() - 5).send(&server).await;
-    assert_eq!((status, &answer["events"]), (200, &json!([])), "{answer}");
+    assert_eq!((status, &answer["duplicate"]), (200, &json!(true)), "{answer}");
     // The backend keeps the URL and reports a later container death there.
     let died = json!({ "lease_uuid": id, "status": "failed", "error": "exit 137" });
     let (status, answer) = Callback::now(&path, &died).send(&server).await;
@@ -244,6 +244,11 @@ async fn a_rolled_back_maintenance_keeps_the_lease_ready_on_its_old_release() {
         body["maintenance_admitted_at"] = work["admittedAt"].clone();
         let (code, answer) = Callback::now(&path, &body).send(&server).await;
         assert_eq!((code, &answer["events"]), (200, &json!(events)), "{answer}");
+        // The backend resends the same callback (it got no answer in time): a duplicate,
+        // never a report that fails the running lease.
+        let again = Callback::signed(&path, &body, Utc::now().timestamp() - 5);
+        let (code, answer) = again.send(&server).await;
+        assert_eq!((code, &answer["duplicate"]), (200, &json!(true)), "{answer}");
         // The read model follows the log: wait for it to show the status.
         let got = tokio::time::timeout(std::time::Duration::from_secs(30), async {
             loop {
