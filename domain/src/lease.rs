@@ -44,7 +44,7 @@
 //! | restarting, updating | CompleteMaintenance(failed) | failed | MaintenanceFailed | as above |
 //! | live | CompleteMaintenance | unchanged | — when nothing is pending and it repeats the last settled completion | otherwise `Fenced` (a stale completion never settles a newer command) |
 //! | live | Deprovision | deprovisioning | DeprovisionRequested (+ Closed(tenant) when chain active, + Rejected when pending); when restoring, linked: FinishRestore(rolled back) on the source | — |
-//! | gone | Deprovision | unchanged | — (idempotent), or Closed(tenant) when the chain was left active | — |
+//! | gone | Deprovision | unchanged | — (idempotent), or Closed(tenant) / Rejected when the chain was left active / pending | — |
 //! | deprovisioning | ConfirmDeprovisioned | deprovisioned or retained | Deprovisioned | — |
 //! | deprovisioned, retained | ConfirmDeprovisioned | unchanged | — (duplicate report) | — |
 //! | gone | ReportProvisioned, ReportFailed, ReportContainerDied, CompleteMaintenance | unchanged | — (late reports are ignored) | — |
@@ -57,11 +57,11 @@
 //! | retained (reaping) | ConfirmReaped | deprovisioned | RetentionDeleted | — |
 //! | live | SetCustomDomain | unchanged | CustomDomainSet, or — when the item already has it | chain not terminal; the service names an item (`ItemNotFound`) |
 //! | any but none | ObserveTerminalBudget (complete inventory) | unchanged | TerminalBudgetObserved when it changed | — |
-//! | failed, chain active | ObserveTerminalBudget(exhausted, ≥ 1 failure, complete) | chain closed | + ClosedForFailure | never from `fail_count`; a partial inventory or no budget never closes |
+//! | failed, chain active | ObserveTerminalBudget(exhausted, ≥ 1 failure, complete) | chain closed, deprovisioning | + ClosedForFailure, DeprovisionRequested | never from `fail_count`; a partial inventory or no budget never closes |
 //! | any but none | ObserveTerminalBudget (partial inventory) | unchanged | — | — |
 //! | chain active | Close | chain closed | Closed (+ DeprovisionRequested when live; when restoring, linked as for Deprovision) | — |
 //! | chain closed | Close | unchanged | — (idempotent), or DeprovisionRequested when still live | — |
-//! | chain active | Expire | chain expired | Expired | — |
+//! | chain active | Expire | chain expired | Expired (+ DeprovisionRequested when live) | — |
 //! | chain expired | Expire | unchanged | — (idempotent) | — |
 //! | any but none | RecordDispatch(any) naming an older generation | unchanged | — (superseded work: its answer changes nothing) | — |
 //! | any but none | RecordDispatch(accepted) | unchanged | Dispatched | — |

@@ -181,7 +181,12 @@ async fn handle(
     // The lease's backend signs with its own secret when the backends file names it; a lease
     // that does not exist (or is on another backend) is verified with the callback secret,
     // so a signature check answers the same whether the lease exists or not.
-    let work = inner.leases.current_work(&caller(), lease).await.ok();
+    let work = match inner.leases.current_work(&caller(), lease).await {
+        Ok(work) => Some(work),
+        Err(CommandError::NotFound) => None,
+        // Never fall back to the shared secret because the lease could not be read.
+        Err(error) => return Err(error.into()),
+    };
     let backend = work.as_ref().and_then(|work| work.backend.as_ref());
     let secret =
         backend.and_then(|name| inner.backend_secrets.get(name.as_str())).unwrap_or(global);

@@ -105,6 +105,11 @@ pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
         if !(entry.url.starts_with("http://") || entry.url.starts_with("https://")) {
             return Err(invalid("url must start with http:// or https://"));
         }
+        // Credentials in a URL would be printed wherever the URL is: secrets go in files.
+        let authority = entry.url.split("://").nth(1).unwrap_or("").split('/').next();
+        if authority.is_some_and(|authority| authority.contains('@')) {
+            return Err(invalid("url must not carry a user or password (use secret_file)"));
+        }
         let timeout = entry.timeout_seconds.unwrap_or(BACKEND_TIMEOUT_DEFAULT_SECONDS);
         if !(1..=TIMEOUT_SECONDS_MAX).contains(&timeout) {
             return Err(invalid("timeout_seconds must be 1 to 600"));
@@ -175,6 +180,14 @@ mod tests {
         let cases = [
             (r#"{"backends":[{"name":"a","url":"http://x","secret_file":"short"}]}"#, "32 bytes"),
             (r#"{"backends":[{"name":"a","url":"ftp://x","secret_file":"ok"}]}"#, "http://"),
+            (
+                r#"{"backends":[{"name":"a","url":"https://u:token@x/","secret_file":"ok"}]}"#,
+                "user or password",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret_file":"ok","default":true},{"name":"b","url":"http://y","secret_file":"ok","default":true}]}"#,
+                "at most one",
+            ),
             (
                 r#"{"backends":[{"name":"a","url":"http://x","secret_file":"ok"},{"name":"a","url":"http://y","secret_file":"ok"}]}"#,
                 "unique",

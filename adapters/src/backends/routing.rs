@@ -5,7 +5,8 @@
 //! candidates not withholding disk are preferred (the seed's extension), then the lowest
 //! allocated/total CPU ratio (ties within 1e-9), ties taken in turn. No usable answer: the
 //! candidates in turn, counted as a routing fallback. A fenced backend is never a candidate,
-//! never the default, and never asked for its stats.
+//! never the default, and never asked for its stats; a SKU only fenced backends list has no
+//! backend (`NoBackend`), rather than the default's.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -50,10 +51,17 @@ impl Router {
 
     /// The backend's name for a lease whose first SKU is `sku`.
     pub async fn route_sku(&self, sku: &str) -> Option<String> {
-        let open = || self.backends.iter().filter(|b| !b.config().fenced);
+        let listing: Vec<&BackendClient> = self
+            .backends
+            .iter()
+            .filter(|b| b.config().skus.iter().any(|listed| listed == sku))
+            .collect();
+        // A SKU whose only backends are fenced has nowhere to go: never the default, which
+        // does not serve it.
         let candidates: Vec<&BackendClient> =
-            open().filter(|b| b.config().skus.iter().any(|listed| listed == sku)).collect();
+            listing.iter().copied().filter(|b| !b.config().fenced).collect();
         match candidates.as_slice() {
+            [] if !listing.is_empty() => None,
             [] => self.default_backend().map(|b| b.name().to_string()),
             [only] => Some(only.name().to_string()),
             several => Some(self.least_loaded(several).await.name().to_string()),
@@ -101,5 +109,61 @@ impl BackendRouter for Router {
             let name = self.route_sku(sku).await?;
             BackendName::parse("backend", name).ok()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::backends::{BackendConfig, SigningSecret};
+
+    fn backend(name: &str, skus: &[&str], default: bool, fenced: bool) -> BackendClient {
+        let secret = SigningSecret::new(&[7u8; 32]).expect("long enough");
+        // Nothing listens there: these cases must be decided without asking anyone.
+        let mut config = BackendConfig::new(name, "http://127.0.0.1:9", secret);
+        config.skus = skus.iter().map(ToString::to_string).collect();
+        config.default = default;
+        config.fenced = fenced;
+        BackendClient::new(config, Arc::new(leasehold_commands::SystemClock)).expect("a client")
+    }
+
+    fn router(backends: Vec<BackendClient>) -> Router {
+        let order: Vec<String> = backends.iter().map(|b| b.name().to_string()).collect();
+        Router::new(&Backends::new(backends), &order)
+    }
+
+    #[tokio::test]
+    async fn one_candidate_takes_it_and_the_default_takes_what_nobody_lists() {
+        let router = router(vec![
+            backend("gpu", &["gpu.h100.1x"], false, false),
+            backend("general", &[], true, false),
+        ]);
+        assert_eq!(router.route_sku("gpu.h100.1x").await.as_deref(), Some("gpu"));
+        assert_eq!(router.route_sku("cpu.small").await.as_deref(), Some("general"));
+        // Without a marked default, the first backend is it.
+        let router = router_of_two_unmarked();
+        assert_eq!(router.route_sku("cpu.small").await.as_deref(), Some("first"));
+    }
+
+    fn router_of_two_unmarked() -> Router {
+        router(vec![backend("first", &[], false, false), backend("second", &[], false, false)])
+    }
+
+    #[tokio::test]
+    async fn a_fenced_backend_is_never_chosen_and_never_stands_in_for_the_default() {
+        let router = router(vec![
+            backend("gpu", &["gpu.h100.1x"], false, true),
+            backend("general", &[], true, false),
+        ]);
+        // Only a fenced backend serves the SKU: no backend, never the default's.
+        assert_eq!(router.route_sku("gpu.h100.1x").await, None);
+        let router = router_fenced_default();
+        assert_eq!(router.route_sku("cpu.small").await, None);
+    }
+
+    fn router_fenced_default() -> Router {
+        router(vec![backend("general", &[], true, true), backend("other", &[], false, false)])
     }
 }

@@ -9,7 +9,9 @@
 //! - A refusal the backend meant (validation, no capacity, no retained data, a demote that
 //!   does not fit, not provisioned, invalid state) is **refused**: the work fails with a
 //!   reason the tenant may read. On a later attempt, "already provisioned" and "invalid state"
-//!   mean an earlier attempt of this same work landed (its answer was lost): **accepted**.
+//!   may mean an earlier attempt of this same work landed (its answer was lost): the
+//!   backend's record of the lease (`GET /provisions/{lease}`) decides — doing the work:
+//!   **accepted**; anything else: refused; no answer: failed, tried again.
 //! - Everything else (unreachable, timed out, a server error, a malformed error body, an
 //!   answer too large or undecodable) **failed**: tried again later. A malformed body is never
 //!   read as a refusal, so it never fails a lease.
@@ -201,8 +203,41 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
         Ok(match result {
             Ok(()) => Some(DispatchAnswer::Accepted),
             Err(CallError::CircuitOpen(_)) => None,
+            Err(CallError::Backend(
+                BackendError::AlreadyProvisioned | BackendError::InvalidState,
+            )) if work.attempt > 1 => Some(self.taken_before(client, work).await),
             Err(error) => Some(answer_of(work, &error)),
         })
+    }
+
+    /// On a later attempt, "already provisioned" or "invalid state" may mean an earlier attempt
+    /// of this work landed and its answer was lost, or that the backend really refuses it:
+    /// the backend's own record says which.
+    async fn taken_before(&self, client: &BackendClient, work: &Work) -> DispatchAnswer {
+        let Ok(lease) = lease_of(work) else {
+            return DispatchAnswer::Failed {
+                detail: OperatorDetail::new("no lease in the request"),
+            };
+        };
+        let taken: &[&str] = match work.action.as_str() {
+            "provision" | "restore" => &["provisioning", "ready", "restarting"],
+            _ => &["restarting", "updating"],
+        };
+        match client.provision_info(lease.0).await {
+            Ok(info) if taken.contains(&info.status.as_str()) => DispatchAnswer::Accepted,
+            Ok(info) => answer_of(
+                &Work { attempt: 1, ..work.clone() },
+                &CallError::Backend(if work.action == "provision" {
+                    BackendError::AlreadyProvisioned
+                } else {
+                    BackendError::InvalidState
+                }),
+            )
+            .with_detail(&format!("the backend lists the lease as {}", info.status)),
+            Err(error) => DispatchAnswer::Failed {
+                detail: OperatorDetail::new(&format!("reading the lease back: {error}")),
+            },
+        }
     }
 
     /// Records `command` on the work's lease, keyed by the work and `what`.
@@ -382,8 +417,6 @@ fn stamp(at: DateTime<Utc>) -> String {
 /// What a backend's answer other than success means for the work.
 fn answer_of(work: &Work, error: &CallError) -> DispatchAnswer {
     use BackendError as B;
-    // On a later attempt these mean an earlier attempt of this same work landed.
-    let again = work.attempt > 1;
     let detail = OperatorDetail::new(&error.to_string());
     let refused = |reason: &str, message: &str| DispatchAnswer::Refused {
         reason: Reason::parse("reason", reason).unwrap_or_else(|_| Reason::unknown()),
@@ -399,7 +432,6 @@ fn answer_of(work: &Work, error: &CallError) -> DispatchAnswer {
         B::InsufficientResources => {
             refused("InsufficientResources", "the provider has no capacity for this lease now")
         }
-        B::AlreadyProvisioned | B::InvalidState if again => DispatchAnswer::Accepted,
         B::AlreadyProvisioned => {
             refused("AlreadyProvisioned", "the backend already holds this lease")
         }
@@ -427,4 +459,22 @@ fn validation_reason(code: Option<ValidationCode>) -> &'static str {
 
 fn generic_refusal() -> TenantMessage {
     TenantMessage::parse("message", "the backend refused the request").expect("a valid message")
+}
+
+trait WithDetail {
+    fn with_detail(self, detail: &str) -> Self;
+}
+
+impl WithDetail for DispatchAnswer {
+    /// The same answer with operator detail appended.
+    fn with_detail(self, more: &str) -> Self {
+        match self {
+            DispatchAnswer::Refused { reason, message, detail } => DispatchAnswer::Refused {
+                reason,
+                message,
+                detail: OperatorDetail::new(&format!("{}; {more}", detail.as_str())),
+            },
+            other => other,
+        }
+    }
 }

@@ -90,6 +90,10 @@ pub(super) fn decide(lease: &Lease, command: &LeaseCommand, ctx: &Context<LeaseF
         }
         LeaseCommand::Close { cause } => close(lease, command, *cause, at),
         LeaseCommand::Expire => match lease.chain {
+            ChainState::Active if !lease.status.is_gone() => Ok(vec![
+                LeaseEvent::LeaseExpired { at },
+                LeaseEvent::LeaseDeprovisionRequested { generation: lease.generation + 1, at },
+            ]),
             ChainState::Active => Ok(vec![LeaseEvent::LeaseExpired { at }]),
             ChainState::Expired => NO_CHANGE,
             _ => Err(refuse()),
@@ -449,6 +453,9 @@ fn observe_budget(
     let exhausted = verdict == TerminalVerdict::Exhausted && consecutive_failures >= 1;
     if exhausted && lease.status == LeaseStatus::Failed && lease.chain == ChainState::Active {
         events.push(LeaseEvent::LeaseClosedForFailure { consecutive_failures, at });
+        // Closed for good: what the backend still holds for the failed lease is released.
+        let generation = lease.generation + 1;
+        events.push(LeaseEvent::LeaseDeprovisionRequested { generation, at });
     }
     events
 }
@@ -466,7 +473,7 @@ fn deprovision(lease: &Lease, at: DateTime<Utc>) -> Vec<LeaseEvent> {
         ChainState::Active => {
             events.push(LeaseEvent::LeaseClosed { cause: CloseCause::Tenant, at })
         }
-        ChainState::Pending if !events.is_empty() => events.push(LeaseEvent::LeaseRejected { at }),
+        ChainState::Pending => events.push(LeaseEvent::LeaseRejected { at }),
         _ => {}
     }
     events

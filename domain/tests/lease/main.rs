@@ -585,7 +585,11 @@ fn the_terminal_failure_budget() {
         &failed(),
         observe(TerminalVerdict::Exhausted, 3, true),
         none(),
-        Events(&["LeaseTerminalBudgetObserved", "LeaseClosedForFailure"]),
+        Events(&[
+            "LeaseTerminalBudgetObserved",
+            "LeaseClosedForFailure",
+            "LeaseDeprovisionRequested",
+        ]),
     );
     assert_eq!(lease.chain, ChainState::Closed);
     // Never from a partial inventory, never with zero failures, never unless failed, and an
@@ -629,7 +633,8 @@ fn a_high_fail_count_never_closes_a_lease() {
         given.push((request(), routed()));
         given.push((report_failed(), none()));
     }
-    let lease = check(&given, C::Expire, none(), Events(&["LeaseExpired"]));
+    let lease =
+        check(&given, C::Expire, none(), Events(&["LeaseExpired", "LeaseDeprovisionRequested"]));
     assert_eq!(lease.fail_count, 6);
     check(
         &given,
@@ -662,7 +667,8 @@ fn the_chain_state() {
         none(),
         invalid("Close", LeaseStatus::Failed, ChainState::Rejected),
     );
-    let lease = check(&ready(), C::Expire, none(), Events(&["LeaseExpired"]));
+    let lease =
+        check(&ready(), C::Expire, none(), Events(&["LeaseExpired", "LeaseDeprovisionRequested"]));
     assert_eq!(lease.chain, ChainState::Expired);
     let mut expired = ready();
     expired.push((C::Expire, none()));
@@ -671,7 +677,7 @@ fn the_chain_state() {
         &expired,
         close(CloseCause::Tenant),
         none(),
-        invalid("Close", LeaseStatus::Ready, ChainState::Expired),
+        invalid("Close", LeaseStatus::Deprovisioning, ChainState::Expired),
     );
     check(
         &closed(),
@@ -1094,4 +1100,22 @@ fn releasing_a_restoring_lease_rolls_its_source_back() {
         restoring.linked(&C::Deprovision, &events),
         vec![(SOURCE.stream_id(), C::FinishRestore { into: LEASE, committed: false })],
     );
+}
+
+/// Review: every way a live lease's chain ends releases what its backend holds (expiry and
+/// closure for failure too, not only Close), and a lease released before these rules whose
+/// chain was left pending is rejected when asked again.
+#[test]
+fn every_end_of_the_chain_releases_the_lease() {
+    use leasehold_domain::Aggregate;
+    use leasehold_domain::lease::LeaseEvent;
+    let lease =
+        check(&ready(), C::Expire, none(), Events(&["LeaseExpired", "LeaseDeprovisionRequested"]));
+    assert_eq!((lease.status, lease.chain), (LeaseStatus::Deprovisioning, ChainState::Expired));
+    let stranded = vec![LeaseEvent::LeaseDeprovisionRequested { generation: 2, at: t(3) }];
+    let before = Lease::replay(&[history(&provisioning()), stranded].concat());
+    assert_eq!(before.chain, ChainState::Pending);
+    let events = before.decide(&C::Deprovision, &ctx_at(30, none())).expect("decided");
+    let types: Vec<&str> = events.iter().map(leasehold_domain::DomainEvent::event_type).collect();
+    assert_eq!(types, ["LeaseRejected"]);
 }
