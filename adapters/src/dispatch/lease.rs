@@ -35,7 +35,12 @@ use super::{DispatchKind, Intent, Sent, Work};
 use crate::backends::wire::{
     LeaseItem, ProvisionRequest, RestartRequest, RestoreRequest, UpdateRequest,
 };
-use crate::backends::{BackendClient, BackendError, CallError, ValidationCode};
+use crate::backends::{BackendClient, BackendError, BreakerState, CallError, ValidationCode};
+
+/// How long work waits while its backend is fenced or has no connection settings (an
+/// operator's change, then a restart, lets it go).
+const LONG_WAIT: std::time::Duration =
+    std::time::Duration::from_millis(crate::limits::DISPATCH_RETRY_MAX_MILLISECONDS);
 
 /// The callback URLs the backends are handed: one per operation, under `base`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,21 +320,28 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
     }
 
     async fn send(&self, work: &Work, _now: DateTime<Utc>) -> Result<Sent, ReconcileError> {
-        match self.lease(&work.stream).await? {
-            Some(lease) if awaits(&lease, work.generation) => {}
-            _ => return Ok(Sent::Moot),
-        }
+        // Checked before anything is read: work that cannot go out waits without cost.
         let Some(client) = self.backends.get(&work.target) else {
             let detail = format!("no connection settings for backend {}", work.target);
-            return Ok(Sent::NotSent { detail });
+            return Ok(Sent::NotSent { detail, wait: LONG_WAIT });
         };
         // A fenced backend is never called: its work waits until an operator lifts the fence.
         if client.config().fenced {
             let detail = format!("backend {} is fenced by an operator", work.target);
-            return Ok(Sent::NotSent { detail });
+            return Ok(Sent::NotSent { detail, wait: LONG_WAIT });
+        }
+        if client.breaker_state() == BreakerState::Open {
+            let detail = format!("the circuit of {} is open", work.target);
+            return Ok(Sent::NotSent { detail, wait: client.config().breaker_open });
+        }
+        match self.lease(&work.stream).await? {
+            Some(lease) if awaits(&lease, work.generation) => {}
+            _ => return Ok(Sent::Moot),
         }
         let Some(answer) = self.call(client, work).await? else {
-            return Ok(Sent::NotSent { detail: format!("the circuit of {} is open", work.target) });
+            // Refused at the door: a half-open breaker's one trial is out. Soon again.
+            let detail = format!("the circuit of {} is open", work.target);
+            return Ok(Sent::NotSent { detail, wait: std::time::Duration::ZERO });
         };
         let command = LeaseCommand::RecordDispatch {
             generation: work.generation,

@@ -13,8 +13,9 @@
 //!   it is sent, so the event recording its answer is keyed by a number no other answer
 //!   has; a crash after the claim leaves a gap, never a second answer under one key.
 //! - **Backoff.** A failed attempt waits `first × 2^(n-1)`, at most `max`; work the target
-//!   refused without trying (its circuit breaker is open, or it has no connection settings)
-//!   gives its attempt number back and waits `first`.
+//!   refused without trying gives its attempt number back and waits as its kind says (the
+//!   lease's: the breaker's open time while it is open, the longest backoff while the backend
+//!   is fenced or unknown), never less than `first`.
 //! - **Nothing stale is sent.** Newer work on the same stream supersedes pending older work,
 //!   and a kind checks, before sending, that its aggregate still awaits the work (a
 //!   dispatcher reading old history never re-sends settled work).
@@ -94,11 +95,13 @@ pub enum Sent {
         /// Operator-only detail.
         detail: String,
     },
-    /// Not sent at all (the target's breaker is open, or it is unknown): the attempt number
-    /// is given back and the work waits.
+    /// Not sent at all (the target's breaker is open, it is fenced, or it is unknown): the
+    /// attempt number is given back and the work waits `wait` (at least the backoff's first).
     NotSent {
         /// Operator-only detail.
         detail: String,
+        /// How long to wait before trying again.
+        wait: Duration,
     },
 }
 
@@ -213,8 +216,9 @@ impl<K: DispatchKind> Dispatcher<K> {
                 let next = now + self.backoff.after(work.attempt);
                 self.outbox.retry(key, work.attempt, next, &detail).await?;
             }
-            Sent::NotSent { detail } => {
-                let next = now + self.backoff.after(1);
+            Sent::NotSent { detail, wait } => {
+                let wait = TimeDelta::from_std(wait).unwrap_or(TimeDelta::MAX);
+                let next = now + self.backoff.after(1).max(wait);
                 self.outbox.give_back(key, work.attempt, next, &detail).await?;
             }
         }
