@@ -41,8 +41,13 @@ impl Sim {
         let secret = dir.join("sim.secret");
         std::fs::write(&secret, SIM_SECRET).expect("written");
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["backend-sim", "--listen", listen, "--callback-delay-ms", "20", "--secret-file"])
+            .args(["backend-sim", "--listen", listen, "--secret-file"])
             .arg(&secret)
+            .args(if faults.contains(&"--callback-delay-ms") {
+                &[][..]
+            } else {
+                &["--callback-delay-ms", "20"][..]
+            })
             .args(faults)
             .env("LEASEHOLD_LOG", "warn")
             .stdout(std::process::Stdio::piped())
@@ -435,4 +440,54 @@ async fn without_stats_routing_takes_the_candidates_in_turn() {
     assert_eq!((first.received("provision").await, second.received("provision").await), (1, 1));
     let (_, metrics) = server.get("/metrics").await;
     assert!(metrics.contains("leasehold_routing_fallbacks_total 2"), "{metrics}");
+}
+
+/// Review fix: a later attempt's `409 invalid state` is taken as the earlier attempt having
+/// landed only when the backend's own record shows the work under way. Here the first restart
+/// attempt finds the backend down; the backend comes back holding the lease in another state
+/// (still provisioning it), so the second attempt's 409 is a refusal: the restart fails and
+/// the lease is not left restarting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_conflict_is_read_against_the_backends_record() {
+    use leasehold_adapters::backends::wire::{LeaseItem, ProvisionRequest};
+    use leasehold_adapters::backends::{BackendClient, BackendConfig, SigningSecret};
+    let dir = scratch();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bound").local_addr().unwrap();
+    let sim = Sim::start(&port.to_string(), &dir.0).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "req-1").await;
+    drop(sim);
+    let input = json!({ "input": { "leaseId": lease, "operationKey": "restart-1" } });
+    data(&server.graphql(&tenant, RESTART, input).await);
+    wait_for_events(&server, &lease, "LeaseDispatchFailed", 1).await;
+    // Back, holding the lease as still being provisioned (its callback far off).
+    let sim = Sim::start_args(&port.to_string(), &dir.0, &["--callback-delay-ms", "600000"]).await;
+    let secret = SigningSecret::new(SIM_SECRET.as_bytes()).expect("long enough");
+    let client = BackendClient::new(
+        BackendConfig::new("direct", &sim.url, secret),
+        std::sync::Arc::new(leasehold_commands::SystemClock),
+    )
+    .expect("a client");
+    let id = uuid::Uuid::parse_str(lease.as_str().expect("an id")).expect("a UUID");
+    let request = ProvisionRequest {
+        lease_uuid: id,
+        tenant: "acme".into(),
+        provider_uuid: uuid::Uuid::parse_str(PROVIDER).unwrap(),
+        items: vec![LeaseItem {
+            sku: "gpu.h100.1x".into(),
+            quantity: 1,
+            service_name: None,
+            custom_domain: None,
+        }],
+        callback_url: format!("{}/nowhere", server.base),
+        payload: None,
+        payload_hash: None,
+        lifecycle_callback_url: None,
+    };
+    client.provision(&request).await.expect("the backend takes it");
+    let events = wait_for_events(&server, &lease, "LeaseMaintenanceFailed", 1).await;
+    assert_eq!(count(&events, "LeaseMaintenanceSucceeded"), 0, "{events:?}");
+    assert!(sim.received("restart").await >= 1, "the second attempt reached the backend");
+    wait_for_status(&server, &tenant, &lease, "FAILED").await;
 }
