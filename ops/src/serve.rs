@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// Without it, leases are recorded only.
     #[arg(long, env = "LEASEHOLD_BACKENDS_FILE")]
     backends_file: Option<std::path::PathBuf>,
+    /// Also run a simulated lease backend inside this process (`leasehold backend-sim`, named
+    /// `demo-sim`, calling back after half a second) and send every lease to it, so that
+    /// requested leases become ready with nothing else set up. Not with --backends-file.
+    #[arg(long, conflicts_with = "backends_file")]
+    demo: bool,
     /// The URL backends reach this gateway's callbacks at (default: http://<listen address>).
     #[arg(long, env = "LEASEHOLD_CALLBACK_BASE_URL")]
     callback_base_url: Option<String>,
@@ -99,9 +104,13 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let projectors = crate::projectors::start(&store, runner_config, &stopped);
     let progress = projectors.progress.clone();
     let secret = args.secret.secret()?;
-    let backends = match &args.backends_file {
-        Some(file) => Some(crate::dispatch::backends(file)?),
-        None => None,
+    let (backends, _demo_sim) = match &args.backends_file {
+        Some(file) => (Some(crate::dispatch::backends(file)?), None),
+        None if args.demo => {
+            let (backends, sim) = demo_backend().await?;
+            (Some(backends), Some(AbortOnDrop(sim)))
+        }
+        None => (None, None),
     };
     let mut state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
         .context("the JWT secret")?
@@ -184,6 +193,38 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         let _ = writeln!(std::io::stdout(), "{stopped}");
     }
     Ok(())
+}
+
+/// The simulated backend of `--demo`.
+const DEMO_BACKEND: &str = "demo-sim";
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `--demo`: a simulated backend in this process, with a fresh secret of its own.
+async fn demo_backend() -> anyhow::Result<(
+    (leasehold_adapters::dispatch::Backends, Vec<String>),
+    tokio::task::JoinHandle<()>,
+)> {
+    use leasehold_adapters::backends::{BackendConfig, SigningSecret};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("a port for the demo backend")?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let text = format!("{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
+    // Random enough for a backend that lives as long as this process, on the loopback only.
+    let secret = SigningSecret::new(text.as_bytes()).context("the demo backend's secret")?;
+    let delay = Duration::from_millis(500);
+    let sim = crate::backend_sim::spawn(listener, DEMO_BACKEND, secret.clone(), delay)?;
+    let backends = crate::dispatch::clients(vec![BackendConfig::new(DEMO_BACKEND, &url, secret)])?;
+    println!("demo: the simulated backend {DEMO_BACKEND} at {url} takes every lease");
+    Ok(((backends, vec![DEMO_BACKEND.to_string()]), sim))
 }
 
 /// The backend new leases are placed on.

@@ -491,3 +491,14 @@ async fn a_later_conflict_is_read_against_the_backends_record() {
     assert!(sim.received("restart").await >= 1, "the second attempt reached the backend");
     wait_for_status(&server, &tenant, &lease, "FAILED").await;
 }
+
+/// `serve --demo` runs a simulated backend in the same process: a requested lease becomes
+/// ready with nothing else set up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_demo_makes_requested_leases_ready() {
+    let server = Server::start_with(&["--demo"]).await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "demo-1").await;
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(count(&events, "LeaseDispatched"), 1, "{events:?}");
+}
