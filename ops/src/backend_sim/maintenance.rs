@@ -1,3 +1,8 @@
+//! Restore, as fred's docker backend answers it: 422 `no retained data for lease` unless the
+//! source is retained here, 409 `already_provisioned` when the new lease is held; otherwise
+//! 202, the source's record consumed, and after the delay the new lease ready and its
+//! callback sent (with `--fault fail`, a failed one).
+//!
 //! Restart and update, as fred's docker backend answers them: 404 when the lease is not held,
 //! 409 unless it is `ready` or `failed`, 400 for an update without a payload; otherwise 202,
 //! and after the delay a signed callback to the new `callback_url` (which replaces the stored
@@ -9,7 +14,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leasehold_adapters::backends::wire::{CallbackPayload, RestartRequest, UpdateRequest};
+use leasehold_adapters::backends::wire::{
+    CallbackPayload, ProvisionRequest, RestartRequest, RestoreRequest, UpdateRequest,
+};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -91,4 +98,38 @@ async fn complete(sim: Sim, asked: Asked) {
         rolled_back: rolled_back.then_some(true),
     };
     send_callback(&sim, &asked.callback_url, &payload).await;
+}
+
+pub(super) async fn restore(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("restore");
+    let Ok(request) = serde_json::from_slice::<RestoreRequest>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "invalid request body");
+    };
+    {
+        let mut provisions = sim.provisions();
+        if provisions.get(&request.from_lease_uuid).is_none_or(|p| p.status != "retained") {
+            return error(StatusCode::UNPROCESSABLE_ENTITY, "no retained data for lease");
+        }
+        if provisions.contains_key(&request.lease_uuid) {
+            let body =
+                json!({ "error": "lease already provisioned", "code": "already_provisioned" });
+            return (StatusCode::CONFLICT, axum::Json(body)).into_response();
+        }
+        provisions.remove(&request.from_lease_uuid);
+        let provision = ProvisionRequest {
+            lease_uuid: request.lease_uuid,
+            tenant: request.tenant.clone(),
+            provider_uuid: request.provider_uuid,
+            items: request.items.clone(),
+            callback_url: request.callback_url.clone(),
+            payload: None,
+            payload_hash: None,
+            lifecycle_callback_url: None,
+        };
+        let created_at = chrono::Utc::now();
+        let held = super::Provision { request: provision, status: "restarting", created_at };
+        provisions.insert(request.lease_uuid, held);
+    }
+    tokio::spawn(super::routes::complete(sim, request.lease_uuid));
+    (StatusCode::ACCEPTED, axum::Json(json!({ "status": "restoring" }))).into_response()
 }

@@ -4,7 +4,8 @@
 //! status codes and error envelope, and reports each provision's outcome by a signed callback
 //! to the URL the provision named, after `--callback-delay-ms`.
 //!
-//! Served so far: provision, restart, update (`maintenance.rs`), info, deprovision, provisions
+//! Served so far: provision, restart, update, restore (`maintenance.rs`), info, deprovision
+//! (keeping the data with `--retain`), provisions
 //! (keyset pages, lookups and point reads), health and stats; `GET /sim/requests` counts the
 //! requests received per route. `--fault` makes it misbehave (fail, refuse, answer garbage,
 //! time out, roll back, omit the maintenance stamp). Restart, update, restore, logs, releases, retentions, custom domains and
@@ -52,6 +53,10 @@ pub struct SimArgs {
     /// provision), so that routing tests can make one backend look busier.
     #[arg(long)]
     pub allocated_cpu_cores: Option<f64>,
+    /// Keep a released lease's data (as fred's docker backend with `retain_on_close`): the
+    /// provision stays, `retained`, until a restore consumes it.
+    #[arg(long)]
+    pub retain: bool,
 }
 
 /// One way the simulator misbehaves.
@@ -94,6 +99,8 @@ struct Sim {
     faults: Arc<Vec<Fault>>,
     /// What `GET /stats` reports allocated, if fixed.
     allocated_cpu_cores: Option<f64>,
+    /// Whether a release keeps the data.
+    retain: bool,
     /// Requests received per route (`GET /sim/requests`, for tests).
     received: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     http: reqwest::Client,
@@ -125,6 +132,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     let sim = Sim {
         faults: Arc::new(args.faults.clone()),
         allocated_cpu_cores: args.allocated_cpu_cores,
+        retain: args.retain,
         ..sim
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -170,6 +178,7 @@ impl Sim {
             received: Arc::default(),
             faults: Arc::default(),
             allocated_cpu_cores: None,
+            retain: false,
             http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?,
         })
     }

@@ -38,6 +38,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/deprovision", post(deprovision))
         .route("/restart", post(super::maintenance::restart))
         .route("/update", post(super::maintenance::update))
+        .route("/restore", post(super::maintenance::restore))
         .route("/info/{lease}", get(info))
         .route("/provisions", get(provisions))
         .route("/provisions/{lease}", get(provision_info))
@@ -128,7 +129,7 @@ fn refusal(sim: &Sim) -> Option<Response> {
 }
 
 /// After the delay, the provision is ready and its callback is sent.
-async fn complete(sim: Sim, lease: Uuid) {
+pub(super) async fn complete(sim: Sim, lease: Uuid) {
     tokio::time::sleep(sim.callback_delay).await;
     let callback_url = {
         let mut provisions = sim.provisions();
@@ -178,7 +179,16 @@ async fn deprovision(State(sim): State<Sim>, body: Bytes) -> Response {
     let Ok(request) = serde_json::from_slice::<DeprovisionRequest>(&body) else {
         return error(StatusCode::BAD_REQUEST, "invalid request body");
     };
-    sim.provisions().remove(&request.lease_uuid);
+    let mut provisions = sim.provisions();
+    match provisions.get_mut(&request.lease_uuid) {
+        Some(provision) if sim.retain && provision.status != "retained" => {
+            provision.status = "retained";
+        }
+        Some(_) if sim.retain => {}
+        _ => {
+            provisions.remove(&request.lease_uuid);
+        }
+    }
     axum::Json(json!({ "status": "ok" })).into_response()
 }
 

@@ -502,3 +502,41 @@ async fn serve_demo_makes_requested_leases_ready() {
     let events = stream_events(&server, &lease).await;
     assert_eq!(count(&events, "LeaseDispatched"), 1, "{events:?}");
 }
+
+/// A retained lease's restore goes to the backend that holds its data, whatever routing
+/// would choose for a new lease; the restored lease becomes ready and the retained record is
+/// consumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_goes_to_the_backend_that_holds_the_data() {
+    let dir = scratch();
+    let holder =
+        Sim::start_args("127.0.0.1:0", &dir.0, &["--retain", "--allocated-cpu-cores", "8"]).await;
+    let other = Sim::start_args("127.0.0.1:0", &dir.0, &["--allocated-cpu-cores", "48"]).await;
+    let gpu = json!({ "skus": ["gpu.h100.1x"] });
+    let file = routed_backends_file(
+        &dir.0,
+        "backends.json",
+        &[("holder", &holder.url, gpu.clone()), ("other", &other.url, gpu)],
+    );
+    let server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let tenant = tenant_token("acme");
+    let source = ready_lease(&server, &tenant, "req-1").await;
+    let release =
+        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": source, "operationKey": "release-1" } });
+    data(&server.graphql(&tenant, release, input).await);
+    wait_for_status(&server, &tenant, &source, "RETAINED").await;
+
+    let restore = "mutation($input: RestoreLeaseInput!) { restoreLease(input: $input) { id } }";
+    let input = json!({ "input": {
+        "operationKey": "restore-1", "fromLeaseId": source,
+        "items": [{ "sku": "gpu.h100.1x", "quantity": 1 }],
+    }});
+    let restored =
+        data(&server.graphql(&tenant, restore, input).await)["restoreLease"]["id"].clone();
+    wait_for_status(&server, &tenant, &restored, "READY").await;
+    assert_eq!((holder.received("restore").await, other.received("restore").await), (1, 0));
+    assert_eq!(other.received("provision").await, 0);
+    // The retained record is consumed by the restore.
+    wait_for_status(&server, &tenant, &source, "DEPROVISIONED").await;
+}
