@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     /// Each backend's own secret, by name: a callback on a lease placed on one of these is
     /// verified with its backend's secret, never with another's.
     pub(crate) backend_secrets: std::collections::HashMap<String, CallbackSecret>,
+    /// Where manifests are kept sealed for the dispatcher (`None`: they are not kept).
+    pub(crate) manifests: Option<leasehold_adapters::dispatch::ManifestVault>,
     /// The backends file's routing, whose backends `/metrics` reports on.
     pub(crate) router: Option<Arc<leasehold_adapters::backends::Router>>,
     /// Operations running on WebSockets.
@@ -169,6 +171,7 @@ impl AppState {
             callback_secret: None,
             backend_secrets: std::collections::HashMap::new(),
             router: None,
+            manifests: None,
             subscriptions: Gauge::default(),
             metrics: Metrics::default(),
         };
@@ -206,6 +209,14 @@ impl AppState {
         let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
         inner.leases = inner.leases.clone().with_router(router.clone());
         inner.router = Some(router);
+        self
+    }
+
+    /// Keeps every requested or updated lease's manifest sealed in `vault`, for the dispatcher
+    /// to send to its backend. Call before [`crate::app`].
+    #[must_use]
+    pub fn with_manifests(mut self, vault: leasehold_adapters::dispatch::ManifestVault) -> Self {
+        Arc::get_mut(&mut self.inner).expect("configured before sharing").manifests = Some(vault);
         self
     }
 

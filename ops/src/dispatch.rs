@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use leasehold_adapters::backends::{BackendClient, BackendConfig, config};
 use leasehold_adapters::dispatch::{
-    Backends, Backoff, CallbackUrls, Dispatcher, LeaseDispatch, PgOutbox,
+    Backends, Backoff, CallbackUrls, Dispatcher, LeaseDispatch, ManifestVault, PgOutbox,
 };
 use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_commands::lease_service::LeaseService;
@@ -53,13 +53,14 @@ pub fn clients(configs: Vec<BackendConfig>) -> anyhow::Result<Backends> {
 /// choice are placed on `placed_on`.
 pub fn start(
     store: &PgEventStore,
-    backends: Backends,
+    (backends, manifests): (Backends, ManifestVault),
     (callback_base, placed_on): (&str, BackendName),
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
     let service = LeaseService::new(pipeline, Some(placed_on), Default::default());
-    let kind = LeaseDispatch::new(service, backends, CallbackUrls::new(callback_base));
+    let kind = LeaseDispatch::new(service, backends, CallbackUrls::new(callback_base))
+        .with_manifests(manifests);
     let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
     let runner = ReconcilerRunner::new(
         dispatcher,

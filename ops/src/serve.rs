@@ -116,7 +116,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
         .context("the callback secret")?;
+    let manifests = leasehold_adapters::dispatch::ManifestVault::new(store.clone(), &secret);
     if let Some((backends, order)) = &backends {
+        state = state.with_manifests(manifests.clone());
         let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
         let router = leasehold_adapters::backends::Router::new(backends, order);
         state =
@@ -138,7 +140,8 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
             let base =
                 args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
             let placed_on = placement(args)?;
-            let task = crate::dispatch::start(&store, backends, (&base, placed_on), &stopped);
+            let task =
+                crate::dispatch::start(&store, (backends, manifests), (&base, placed_on), &stopped);
             tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
             Some(task)
         }

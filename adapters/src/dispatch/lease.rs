@@ -92,12 +92,30 @@ pub struct LeaseDispatch<S> {
     service: LeaseService<S>,
     backends: Backends,
     callbacks: CallbackUrls,
+    manifests: Option<super::ManifestVault>,
 }
 
 impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
     /// Sends leases' work to `backends`, recording answers through `service`.
     pub fn new(service: LeaseService<S>, backends: Backends, callbacks: CallbackUrls) -> Self {
-        Self { service, backends, callbacks }
+        Self { service, backends, callbacks, manifests: None }
+    }
+
+    /// The same dispatcher sending the manifests `vault` keeps with provisions and updates.
+    #[must_use]
+    pub fn with_manifests(mut self, vault: super::ManifestVault) -> Self {
+        self.manifests = Some(vault);
+        self
+    }
+
+    /// The manifest the work names by `hash`, if the vault keeps it.
+    async fn manifest(
+        &self,
+        work: &Work,
+        hash: Option<&str>,
+    ) -> Result<Option<Vec<u8>>, ReconcileError> {
+        let (Some(vault), Some(hash)) = (&self.manifests, hash) else { return Ok(None) };
+        Ok(vault.get(&work.tenant, hash).await?)
     }
 
     /// The lease on `stream`, if it exists.
@@ -122,15 +140,23 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
         let id = terms.id;
         let to_json = |value: serde_json::Result<serde_json::Value>| value.ok();
         let (action, request) = match decoded {
-            LeaseEvent::LeaseProvisionRequested { provider, items, operation, .. } => {
+            LeaseEvent::LeaseProvisionRequested {
+                provider,
+                items,
+                operation,
+                payload_hash,
+                ..
+            } => {
                 let request = ProvisionRequest {
                     lease_uuid: id.0,
                     tenant: event.tenant_id.as_str().to_string(),
                     provider_uuid: provider.0,
                     items: wire_items(items),
                     callback_url: self.callbacks.operation(id, (*operation)?),
+                    // The manifest itself is added when sending, from the vault (never
+                    // stored here); without it, no hash is sent either.
                     payload: None,
-                    payload_hash: None,
+                    payload_hash: Some(payload_hash.as_str().to_string()),
                     lifecycle_callback_url: None,
                 };
                 ("provision", to_json(serde_json::to_value(request))?)
@@ -159,8 +185,8 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
             LeaseEvent::LeaseUpdateStarted {
                 maintenance_id, admitted_at, payload_hash, ..
             } => {
-                // The manifest itself is never stored (it may hold secrets): the backend gets
-                // its hash, and a backend that needs the bytes refuses the update.
+                // The manifest itself is added when sending, from the vault; a backend that
+                // needs it and gets none refuses the update.
                 let request = UpdateRequest {
                     lease_uuid: id.0,
                     callback_url: self.callbacks.maintenance(id, *maintenance_id),
@@ -192,11 +218,21 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
         let request = work.request.clone();
         let result = match work.action.as_str() {
             "provision" => {
-                client.provision(&serde_json::from_value(request).map_err(bad)?).await.map(drop)
+                let mut request: ProvisionRequest = serde_json::from_value(request).map_err(bad)?;
+                request.payload = self.manifest(work, request.payload_hash.as_deref()).await?;
+                if request.payload.is_none() {
+                    request.payload_hash = None;
+                }
+                client.provision(&request).await.map(drop)
             }
             "restore" => client.restore(&serde_json::from_value(request).map_err(bad)?).await,
             "restart" => client.restart(&serde_json::from_value(request).map_err(bad)?).await,
-            "update" => client.update(&serde_json::from_value(request).map_err(bad)?).await,
+            "update" => {
+                let mut request: UpdateRequest = serde_json::from_value(request).map_err(bad)?;
+                let manifest = self.manifest(work, request.payload_hash.as_deref()).await?;
+                request.payload = manifest.unwrap_or_default();
+                client.update(&request).await
+            }
             "deprovision" => client.deprovision(lease_of(work)?.0).await,
             other => {
                 return Err(ReconcileError::Retry {

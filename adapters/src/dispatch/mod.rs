@@ -25,6 +25,7 @@
 //! an outside system (host agents, rental providers, runner providers) is one more.
 
 mod lease;
+mod manifests;
 mod outbox;
 
 use std::future::Future;
@@ -36,6 +37,7 @@ use leasehold_domain::{EventId, RecordedEvent, StreamId, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
 pub use lease::{Backends, CallbackUrls, LeaseDispatch};
+pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};
 
 use crate::limits::{

@@ -90,6 +90,15 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
     {
         return error(StatusCode::BAD_REQUEST, "callback_url must be http(s)");
     }
+    // As fred's backends: a manifest sent with its hash must match it.
+    if let Some(payload) = &request.payload {
+        use sha2::Digest as _;
+        let hash = hex::encode(sha2::Sha256::digest(payload));
+        if request.payload_hash.as_deref() != Some(hash.as_str()) {
+            return error(StatusCode::BAD_REQUEST, "payload_hash does not match the payload");
+        }
+        sim.received("provision-payload");
+    }
     if let Some(refused) = refusal(&sim) {
         return refused;
     }

@@ -91,7 +91,10 @@ async fn to_ready(
         let _ = gateway_stopped.wait_for(|stopped| *stopped).await;
     }));
     let backends = crate::dispatch::clients(vec![BackendConfig::new(BACKEND, &sim_url, secret)])?;
-    let dispatcher = crate::dispatch::start(store, backends, (&base, backend.clone()), &stopped);
+    let manifests =
+        leasehold_adapters::dispatch::ManifestVault::new(store.clone(), SECRET.as_bytes());
+    let dispatcher =
+        crate::dispatch::start(store, (backends, manifests), (&base, backend.clone()), &stopped);
     let waiters: Waiters = Arc::default();
     let watcher = tokio::spawn(watch_ready(store.clone(), Arc::clone(&waiters), stopped.clone()));
 

@@ -540,3 +540,35 @@ async fn a_restore_goes_to_the_backend_that_holds_the_data() {
     // The retained record is consumed by the restore.
     wait_for_status(&server, &tenant, &source, "DEPROVISIONED").await;
 }
+
+/// The tenant's manifest reaches the backend with its provision and its update (fred's
+/// `payload`, checked there against its hash), and is kept only sealed: never in the log, and
+/// not readable in its table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_travels_to_the_backend_and_rests_sealed() {
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "req-1").await;
+    assert_eq!(sim.received("provision-payload").await, 1);
+    let update = "mutation($input: UpdateLeaseInput!) { updateLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": lease, "operationKey": "update-1", "payload": "image: trainer:2 # token s3cr3t" } });
+    data(&server.graphql(&tenant, update, input).await);
+    let events = wait_for_events(&server, &lease, "LeaseMaintenanceSucceeded", 1).await;
+    assert_eq!(count(&events, "LeaseMaintenanceFailed"), 0, "{events:?}");
+    let client = server.db.client().await;
+    let in_log: i64 = client
+        .query_one("SELECT count(*) FROM events WHERE payload::text LIKE '%s3cr3t%'", &[])
+        .await
+        .expect("counted")
+        .get(0);
+    assert_eq!(in_log, 0, "the manifest is not in the log");
+    let rows = client.query("SELECT sealed FROM lease_manifests", &[]).await.expect("read");
+    assert_eq!(rows.len(), 2, "the request's manifest and the update's");
+    for row in rows {
+        let sealed: Vec<u8> = row.get(0);
+        let text = String::from_utf8_lossy(&sealed);
+        assert!(!text.contains("s3cr3t") && !text.contains("trainer"), "sealed: {text}");
+    }
+}

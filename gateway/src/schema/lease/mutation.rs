@@ -176,6 +176,7 @@ impl LeaseMutation {
             items: items_of(input.items),
             payload_hash: payload_hash(&input.payload),
         };
+        keep_manifest(ctx, &caller, &request.payload_hash, &input.payload).await?;
         let leases = &shared(ctx).leases;
         answer(ctx, leases.request(&caller, &input.operation_key, lease, &request)).await
     }
@@ -213,6 +214,7 @@ impl LeaseMutation {
         let caller = tenant_caller(ctx, "update leases")?;
         let lease = lease_id("leaseId", &input.lease_id)?;
         let hash = payload_hash(&input.payload);
+        keep_manifest(ctx, &caller, &hash, &input.payload).await?;
         let leases = &shared(ctx).leases;
         answer(ctx, leases.update(&caller, &input.operation_key, lease, &hash)).await
     }
@@ -325,4 +327,18 @@ async fn owner_call(
     let lease = lease_id("leaseId", id)?;
     let caller = caller_of(crate::schema::caller(ctx)?, None);
     answer(ctx, shared(ctx).leases.for_owner(&caller, operation_key, lease, command)).await
+}
+
+/// Keeps the manifest sealed for the dispatcher, before the command that names it: a backend
+/// is only ever sent a manifest its tenant gave (by hash, the one the lease records).
+async fn keep_manifest(
+    ctx: &Context<'_>,
+    caller: &leasehold_commands::lease_service::Caller,
+    hash: &str,
+    manifest: &str,
+) -> ApiResult<()> {
+    if let (Some(vault), Some(tenant)) = (&shared(ctx).manifests, &caller.tenant) {
+        vault.put(tenant, hash, manifest.as_bytes()).await?;
+    }
+    Ok(())
 }
