@@ -90,11 +90,11 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
     {
         return error(StatusCode::BAD_REQUEST, "callback_url must be http(s)");
     }
-    // As fred's backends: a manifest sent with its hash must match it.
+    // As fred's backends: a manifest sent with a hash must match it.
     if let Some(payload) = &request.payload {
         use sha2::Digest as _;
         let hash = hex::encode(sha2::Sha256::digest(payload));
-        if request.payload_hash.as_deref() != Some(hash.as_str()) {
+        if request.payload_hash.as_deref().is_some_and(|sent| sent != hash) {
             return error(StatusCode::BAD_REQUEST, "payload_hash does not match the payload");
         }
         sim.received("provision-payload");
