@@ -100,21 +100,33 @@ async fn serve_dispatching(file: &Path) -> Server {
     Server::start_with(&["--backend", "sim-1", "--backends-file", file]).await
 }
 
-/// Waits until the tenant reads the lease in `status`.
-async fn wait_for_status(server: &Server, token: &str, lease: &Value, status: &str) {
-    let query = "query($id: ID!) { lease(id: $id) { status } }";
+/// Polls `check` until it answers, for at most [`READY_WAIT`]; panics naming `what`.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let waited = tokio::time::timeout(READY_WAIT, async {
         loop {
-            let answer = server.graphql(token, query, json!({ "id": lease })).await;
-            // The read model may not hold it yet: not found until then.
-            if answer["data"]["lease"]["status"] == status {
-                return;
+            if let Some(found) = check().await {
+                return found;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await;
-    assert!(waited.is_ok(), "lease {lease} never became {status}");
+    waited.unwrap_or_else(|_| panic!("{what} did not happen in {READY_WAIT:?}"))
+}
+
+/// Waits until the tenant reads the lease in `status`.
+async fn wait_for_status(server: &Server, token: &str, lease: &Value, status: &str) {
+    let query = "query($id: ID!) { lease(id: $id) { status } }";
+    eventually(&format!("lease {lease} becoming {status}"), || async {
+        let answer = server.graphql(token, query, json!({ "id": lease })).await;
+        // The read model may not hold it yet: not found until then.
+        (answer["data"]["lease"]["status"] == status).then_some(())
+    })
+    .await;
 }
 
 /// The event types of the lease's stream, in order.
@@ -187,24 +199,13 @@ async fn work_waits_while_the_backend_is_down_and_completes_once_when_it_is_back
         leases.push(request_lease(&server, &tenant, key).await["id"].clone());
     }
     // Attempts fail and are recorded; the leases wait, provisioning.
-    let waited = tokio::time::timeout(READY_WAIT, async {
-        loop {
-            let client = server.db.client().await;
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM events WHERE event_type = 'LeaseDispatchFailed'",
-                    &[],
-                )
-                .await
-                .expect("counted");
-            if row.get::<_, i64>(0) >= 3 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    let failed = "SELECT count(*) FROM events WHERE event_type = 'LeaseDispatchFailed'";
+    eventually("three failed attempts recorded", || async {
+        let client = server.db.client().await;
+        let row = client.query_one(failed, &[]).await.expect("counted");
+        (row.get::<_, i64>(0) >= 3).then_some(())
     })
     .await;
-    assert!(waited.is_ok(), "no failed attempt was recorded");
     let sim = Sim::start(&port.to_string(), &dir.0).await;
     for lease in &leases {
         wait_for_status(&server, &tenant, lease, "READY").await;
@@ -245,17 +246,11 @@ async fn wait_for_events(
     event_type: &str,
     n: usize,
 ) -> Vec<String> {
-    let waited = tokio::time::timeout(READY_WAIT, async {
-        loop {
-            let events = stream_events(server, lease).await;
-            if count(&events, event_type) >= n {
-                return events;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    eventually(&format!("lease {lease} recording {n} {event_type}"), || async {
+        let events = stream_events(server, lease).await;
+        (count(&events, event_type) >= n).then_some(events)
     })
-    .await;
-    waited.unwrap_or_else(|_| panic!("lease {lease} never recorded {n} {event_type}"))
+    .await
 }
 
 /// A lease requested and made ready through the dispatcher; its id.
