@@ -49,6 +49,15 @@ async fn operation_path(server: &Server, lease: &Value) -> String {
     path
 }
 
+/// A lease requested as `token` and made ready by its backend's signed `success` callback.
+async fn provisioned_by_callback(server: &Server, token: &str) -> Value {
+    let lease = request_lease(server, token, "req-1").await;
+    let body = json!({ "lease_uuid": lease["id"], "status": "success" });
+    let path = operation_path(server, &lease).await;
+    assert_eq!(Callback::now(&path, &body).send(server).await.0, 200);
+    lease
+}
+
 /// Sends a callback signed now; the status and the answer.
 async fn send(server: &Server, path: &str, body: &Value) -> (u16, Value) {
     Callback::now(path, body).send(server).await
@@ -129,11 +138,8 @@ async fn forged_stale_swapped_and_replayed_callbacks_append_nothing() {
 async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
-    let lease = request_lease(&server, &acme, "req-1").await;
+    let lease = provisioned_by_callback(&server, &acme).await;
     let id = lease["id"].as_str().expect("an id");
-    let provisioned = json!({ "lease_uuid": id, "status": "success" });
-    let path = operation_path(&server, &lease).await;
-    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
     let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { cursor events { type } } }";
     let restarted = server
         .graphql(&acme, restart, json!({ "input": { "leaseId": id, "operationKey": "restart-1" } }))
@@ -175,11 +181,8 @@ async fn a_maintenance_completion_is_fenced_by_its_admission_stamp() {
 async fn an_unstamped_completion_settles_the_maintenance_its_url_names() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
-    let lease = request_lease(&server, &acme, "req-1").await;
+    let lease = provisioned_by_callback(&server, &acme).await;
     let id = lease["id"].as_str().expect("an id");
-    let provisioned = json!({ "lease_uuid": id, "status": "success" });
-    let path = operation_path(&server, &lease).await;
-    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
     let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { id } }";
     let input = json!({ "input": { "leaseId": id, "operationKey": "restart-1" } });
     data(&server.graphql(&acme, restart, input).await);
@@ -210,11 +213,8 @@ async fn an_unstamped_completion_settles_the_maintenance_its_url_names() {
 async fn a_rolled_back_maintenance_keeps_the_lease_ready_on_its_old_release() {
     let server = Server::start().await;
     let acme = tenant_token("acme");
-    let lease = request_lease(&server, &acme, "req-1").await;
+    let lease = provisioned_by_callback(&server, &acme).await;
     let id = lease["id"].as_str().expect("an id");
-    let path = operation_path(&server, &lease).await;
-    let provisioned = json!({ "lease_uuid": id, "status": "success" });
-    assert_eq!(Callback::now(&path, &provisioned).send(&server).await.0, 200);
     let restart = "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { id } }";
     let update = "mutation($input: UpdateLeaseInput!) { updateLease(input: $input) { id } }";
     let failed = |note: Option<bool>| {
