@@ -65,6 +65,7 @@ pub struct LeaseService<S> {
     backend: Option<BackendName>,
     router: Option<std::sync::Arc<dyn crate::BackendRouter>>,
     limits: LeaseInputLimits,
+    retention_max_age: Option<chrono::TimeDelta>,
 }
 
 impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
@@ -74,13 +75,22 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
         backend: Option<BackendName>,
         limits: LeaseInputLimits,
     ) -> Self {
-        Self { pipeline, backend, router: None, limits }
+        Self { pipeline, backend, router: None, limits, retention_max_age: None }
     }
 
     /// The same service placing new leases where `router` says instead of on one backend.
     #[must_use]
     pub fn with_router(mut self, router: std::sync::Arc<dyn crate::BackendRouter>) -> Self {
         self.router = Some(router);
+        self
+    }
+
+    /// The same service keeping released leases' data for `max_age` after each lease was
+    /// created (`retained_until`, after which the retention reaper reaps it); without it,
+    /// retained data has no deadline.
+    #[must_use]
+    pub fn with_retention_max_age(mut self, max_age: Option<chrono::TimeDelta>) -> Self {
+        self.retention_max_age = max_age;
         self
     }
 
@@ -244,9 +254,10 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
         lease: LeaseId,
         key: &str,
         command: LeaseCommand,
-        facts: LeaseFacts,
+        mut facts: LeaseFacts,
     ) -> Result<LeaseOutcome> {
         let key = lease_input::operation_key(Some(key))?;
+        facts.retention_max_age = facts.retention_max_age.or(self.retention_max_age);
         let stream = lease.stream_id();
         let mut request =
             CommandRequest::<Lease>::new(tenant, caller.actor.clone(), stream, key, command, facts);

@@ -52,6 +52,9 @@ pub struct GatewayConfig {
     pub ws_send_wait: Duration,
     /// Most subscriptions one socket may hold.
     pub ws_subscriptions_max: usize,
+    /// How long a released lease's data is kept after the lease was created (its
+    /// `retained_until`); `None`: no deadline.
+    pub retention_max_age: Option<chrono::TimeDelta>,
 }
 
 impl Default for GatewayConfig {
@@ -67,6 +70,7 @@ impl Default for GatewayConfig {
             live_poll: Duration::from_millis(200),
             ws_init_wait: Duration::from_secs(3),
             ws_ping_every: Duration::from_secs(15),
+            retention_max_age: None,
             ws_send_wait: Duration::from_secs(10),
             ws_subscriptions_max: 100,
         }
@@ -160,7 +164,8 @@ impl AppState {
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
-            leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits),
+            leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
+                .with_retention_max_age(config.retention_max_age),
             jwt,
             cursors,
             config,

@@ -1,15 +1,20 @@
-//! The dispatchers `serve` runs: the lease backends' one, when a backends file says how to
-//! reach them (`--backends-file`). Without it leases are recorded and never sent anywhere
-//! (their backends report through the agent mutations and callbacks).
+//! The dispatchers and reconcilers `serve` runs: the lease backends' dispatcher, inventory
+//! reconciler and health probes, when a backends file says how to reach them
+//! (`--backends-file`); without it leases are recorded and never sent anywhere (their
+//! backends report through the agent mutations and callbacks). The retention reaper runs
+//! whenever a retention limit is set.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use leasehold_adapters::backends::{BackendClient, BackendConfig, config};
+use leasehold_adapters::backends::status::PgBackendStatus;
+use leasehold_adapters::backends::{BackendClient, BackendConfig, config, health};
 use leasehold_adapters::dispatch::{
     Backends, Backoff, CallbackUrls, Dispatcher, LeaseDispatch, ManifestVault, PgOutbox,
 };
+use leasehold_adapters::inventory::Inventory;
+use leasehold_adapters::retention::{RetentionPolicy, RetentionReaper};
 use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_commands::lease_service::LeaseService;
 use leasehold_commands::{CommandPipeline, PipelineConfig, SystemClock};
@@ -48,24 +53,119 @@ pub fn clients(configs: Vec<BackendConfig>) -> anyhow::Result<Backends> {
     Ok(Backends::new(clients.context("a backend's HTTP client")?))
 }
 
-/// Starts the lease dispatcher over `backends`; it stops when `stopped` turns true.
-/// `callback_base` is the URL backends reach this gateway at; leases without a router's
-/// choice are placed on `placed_on`.
-pub fn start(
+/// How the lease reconcilers `serve` runs beside the dispatcher are set.
+#[derive(Debug, Clone)]
+pub struct Reconciling {
+    /// How often each backend's inventory is swept.
+    pub inventory_every: chrono::TimeDelta,
+    /// How often each backend is probed for health.
+    pub health_every: std::time::Duration,
+    /// How long released leases' data is kept after each lease was created.
+    pub retention_max_age: Option<chrono::TimeDelta>,
+    /// When retained data is reaped.
+    pub retention: RetentionPolicy,
+}
+
+impl Default for Reconciling {
+    fn default() -> Self {
+        Self {
+            inventory_every: chrono::TimeDelta::seconds(60),
+            health_every: std::time::Duration::from_secs(10),
+            retention_max_age: None,
+            retention: RetentionPolicy::default(),
+        }
+    }
+}
+
+/// The lease service the reconcilers issue commands through.
+fn service(
     store: &PgEventStore,
-    (backends, manifests): (Backends, ManifestVault),
-    (callback_base, placed_on): (&str, BackendName),
+    placed_on: BackendName,
+    settings: &Reconciling,
+) -> LeaseService<PgEventStore> {
+    let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
+    LeaseService::new(pipeline, Some(placed_on), Default::default())
+        .with_retention_max_age(settings.retention_max_age)
+}
+
+fn run<R: leasehold_projections::Reconciler>(
+    reconciler: R,
+    store: &PgEventStore,
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
-    let service = LeaseService::new(pipeline, Some(placed_on), Default::default());
-    let kind = LeaseDispatch::new(service, backends, CallbackUrls::new(callback_base))
-        .with_manifests(manifests);
-    let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
     let runner = ReconcilerRunner::new(
-        dispatcher,
+        reconciler,
         PgProjectionStore::new(store.clone()),
         ReconcilerConfig::new(Arc::new(SystemClock)),
     );
     tokio::spawn(runner.run(stopped.clone()))
+}
+
+/// Starts the lease dispatcher over `backends`, the inventory reconciler and the health
+/// probes; they stop when `stopped` turns true. `callback_base` is the URL backends reach this
+/// gateway at; leases without a router's choice are placed on `placed_on`.
+pub fn start(
+    store: &PgEventStore,
+    (backends, manifests): (Backends, ManifestVault),
+    (callback_base, placed_on): (&str, BackendName),
+    settings: &Reconciling,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let kind = LeaseDispatch::new(
+        service(store, placed_on.clone(), settings),
+        backends.clone(),
+        CallbackUrls::new(callback_base),
+    )
+    .with_manifests(manifests);
+    let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
+    let inventory = Inventory::new(
+        service(store, placed_on, settings),
+        backends.clone(),
+        store.clone(),
+        settings.inventory_every,
+    );
+    vec![
+        run(dispatcher, store, stopped),
+        run(inventory, store, stopped),
+        tokio::spawn(probe(backends, store.clone(), settings.health_every, stopped.clone())),
+    ]
+}
+
+/// Starts the retention reaper, when the policy reaps anything.
+pub fn start_reaper(
+    store: &PgEventStore,
+    placed_on: BackendName,
+    settings: &Reconciling,
+    stopped: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    if settings.retention_max_age.is_none() && settings.retention.per_tenant.is_none() {
+        return None;
+    }
+    let reaper = RetentionReaper::new(
+        service(store, placed_on, settings),
+        store.clone(),
+        settings.retention,
+    );
+    Some(run(reaper, store, stopped))
+}
+
+/// Probes every backend every `every` until `stopped` turns true.
+async fn probe(
+    backends: Backends,
+    store: PgEventStore,
+    every: std::time::Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let status = PgBackendStatus::new(store);
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !*stopped.borrow() {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stopped.changed() => return,
+        }
+        if let Err(error) = health::probe_all(&backends, &status, chrono::Utc::now()).await {
+            tracing::warn!(%error, "recording backend health failed");
+        }
+    }
 }

@@ -84,6 +84,43 @@ pub struct ServeArgs {
     /// The URL backends reach this gateway's callbacks at (default: http://<listen address>).
     #[arg(long, env = "LEASEHOLD_CALLBACK_BASE_URL")]
     callback_base_url: Option<String>,
+    /// How often each backend's complete inventory is read and compared with the log
+    /// (orphans reported, failure budgets recorded, reaped data confirmed): a number and a
+    /// unit, s, m, h or d.
+    #[arg(long, env = "LEASEHOLD_INVENTORY_EVERY", default_value = "60s",
+          value_parser = crate::token::parse_ttl)]
+    inventory_every: TimeDelta,
+    /// How often each backend's health and load are probed (the `backends` query).
+    #[arg(long, env = "LEASEHOLD_HEALTH_EVERY", default_value = "10s",
+          value_parser = crate::token::parse_ttl)]
+    health_every: TimeDelta,
+    /// How long a released lease's data is kept after the lease was created (its
+    /// `retained_until`); then the retention reaper reaps it and it can no longer be
+    /// restored. Default: no deadline.
+    #[arg(long, env = "LEASEHOLD_RETENTION_MAX_AGE", value_parser = crate::token::parse_ttl)]
+    retention_max_age: Option<TimeDelta>,
+    /// Most retained leases a tenant keeps: beyond it, the oldest are reaped. Default: no cap.
+    #[arg(long, env = "LEASEHOLD_RETAINED_PER_TENANT")]
+    retained_per_tenant: Option<u32>,
+    /// How often the retention reaper looks for records to reap (besides each deadline).
+    #[arg(long, env = "LEASEHOLD_REAP_EVERY", default_value = "60s",
+          value_parser = crate::token::parse_ttl)]
+    reap_every: TimeDelta,
+}
+
+impl ServeArgs {
+    /// How the reconcilers are set.
+    fn reconciling(&self) -> crate::dispatch::Reconciling {
+        crate::dispatch::Reconciling {
+            inventory_every: self.inventory_every,
+            health_every: self.health_every.to_std().unwrap_or(Duration::from_secs(10)),
+            retention_max_age: self.retention_max_age,
+            retention: leasehold_adapters::retention::RetentionPolicy {
+                per_tenant: self.retained_per_tenant,
+                sweep_every: self.reap_every,
+            },
+        }
+    }
 }
 
 /// Runs until a stop signal.
@@ -135,18 +172,26 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // covers what the gateway's last requests appended.
     let (stop_sealer, sealer_stopped) = watch::channel(false);
     let sealer = tokio::spawn(crate::sealer::run(store.clone(), seal_every, sealer_stopped));
-    let dispatcher = match backends {
+    let reconciling = args.reconciling();
+    let mut reconcilers = match backends {
         Some((backends, names)) => {
             let base =
                 args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
             let placed_on = placement(args)?;
-            let task =
-                crate::dispatch::start(&store, (backends, manifests), (&base, placed_on), &stopped);
+            let works = (backends, manifests);
+            let tasks =
+                crate::dispatch::start(&store, works, (&base, placed_on), &reconciling, &stopped);
             tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
-            Some(task)
+            tasks
         }
-        None => None,
+        None => Vec::new(),
     };
+    reconcilers.extend(crate::dispatch::start_reaper(
+        &store,
+        placement(args)?,
+        &reconciling,
+        &stopped,
+    ));
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
         "leasehold serve: {} at {}; projections {} running; listening on \
@@ -167,10 +212,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     for (name, task) in projectors.tasks {
         finished.push((name, tokio::time::timeout(wait, task).await));
     }
-    let dispatched = match dispatcher {
-        Some(task) => Some(tokio::time::timeout(wait, task).await),
-        None => None,
-    };
+    let mut reconciled = Vec::new();
+    for task in reconcilers {
+        reconciled.push(tokio::time::timeout(wait, task).await);
+    }
     lag.abort();
     stop_sealer.send_replace(true);
     let sealed = tokio::time::timeout(wait, sealer).await;
@@ -180,10 +225,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
             finished.with_context(|| format!("projection {name} did not stop in time"))?;
         stopped_in_time.with_context(|| format!("projection {name} failed"))?;
     }
-    if let Some(dispatched) = dispatched {
-        dispatched
-            .context("the dispatcher did not stop in time")?
-            .context("the dispatcher failed")?;
+    for stopped_in_time in reconciled {
+        stopped_in_time
+            .context("a reconciler did not stop in time")?
+            .context("a reconciler failed")?;
     }
     sealed.context("the sealer did not stop in time")?.context("the sealer failed")?;
     let read_models = PgReadModels::of(&store);
@@ -243,6 +288,7 @@ fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
         ws_init_wait: Duration::from_millis(args.ws_init_timeout_ms),
         ws_ping_every: Duration::from_millis(args.ws_ping_interval_ms),
         ws_send_wait: Duration::from_millis(args.ws_send_timeout_ms),
+        retention_max_age: args.retention_max_age,
         ..GatewayConfig::default()
     })
 }

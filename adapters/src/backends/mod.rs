@@ -6,13 +6,17 @@
 //! `breaker.rs`: each backend's circuit breaker. `client.rs`: one backend over HTTP.
 //! `config.rs`: the backends file (each backend's URL, secret file, timeout, routing).
 //! `routing.rs`: where a new lease goes (SKU lists, a default, least-loaded, never fenced).
+//! `health.rs`: health probes; `status.rs`: what operators see of each backend (its last
+//! probe and inventory sweep).
 
 mod breaker;
 mod client;
 pub mod config;
+pub mod health;
 mod refusal;
 mod routing;
 mod signature;
+pub mod status;
 pub mod wire;
 
 pub use breaker::{

@@ -3,6 +3,7 @@
 //! cross-kind ones (`query.rs`, `subscription.rs`). Resolvers find the shared [`AppState`] in the schema's data and the
 //! verified [`Principal`] in the request's.
 
+mod backends;
 pub(crate) mod command;
 mod events;
 pub(crate) mod lease;

@@ -75,6 +75,12 @@ impl LogQuery {
         super::projections::statuses(ctx).await
     }
 
+    /// Each lease backend's health and last inventory sweep, with the orphans it found
+    /// (operators).
+    async fn backends(&self, ctx: &Context<'_>) -> ApiResult<Vec<super::backends::BackendView>> {
+        super::backends::statuses(ctx).await
+    }
+
     /// What your workloads hold now, by kind and SKU.
     async fn quota_usage(&self, ctx: &Context<'_>) -> ApiResult<Vec<QuotaUsageView>> {
         let tenant = tenant_of(ctx, "read quota usage")?;

@@ -5,11 +5,13 @@
 //! to the URL the provision named, after `--callback-delay-ms`.
 //!
 //! Served so far: provision, restart, update, restore (`maintenance.rs`), info, deprovision
-//! (keeping the data with `--retain`), provisions
-//! (keyset pages, lookups and point reads), health and stats; `GET /sim/requests` counts the
-//! requests received per route. `--fault` makes it misbehave (fail, refuse, answer garbage,
-//! time out, roll back, omit the maintenance stamp). Restart, update, restore, logs, releases, retentions, custom domains and
-//! the failure modes (refuse, time out, roll back, garbage) follow with the dispatcher.
+//! (keeping the data with `--retain`), provisions (keyset pages, lookups and point reads),
+//! retentions (keyset pages), health and stats. Its own routes: `GET /sim/requests` counts
+//! the requests received per route; `POST /sim/sweep/{lease}` is the backend's own retention
+//! sweep destroying one lease's retained data. `--fault` makes it misbehave (fail, refuse,
+//! answer garbage, time out, roll back, omit the maintenance stamp, report an exhausted
+//! budget, list without tenants, never complete a listing); `--orphan` holds a provision
+//! nobody asked for. Logs, releases and custom domains follow.
 
 mod maintenance;
 mod routes;
@@ -46,7 +48,9 @@ pub struct SimArgs {
     /// `refuse-validation` (400 `unknown_sku`), `refuse-capacity` (503), `garbage` (400 with an
     /// HTML body, not the error envelope), `timeout` (never answer a provision), `rollback` (restarts
     /// and updates fail and roll back), `omit-stamp` (completions echo no maintenance id or
-    /// stamp, as an older backend), `no-stats` (`GET /stats` answers 404).
+    /// stamp, as an older backend), `no-stats` (`GET /stats` answers 404), `exhausted-budget`
+    /// (a failed provision's listing says no retries are left), `anonymous-inventory`
+    /// (listings name no tenant), `partial-inventory` (`GET /provisions` never completes).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
     /// The CPU cores `GET /stats` reports allocated, out of 64 (default: one per ready
@@ -57,6 +61,11 @@ pub struct SimArgs {
     /// provision stays, `retained`, until a restore consumes it.
     #[arg(long)]
     pub retain: bool,
+    /// A provision of this lease is held from the start, ready, though nobody asked for it
+    /// (repeatable): what a crash between a backend's create and the control plane's record
+    /// leaves behind, an orphan.
+    #[arg(long = "orphan")]
+    pub orphans: Vec<Uuid>,
 }
 
 /// One way the simulator misbehaves.
@@ -78,6 +87,13 @@ pub enum Fault {
     OmitStamp,
     /// `GET /stats` answers 404, as a backend without it (routing then has no signal).
     NoStats,
+    /// A failed provision's listing reports its failure budget exhausted (fred's
+    /// `terminal_budget`); without it no budget is reported, as an older backend.
+    ExhaustedBudget,
+    /// Listings name no tenant, as an older or third-party backend: not identity-bearing.
+    AnonymousInventory,
+    /// `GET /provisions` never completes: the first page promises another, which fails.
+    PartialInventory,
 }
 
 /// One provision the simulator holds.
@@ -86,6 +102,23 @@ struct Provision {
     request: leasehold_adapters::backends::wire::ProvisionRequest,
     status: &'static str,
     created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Provision {
+    /// A ready provision of `lease` that nobody asked for.
+    fn orphan(lease: Uuid) -> Self {
+        let request = leasehold_adapters::backends::wire::ProvisionRequest {
+            lease_uuid: lease,
+            tenant: "nobody".into(),
+            provider_uuid: Uuid::nil(),
+            items: Vec::new(),
+            callback_url: String::new(),
+            lifecycle_callback_url: None,
+            payload: None,
+            payload_hash: None,
+        };
+        Self { request, status: "ready", created_at: chrono::Utc::now() }
+    }
 }
 
 /// What every handler shares.
@@ -135,6 +168,9 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
         retain: args.retain,
         ..sim
     };
+    for lease in &args.orphans {
+        sim.provisions().insert(*lease, Provision::orphan(*lease));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use leasehold_adapters::backends::SIGNATURE_HEADER;
 use leasehold_adapters::backends::wire::{
     CallbackPayload, DeprovisionRequest, LeaseInfo, PortBinding, ProvisionInfo, ProvisionRequest,
-    ProvisionsPage,
+    ProvisionsPage, RetainedLease, RetentionsPage, TerminalBudget,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -42,12 +42,14 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/info/{lease}", get(info))
         .route("/provisions", get(provisions))
         .route("/provisions/{lease}", get(provision_info))
+        .route("/retentions", get(retentions))
         .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
     Router::new()
         .merge(signed)
         .route("/health", get(|| async { axum::Json(json!({ "status": "healthy" })) }))
         .route("/stats", get(stats))
         .route("/sim/requests", get(received))
+        .route("/sim/sweep/{lease}", post(sweep))
         .with_state(sim)
 }
 
@@ -236,27 +238,88 @@ async fn provisions(State(sim): State<Sim>, request: Request) -> Response {
         let found = ids.iter().filter_map(|id| held.get(id)).map(|p| info_of(&sim, p)).collect();
         return page(found, None);
     }
+    sim.received("inventory");
+    if sim.has(Fault::PartialInventory) && pairs.iter().any(|(k, _)| *k == "continue") {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "inventory store unavailable");
+    }
+    let listed = held.values().map(|p| (p.request.lease_uuid, info_of(&sim, p))).collect();
+    match keyset(&pairs, listed) {
+        Ok((taken, next)) if sim.has(Fault::PartialInventory) => {
+            // Claims another page follows, which then fails: the listing is never complete.
+            let next = next.or_else(|| taken.last().map(|p| p.lease_uuid.to_string()));
+            page(taken, next.or_else(|| Some(Uuid::nil().to_string())))
+        }
+        Ok((taken, next)) => page(taken, next),
+        Err(refused) => error(StatusCode::BAD_REQUEST, refused),
+    }
+}
+
+/// One keyset page of `items`, or why the query is refused (`limit`, `continue`: entries strictly after it, ascending by
+/// the lease's canonical text, as fred sorts; `continue` in the answer only when more follow).
+fn keyset<T>(
+    pairs: &[(&str, &str)],
+    mut items: Vec<(Uuid, T)>,
+) -> Result<(Vec<T>, Option<String>), &'static str> {
     let value = |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
     let Ok(limit) = value("limit").map_or(Ok(0), str::parse::<usize>) else {
-        return error(StatusCode::BAD_REQUEST, "invalid limit");
+        return Err("invalid limit");
     };
     let after = match value("continue").map(str::parse::<Uuid>) {
         None => None,
-        Some(Ok(after)) if limit > 0 => Some(after),
-        Some(_) => return error(StatusCode::BAD_REQUEST, "invalid continue"),
+        Some(Ok(after)) if limit > 0 => Some(after.to_string()),
+        Some(_) => return Err("invalid continue"),
     };
     let limit = if limit == 0 { usize::MAX } else { limit.min(PAGE_LIMIT_MAX) };
-    // Byte order of the canonical lower-case text, as fred sorts.
-    let mut all: Vec<&Provision> = held.values().collect();
-    all.sort_by_key(|p| p.request.lease_uuid.to_string());
-    let rest: Vec<&Provision> = all
+    items.sort_by_key(|(lease, _)| lease.to_string());
+    let rest: Vec<(Uuid, T)> = items
         .into_iter()
-        .filter(|p| after.is_none_or(|after| p.request.lease_uuid.to_string() > after.to_string()))
+        .filter(|(lease, _)| after.as_ref().is_none_or(|after| lease.to_string() > *after))
         .collect();
     let more = rest.len() > limit;
-    let taken: Vec<ProvisionInfo> = rest.iter().take(limit).map(|p| info_of(&sim, p)).collect();
-    let next = more.then(|| taken.last().map(|p| p.lease_uuid.to_string())).flatten();
-    page(taken, next)
+    let taken: Vec<(Uuid, T)> = rest.into_iter().take(limit).collect();
+    let next = more.then(|| taken.last().map(|(lease, _)| lease.to_string())).flatten();
+    Ok((taken.into_iter().map(|(_, item)| item).collect(), next))
+}
+
+/// `GET /retentions`: the leases whose data is retained, in keyset pages.
+async fn retentions(State(sim): State<Sim>, request: Request) -> Response {
+    sim.received("retentions");
+    let query = request.uri().query().unwrap_or_default();
+    let pairs: Vec<(&str, &str)> = query.split('&').filter_map(|p| p.split_once('=')).collect();
+    let held = sim.provisions().clone();
+    let retained = held
+        .values()
+        .filter(|p| p.status == "retained")
+        .map(|p| {
+            let lease = p.request.lease_uuid;
+            let tenant = (!sim.has(Fault::AnonymousInventory)).then(|| p.request.tenant.clone());
+            let entry = RetainedLease {
+                lease_uuid: lease,
+                provider_uuid: Some(p.request.provider_uuid),
+                tenant,
+            };
+            (lease, entry)
+        })
+        .collect();
+    match keyset(&pairs, retained) {
+        Ok((retentions, next)) => {
+            (StatusCode::OK, axum::Json(RetentionsPage { retentions, next })).into_response()
+        }
+        Err(refused) => error(StatusCode::BAD_REQUEST, refused),
+    }
+}
+
+/// `POST /sim/sweep/{lease}` (the simulator's own route): the backend's own retention sweep
+/// destroys the lease's retained data, as fred's backends do when its grace ends.
+async fn sweep(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+    let mut provisions = sim.provisions();
+    match provisions.get(&lease) {
+        Some(provision) if provision.status == "retained" => {
+            provisions.remove(&lease);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        _ => error(StatusCode::NOT_FOUND, "no retained data"),
+    }
 }
 
 /// `GET /provisions/{lease}`: one record, or 404.
@@ -288,7 +351,8 @@ fn info_of(sim: &Sim, provision: &Provision) -> ProvisionInfo {
         reason: None,
         message: None,
         retained_until: None,
-        tenant: Some(request.tenant.clone()),
+        // An older or third-party backend names no tenant: its listing is not identity-bearing.
+        tenant: (!sim.has(Fault::AnonymousInventory)).then(|| request.tenant.clone()),
         partition: Some(sim.name.clone()),
         image: None,
         sku: request.items.first().map(|item| item.sku.clone()),
@@ -296,7 +360,9 @@ fn info_of(sim: &Sim, provision: &Provision) -> ProvisionInfo {
         items: Some(request.items.clone()),
         service_images: None,
         lifecycle_generation: None,
-        terminal_budget: None,
+        // Only with `--fault exhausted-budget`: a failed provision has no retries left.
+        terminal_budget: (sim.has(Fault::ExhaustedBudget) && provision.status == "failed")
+            .then(|| TerminalBudget { verdict: "exhausted".into(), consecutive_failures: 1 }),
     }
 }
 

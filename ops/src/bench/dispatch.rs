@@ -93,8 +93,14 @@ async fn to_ready(
     let backends = crate::dispatch::clients(vec![BackendConfig::new(BACKEND, &sim_url, secret)])?;
     let manifests =
         leasehold_adapters::dispatch::ManifestVault::new(store.clone(), SECRET.as_bytes());
-    let dispatcher =
-        crate::dispatch::start(store, (backends, manifests), (&base, backend.clone()), &stopped);
+    let settings = crate::dispatch::Reconciling::default();
+    let reconcilers = crate::dispatch::start(
+        store,
+        (backends, manifests),
+        (&base, backend.clone()),
+        &settings,
+        &stopped,
+    );
     let waiters: Waiters = Arc::default();
     let watcher = tokio::spawn(watch_ready(store.clone(), Arc::clone(&waiters), stopped.clone()));
 
@@ -111,7 +117,9 @@ async fn to_ready(
         latencies.extend(client.await.context("a client")??);
     }
     stop.send_replace(true);
-    let _ = tokio::time::timeout(Duration::from_secs(30), dispatcher).await;
+    for task in reconcilers {
+        let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(30), gateway).await;
     watcher.abort();
     sim.abort();

@@ -5,5 +5,6 @@ mod dispatch;
 mod log;
 mod migrations;
 mod projections;
+mod reaping;
 mod reconcilers;
 mod support;

@@ -2,4 +2,4 @@
 
 mod lease;
 mod runtime;
-mod support;
+pub(crate) mod support;

@@ -1,0 +1,275 @@
+//! The inventory reconciler (DOMAIN.md §3, rules 11–13): on a tick, it reads each backend's
+//! complete inventory (`GET /provisions` then `GET /retentions`, keyset pages walked to the
+//! end; `RefreshState` is a no-op for HTTP backends, as in fred) and compares it with the log.
+//!
+//! - **A backend that did not answer defers everything.** Any page that fails, times out or
+//!   cannot be read makes the whole sweep of that backend deferred: no budget is read, no
+//!   orphan released, no record confirmed gone. A fenced backend is never called.
+//! - **The failure budget is read only from a complete, identity-bearing inventory**: every
+//!   listed provision names its tenant, and the lease's own. Then a lease's budget is
+//!   recorded (`ObserveTerminalBudget`), and an exhausted one closes a failed lease
+//!   (the aggregate decides; `fail_count` never does). A point lookup never counts.
+//! - **Orphans are reported**: provisions the backend lists that Leasehold does not hold
+//!   there (an unknown lease, one placed elsewhere, one released, one of another tenant). One
+//!   is released at the backend only on a positive terminal fact, its lease's chain state
+//!   re-read as closed, rejected or expired (rule 11); an unknown lease is never touched.
+//! - **Live leases the listing lacks** are counted and reported, never re-provisioned.
+//! - **Reaped retained data**: a record being reaped that the complete retention listing no
+//!   longer holds is confirmed destroyed (`ConfirmReaped`).
+//!
+//! What operators see of each sweep is in `backend_status` (the `backends` query). Every
+//! command is keyed by what the sweep saw (the lease's version, or the record), so a
+//! restarted sweep issues the same commands and the pipeline answers them from its record.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use leasehold_commands::CommandStore;
+use leasehold_commands::lease_service::{Caller, LeaseService};
+use leasehold_domain::lease::{
+    Lease, LeaseCommand, LeaseId, LeaseStatus, TerminalBudget, TerminalVerdict,
+};
+use leasehold_domain::{Actor, StoreError};
+use leasehold_projections::{ReconcileError, Reconciler, Seen};
+use uuid::Uuid;
+
+use crate::backends::BackendClient;
+use crate::backends::status::{Orphan, PgBackendStatus, Sweep};
+use crate::backends::wire::ProvisionInfo;
+use crate::dispatch::Backends;
+use crate::store::{PgEventStore, from_driver, from_pool};
+
+/// Statuses of a lease the backend should list (a provisioning one may not be sent yet).
+const SHOULD_BE_LISTED: [&str; 5] = ["ready", "failing", "failed", "restarting", "updating"];
+
+/// The inventory reconciler.
+#[derive(Debug)]
+pub struct Inventory<S> {
+    service: LeaseService<S>,
+    backends: Backends,
+    log: PgEventStore,
+    every: TimeDelta,
+    next_sweep: Mutex<Option<DateTime<Utc>>>,
+}
+
+impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
+    /// Sweeps `backends` every `every`, reading the read models in `log`'s database and
+    /// issuing commands through `service`.
+    pub fn new(
+        service: LeaseService<S>,
+        backends: Backends,
+        log: PgEventStore,
+        every: TimeDelta,
+    ) -> Self {
+        Self { service, backends, log, every, next_sweep: Mutex::new(None) }
+    }
+
+    /// Sweeps one backend: its complete listing, or deferred.
+    async fn sweep(
+        &self,
+        backend: &str,
+        client: &BackendClient,
+        began: DateTime<Utc>,
+    ) -> Result<Sweep, ReconcileError> {
+        if client.config().fenced {
+            return Ok(Sweep::Deferred { error: "fenced by an operator: never called".into() });
+        }
+        let listed = match client.list_provisions().await {
+            Ok(listed) => listed,
+            Err(error) => {
+                return Ok(Sweep::Deferred { error: format!("GET /provisions: {error}") });
+            }
+        };
+        let retained = match client.list_retentions().await {
+            Ok(retained) => retained,
+            Err(error) => {
+                return Ok(Sweep::Deferred { error: format!("GET /retentions: {error}") });
+            }
+        };
+        let identity_bearing = listed.iter().all(|p| p.tenant.is_some());
+        let mut orphans = Vec::new();
+        for provision in &listed {
+            if let Some(orphan) = self.check(backend, client, provision, identity_bearing).await? {
+                tracing::warn!(backend, lease = %orphan.lease, why = orphan.why, "orphan provision");
+                orphans.push(orphan);
+            }
+        }
+        let listed: HashSet<Uuid> = listed.iter().map(|p| p.lease_uuid).collect();
+        let missing =
+            self.placed_here(backend).await?.iter().filter(|l| !listed.contains(l)).count();
+        let retained: HashSet<Uuid> = retained.iter().map(|r| r.lease_uuid).collect();
+        for lease in self.reaping_here(backend, began).await? {
+            if !retained.contains(&lease) {
+                self.command(
+                    LeaseId(lease),
+                    format!("inventory:reaped:{lease}"),
+                    LeaseCommand::ConfirmReaped,
+                )
+                .await?;
+            }
+        }
+        Ok(Sweep::Complete { provisions: listed.len(), identity_bearing, missing, orphans })
+    }
+
+    /// Compares one listed provision with its lease: an orphan, or its budget recorded.
+    async fn check(
+        &self,
+        backend: &str,
+        client: &BackendClient,
+        provision: &ProvisionInfo,
+        identity_bearing: bool,
+    ) -> Result<Option<Orphan>, ReconcileError> {
+        let lease = LeaseId(provision.lease_uuid);
+        let orphan = |why: &str, released: bool| {
+            Some(Orphan {
+                lease: lease.0,
+                status: provision.status.clone(),
+                why: why.into(),
+                released,
+            })
+        };
+        let found =
+            self.service.pipeline().state::<Lease>(&lease.stream_id()).await.map_err(|error| {
+                ReconcileError::Retry { action: "load a lease".into(), reason: error.to_string() }
+            })?;
+        let Some((owner, version, state)) = found else { return Ok(orphan("unknown", false)) };
+        let Some(terms) = &state.terms else { return Ok(orphan("unknown", false)) };
+        if terms.backend.as_str() != backend {
+            return Ok(orphan("elsewhere", false));
+        }
+        if provision.tenant.as_deref().is_some_and(|tenant| tenant != owner.as_str()) {
+            return Ok(orphan("foreign", false));
+        }
+        let released_here = state.status == LeaseStatus::Deprovisioned
+            || (state.status == LeaseStatus::Retained && provision.status != "retained");
+        if released_here && provision.status != "deprovisioning" {
+            // Rule 11: only a positive terminal fact, re-read now, lets it go.
+            let release = state.chain.is_terminal() && self.release(backend, client, lease).await;
+            return Ok(orphan("released", release));
+        }
+        let budget = provision.terminal_budget.as_ref().and_then(|budget| {
+            let verdict = match budget.verdict.as_str() {
+                "exhausted" => TerminalVerdict::Exhausted,
+                "available" => TerminalVerdict::Available,
+                _ => return None,
+            };
+            Some(TerminalBudget { verdict, consecutive_failures: budget.consecutive_failures })
+        });
+        let identified = identity_bearing && provision.tenant.is_some();
+        if let Some(budget) = budget.filter(|b| identified && state.terminal_budget != Some(*b)) {
+            let command = LeaseCommand::ObserveTerminalBudget {
+                verdict: budget.verdict,
+                consecutive_failures: budget.consecutive_failures,
+                complete_inventory: true,
+            };
+            self.command(lease, format!("inventory:budget:{}:{version}", lease.0), command).await?;
+        }
+        Ok(None)
+    }
+
+    /// Asks `backend` to release an orphan; whether it did (a failure is logged, and the next
+    /// sweep asks again).
+    async fn release(&self, backend: &str, client: &BackendClient, lease: LeaseId) -> bool {
+        match client.deprovision(lease.0).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(backend, lease = %lease.0, %error, "releasing an orphan failed");
+                false
+            }
+        }
+    }
+
+    /// Runs `command` on `lease` for its owner. A refusal is its answer (the lease moved on).
+    async fn command(
+        &self,
+        lease: LeaseId,
+        key: String,
+        command: LeaseCommand,
+    ) -> Result<(), ReconcileError> {
+        use leasehold_commands::CommandError;
+        match self.service.for_owner(&inventory(), &key, lease, command).await {
+            Ok(_) | Err(CommandError::Refused(_) | CommandError::NotFound) => Ok(()),
+            Err(error) => Err(ReconcileError::Retry {
+                action: "record an inventory observation".into(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        let endpoint = self.log.endpoint();
+        self.log.pool().get().await.map_err(|error| from_pool(error, endpoint))
+    }
+
+    /// Leases placed on `backend` that it should list, as the read models hold them.
+    async fn placed_here(&self, backend: &str) -> Result<Vec<Uuid>, StoreError> {
+        let statuses: Vec<&str> = SHOULD_BE_LISTED.to_vec();
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT l.lease_id FROM leases l JOIN lease_diagnostics d USING (lease_id) \
+                 WHERE d.backend_name = $1 AND l.status = ANY($2)",
+                &[&backend, &statuses],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.log.endpoint()))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Retained records on `backend` being reaped since before `began`.
+    async fn reaping_here(
+        &self,
+        backend: &str,
+        began: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT r.lease_id FROM retained_leases r JOIN lease_diagnostics d \
+                 USING (lease_id) WHERE d.backend_name = $1 AND r.status = 'reaping' \
+                 AND r.updated_at <= $2",
+                &[&backend, &began],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.log.endpoint()))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+}
+
+impl<S: CommandStore + Clone + Send + Sync + 'static> Reconciler for Inventory<S> {
+    const NAME: &'static str = "lease-inventory";
+    const VERSION: u32 = 1;
+
+    async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        let scheduled = *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if scheduled.is_some_and(|at| seen.now < at) {
+            return Ok(scheduled);
+        }
+        let status = PgBackendStatus::new(self.log.clone());
+        let mut backends: Vec<_> = self.backends.iter().collect();
+        backends.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, client) in backends {
+            let sweep = self.sweep(name, client, seen.now).await?;
+            if let Sweep::Deferred { error } = &sweep {
+                tracing::warn!(backend = %name, %error, "inventory deferred");
+            }
+            status.record_sweep(name, &sweep, seen.now).await?;
+        }
+        let next = seen.now + self.every;
+        *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
+        Ok(Some(next))
+    }
+}
+
+/// The inventory reconciler, as the events' metadata names it.
+fn inventory() -> Caller {
+    Caller {
+        actor: Actor { subject: "lease-inventory".into(), role: "system".into() },
+        tenant: None,
+        provider: None,
+        namespace: None,
+    }
+}
