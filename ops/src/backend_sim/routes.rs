@@ -50,6 +50,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/stats", get(stats))
         .route("/sim/requests", get(received))
         .route("/sim/sweep/{lease}", post(sweep))
+        .route("/sim/fail/{lease}", post(fail))
         .with_state(sim)
 }
 
@@ -307,6 +308,33 @@ async fn retentions(State(sim): State<Sim>, request: Request) -> Response {
         }
         Err(refused) => error(StatusCode::BAD_REQUEST, refused),
     }
+}
+
+/// `POST /sim/fail/{lease}` (the simulator's own route): a ready lease's container exits for
+/// good; the backend reports it failed on the lease's callback URL.
+async fn fail(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+    let callback_url = {
+        let mut provisions = sim.provisions();
+        match provisions.get_mut(&lease) {
+            Some(provision) if provision.status == "ready" => {
+                provision.status = "failed";
+                provision.request.callback_url.clone()
+            }
+            _ => return error(StatusCode::NOT_FOUND, "no ready lease"),
+        }
+    };
+    let payload = CallbackPayload {
+        lease_uuid: lease.to_string(),
+        status: "failed".into(),
+        error: Some("container exited".into()),
+        backend: Some(sim.name.clone()),
+        retained: false,
+        maintenance_id: None,
+        maintenance_admitted_at: None,
+        rolled_back: None,
+    };
+    tokio::spawn(async move { send_callback(&sim, &callback_url, &payload).await });
+    StatusCode::ACCEPTED.into_response()
 }
 
 /// `POST /sim/sweep/{lease}` (the simulator's own route): the backend's own retention sweep

@@ -1,9 +1,11 @@
 //! The GraphQL gateway end to end: the real `leasehold serve` over HTTP, on its own database.
 
 mod access;
+mod backend;
 mod callbacks;
 mod clients;
 mod dispatch;
+mod inventory;
 mod leases;
 mod limits;
 mod operations;
