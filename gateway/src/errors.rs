@@ -33,6 +33,11 @@ pub enum Code {
     Stale,
     /// Too many requests.
     RateLimited,
+    /// The lease exists but is not provisioned (yet, or any more): what it asked for lives at
+    /// its backend only while it runs.
+    NotProvisioned,
+    /// An outside system Leasehold needs (a lease's backend) did not answer: retry later.
+    Unavailable,
     /// Our fault; the message carries a request id.
     Internal,
 }
@@ -52,6 +57,8 @@ impl Code {
             Self::QuotaExceeded => "QUOTA_EXCEEDED",
             Self::Stale => "STALE",
             Self::RateLimited => "RATE_LIMITED",
+            Self::NotProvisioned => "NOT_PROVISIONED",
+            Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }
     }

@@ -24,8 +24,10 @@ pub struct KindReads {
     pub log_fields: &'static [&'static str],
 }
 
-/// Root query fields over the log itself (and introspection): they wait for no projection.
-pub const LOG_FIELDS: &[&str] = &["events", "projections", "__typename", "__schema", "__type"];
+/// Root query fields over the log itself (and introspection), and over what no projection
+/// writes (`backends`): they wait for no projection.
+pub const LOG_FIELDS: &[&str] =
+    &["events", "projections", "backends", "__typename", "__schema", "__type"];
 
 /// Root query fields over every kind's read models (the shared tables every projection
 /// writes): they wait for every projection.

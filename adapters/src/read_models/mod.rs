@@ -89,6 +89,18 @@ pub struct Release {
     pub created_at: DateTime<Utc>,
 }
 
+/// One retained lease of a tenant: released, its data kept for a restore.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The tenant-safe columns of `retained_leases`.
+pub struct RetainedLeaseRow {
+    pub lease_id: LeaseId,
+    pub provider_id: Uuid,
+    /// `active` (restorable), `restoring` or `reaping`.
+    pub status: String,
+    pub retained_until: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
 /// A tenant's usage of one kind of workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaUsage {
@@ -220,6 +232,36 @@ impl PgReadModels {
                 reason: row.get(3),
                 message: row.get(4),
                 created_at: row.get(5),
+            })
+            .collect())
+    }
+
+    /// The tenant's retained leases, oldest deadline first, at most `limit`.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn retained_leases(
+        &self,
+        tenant: &TenantId,
+        limit: usize,
+    ) -> Result<Vec<RetainedLeaseRow>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "SELECT lease_id, provider_id, status, retained_until, updated_at \
+                 FROM retained_leases WHERE tenant_id = $1 \
+                 ORDER BY retained_until ASC NULLS LAST, lease_id LIMIT $2",
+                &[&tenant.as_str(), &limit],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| RetainedLeaseRow {
+                lease_id: LeaseId(row.get(0)),
+                provider_id: row.get(1),
+                status: row.get(2),
+                retained_until: row.get(3),
+                updated_at: row.get(4),
             })
             .collect())
     }

@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use leasehold_adapters::backends::SIGNATURE_HEADER;
 use leasehold_adapters::backends::wire::{
-    CallbackPayload, DeprovisionRequest, LeaseInfo, PortBinding, ProvisionInfo, ProvisionRequest,
-    ProvisionsPage, RetainedLease, RetentionsPage, TerminalBudget,
+    CallbackPayload, DeprovisionRequest, LeaseInfo, LeaseInstance, PortBinding, ProvisionInfo,
+    ProvisionRequest, ProvisionsPage, RetainedLease, RetentionsPage, TerminalBudget,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -43,6 +43,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/provisions", get(provisions))
         .route("/provisions/{lease}", get(provision_info))
         .route("/retentions", get(retentions))
+        .route("/logs/{lease}", get(logs))
         .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
     Router::new()
         .merge(signed)
@@ -209,14 +210,44 @@ async fn info(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
         return error(StatusCode::NOT_FOUND, "lease not provisioned");
     }
     let port = PortBinding { host_ip: "127.0.0.1".into(), host_port: "8080".into() };
+    let fqdn = format!("{lease}.{}.sim.local", sim.name);
+    let instance = LeaseInstance {
+        instance_index: 0,
+        container_id: Some(format!("sim-container-{}", lease.simple())),
+        image: Some("sim/app:1".into()),
+        status: Some("running".into()),
+        fqdn: Some(fqdn.clone()),
+        ports: Some(BTreeMap::from([("80/tcp".to_string(), port.clone())])),
+    };
     let info = LeaseInfo {
         host: Some("127.0.0.1".into()),
-        fqdn: Some(format!("{lease}.{}.sim.local", sim.name)),
+        fqdn: Some(fqdn),
         protocol: Some("tcp".into()),
         ports: Some(BTreeMap::from([("80/tcp".to_string(), port)])),
+        instances: Some(vec![instance]),
+        metadata: Some(BTreeMap::from([("node".to_string(), "/var/lib/sim/node-1".to_string())])),
         ..LeaseInfo::default()
     };
     (StatusCode::OK, axum::Json(info)).into_response()
+}
+
+/// `GET /logs/{lease}?tail=N`: each instance's last `tail` lines, by instance index.
+async fn logs(State(sim): State<Sim>, Path(lease): Path<Uuid>, request: Request) -> Response {
+    sim.received("logs");
+    let tail = request
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("tail="))
+        .and_then(|tail| tail.parse::<usize>().ok())
+        .unwrap_or(100);
+    if sim.provisions().get(&lease).is_none_or(|p| p.status == "retained") {
+        return error(StatusCode::NOT_FOUND, "lease not provisioned");
+    }
+    let lines: Vec<String> = (1..=3).map(|n| format!("{lease} line {n}")).collect();
+    let kept = lines[lines.len().saturating_sub(tail)..].join("\n");
+    axum::Json(json!({ "0": kept })).into_response()
 }
 
 /// `GET /provisions`: a lookup (`lease_uuid=..` repeated, 1 to 100), or keyset pages

@@ -2,6 +2,7 @@
 
 mod access;
 mod backend;
+mod backend_reads;
 mod callbacks;
 mod clients;
 mod dispatch;

@@ -17,10 +17,10 @@ use crate::schema::{caller, require, shared, tenant_of};
 
 /// The lease's queries.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct LeaseQuery;
+pub struct LeaseReadQuery;
 
 #[Object]
-impl LeaseQuery {
+impl LeaseReadQuery {
     /// What the lease's backend is carrying out now (agents and operators): the operation its
     /// reports must name, with the callback path for it, and a pending restart or update's
     /// fence. An agent bound to a provider finds only that provider's leases.
