@@ -16,6 +16,11 @@
 //! - **Live leases the listing lacks** are counted and reported, never re-provisioned.
 //! - **Reaped retained data**: a record being reaped that the complete retention listing no
 //!   longer holds is confirmed destroyed (`ConfirmReaped`).
+//! - **Custom domains** are reconciled onto the running provision
+//!   (`POST /reconcile_custom_domain`, which restarts it and rolls back on failure): at once
+//!   when a `LeaseCustomDomainSet` event arrives, and on every sweep for a ready lease whose
+//!   listed items carry other domains than the lease's. A failure is logged and the next
+//!   sweep tries again; the backend's own rollback keeps what runs consistent.
 //!
 //! What operators see of each sweep is in `backend_status` (the `backends` query). Every
 //! command is keyed by what the sweep saw (the lease's version, or the record), so a
@@ -28,16 +33,16 @@ use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::{Caller, LeaseService};
 use leasehold_domain::lease::{
-    Lease, LeaseCommand, LeaseId, LeaseStatus, TerminalBudget, TerminalVerdict,
+    Lease, LeaseCommand, LeaseId, LeaseItems, LeaseStatus, TerminalBudget, TerminalVerdict,
 };
-use leasehold_domain::{Actor, StoreError};
+use leasehold_domain::{Actor, RecordedEvent, StoreError};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 use uuid::Uuid;
 
 use crate::backends::BackendClient;
 use crate::backends::status::{Orphan, PgBackendStatus, Sweep};
-use crate::backends::wire::ProvisionInfo;
-use crate::dispatch::Backends;
+use crate::backends::wire::{ProvisionInfo, ReconcileCustomDomainRequest};
+use crate::dispatch::{Backends, wire_items};
 use crate::store::{PgEventStore, from_driver, from_pool};
 
 /// Statuses of a lease the backend should list (a provisioning one may not be sent yet).
@@ -148,6 +153,9 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
             let release = state.chain.is_terminal() && self.release(backend, client, lease).await;
             return Ok(orphan("released", release));
         }
+        if state.status == LeaseStatus::Ready && !domains_match(provision, &terms.items) {
+            self.reconcile_domains(backend, client, lease, &terms.items).await;
+        }
         let budget = provision.terminal_budget.as_ref().and_then(|budget| {
             let verdict = match budget.verdict.as_str() {
                 "exhausted" => TerminalVerdict::Exhausted,
@@ -166,6 +174,54 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
             self.command(lease, format!("inventory:budget:{}:{version}", lease.0), command).await?;
         }
         Ok(None)
+    }
+
+    /// Asks `backend` to put the lease's custom domains on its running provision.
+    async fn reconcile_domains(
+        &self,
+        backend: &str,
+        client: &BackendClient,
+        lease: LeaseId,
+        items: &LeaseItems,
+    ) {
+        let request =
+            ReconcileCustomDomainRequest { lease_uuid: lease.0, items: wire_items(items) };
+        if let Err(error) = client.reconcile_custom_domain(&request).await {
+            tracing::warn!(backend, lease = %lease.0, %error, "reconciling custom domains failed");
+        }
+    }
+
+    /// Reconciles the custom domains of every ready lease among `events`' domain changes.
+    async fn domains_changed(&self, events: &[RecordedEvent]) -> Result<(), ReconcileError> {
+        let mut leases: Vec<LeaseId> = Vec::new();
+        for event in events.iter().filter(|e| e.event_type.as_str() == "LeaseCustomDomainSet") {
+            let Some(id) = event.stream_id.as_str().strip_prefix("lease-") else { continue };
+            match id.parse::<Uuid>() {
+                Ok(id) if !leases.contains(&LeaseId(id)) => leases.push(LeaseId(id)),
+                _ => {}
+            }
+        }
+        for lease in leases {
+            let found = self.service.pipeline().state::<Lease>(&lease.stream_id()).await.map_err(
+                |error| ReconcileError::Retry {
+                    action: "load a lease".into(),
+                    reason: error.to_string(),
+                },
+            )?;
+            let Some((_, _, state)) = found else { continue };
+            let Some(terms) = state.terms.as_ref().filter(|_| state.status == LeaseStatus::Ready)
+            else {
+                continue;
+            };
+            let backend = terms.backend.as_str();
+            match self.backends.get(backend) {
+                Some(client) if !client.config().fenced => {
+                    self.reconcile_domains(backend, client, lease, &terms.items).await;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Asks `backend` to release an orphan; whether it did (a failure is logged, and the next
@@ -244,6 +300,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Reconciler for Inventory<S
     const VERSION: u32 = 1;
 
     async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        self.domains_changed(seen.events).await?;
         let scheduled = *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if scheduled.is_some_and(|at| seen.now < at) {
             return Ok(scheduled);
@@ -262,6 +319,21 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Reconciler for Inventory<S
         *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
         Ok(Some(next))
     }
+}
+
+/// Whether the backend lists the lease's items with the lease's custom domains (a listing
+/// without items cannot tell: it is reconciled, which is cheap and idempotent).
+fn domains_match(provision: &ProvisionInfo, items: &LeaseItems) -> bool {
+    let Some(listed) = &provision.items else { return false };
+    let domains = |items: &[crate::backends::wire::LeaseItem]| {
+        let mut pairs: Vec<(Option<String>, Option<String>)> = items
+            .iter()
+            .map(|item| (item.service_name.clone(), item.custom_domain.clone()))
+            .collect();
+        pairs.sort();
+        pairs
+    };
+    domains(listed) == domains(&wire_items(items))
 }
 
 /// The inventory reconciler, as the events' metadata names it.

@@ -444,7 +444,7 @@ fn lease_of(work: &Work) -> Result<LeaseId, ReconcileError> {
         })
 }
 
-fn wire_items(items: &LeaseItems) -> Vec<LeaseItem> {
+pub(crate) fn wire_items(items: &LeaseItems) -> Vec<LeaseItem> {
     items
         .as_slice()
         .iter()

@@ -36,6 +36,7 @@ use futures_util::StreamExt as _;
 use leasehold_domain::{EventId, RecordedEvent, StreamId, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
+pub(crate) use lease::wire_items;
 pub use lease::{Backends, CallbackUrls, LeaseDispatch};
 pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};

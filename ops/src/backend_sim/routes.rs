@@ -15,7 +15,8 @@ use axum::routing::{get, post};
 use leasehold_adapters::backends::SIGNATURE_HEADER;
 use leasehold_adapters::backends::wire::{
     CallbackPayload, DeprovisionRequest, LeaseInfo, LeaseInstance, PortBinding, ProvisionInfo,
-    ProvisionRequest, ProvisionsPage, RetainedLease, RetentionsPage, TerminalBudget,
+    ProvisionRequest, ProvisionsPage, ReconcileCustomDomainRequest, RetainedLease, RetentionsPage,
+    TerminalBudget,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -44,6 +45,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/provisions/{lease}", get(provision_info))
         .route("/retentions", get(retentions))
         .route("/logs/{lease}", get(logs))
+        .route("/reconcile_custom_domain", post(reconcile_custom_domain))
         .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
     Router::new()
         .merge(signed)
@@ -229,6 +231,24 @@ async fn info(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
         ..LeaseInfo::default()
     };
     (StatusCode::OK, axum::Json(info)).into_response()
+}
+
+/// `POST /reconcile_custom_domain`: the items' custom domains onto the running provision
+/// (`204`; also when there is nothing to change, or no such lease here, as fred's backends).
+async fn reconcile_custom_domain(State(sim): State<Sim>, body: Bytes) -> Response {
+    sim.received("reconcile_custom_domain");
+    let Ok(request) = serde_json::from_slice::<ReconcileCustomDomainRequest>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "invalid request body");
+    };
+    if let Some(provision) = sim.provisions().get_mut(&request.lease_uuid) {
+        for item in &mut provision.request.items {
+            let wanted = request.items.iter().find(|w| w.service_name == item.service_name);
+            if let Some(wanted) = wanted {
+                item.custom_domain.clone_from(&wanted.custom_domain);
+            }
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// `GET /logs/{lease}?tail=N`: each instance's last `tail` lines, by instance index.

@@ -224,16 +224,25 @@ async fn routing_picks_the_least_loaded_matching_backend_and_never_a_fenced_one(
             ("other", &other.url, json!({ "default": true })),
         ],
     );
-    let mut server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
+    // Health probes ask for stats too: once at start, then not for a day.
+    let started = chrono::Utc::now();
+    let probing = ["--health-every", "1d"];
+    let mut server =
+        Server::start_with(&[&["--backends-file", file.to_str().unwrap()][..], &probing].concat())
+            .await;
+    probed_since(&server, started, 3).await;
+    let probed = [busy.received("stats").await, idle.received("stats").await];
+    let other_probed = other.received("stats").await;
     let tenant = tenant_token("acme");
     let lease = request_sku(&server, &tenant, "gpu-1", "gpu.h100.1x").await;
     wait_for_status(&server, &tenant, &lease, "READY").await;
     assert_eq!((busy.received("provision").await, idle.received("provision").await), (0, 1));
-    assert_eq!((busy.received("stats").await, idle.received("stats").await), (1, 1));
+    let routed = [busy.received("stats").await, idle.received("stats").await];
+    assert_eq!((routed[0] - probed[0], routed[1] - probed[1]), (1, 1), "each candidate asked");
     let lease = request_sku(&server, &tenant, "cpu-1", "cpu.small.1x").await;
     wait_for_status(&server, &tenant, &lease, "READY").await;
     assert_eq!(other.received("provision").await, 1, "a SKU nobody lists goes to the default");
-    assert_eq!(other.received("stats").await, 0, "one candidate: no stats asked");
+    assert_eq!(other.received("stats").await, other_probed, "one candidate: no stats asked");
 
     // The idle backend fenced: the busy one takes the work, and the fenced one hears nothing.
     server.terminate().await;
@@ -247,15 +256,37 @@ async fn routing_picks_the_least_loaded_matching_backend_and_never_a_fenced_one(
             ("other", &other.url, json!({ "default": true })),
         ],
     );
-    server.restart_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let restarted = chrono::Utc::now();
+    server
+        .restart_with(&[&["--backends-file", file.to_str().unwrap()][..], &probing].concat())
+        .await;
+    probed_since(&server, restarted, 3).await;
     let lease = request_sku(&server, &tenant, "gpu-2", "gpu.h100.1x").await;
     wait_for_status(&server, &tenant, &lease, "READY").await;
     assert_eq!((busy.received("provision").await, idle.received("provision").await), (1, 1));
-    assert_eq!(idle.received("stats").await, 1, "a fenced backend is not asked");
+    assert_eq!(idle.received("stats").await, routed[1], "a fenced backend is not asked");
     let (_, metrics) = server.get("/metrics").await;
     assert!(metrics.contains("leasehold_backend_fenced{backend=\"idle\"} 1"), "{metrics}");
     assert!(metrics.contains("leasehold_backend_fenced{backend=\"busy\"} 0"), "{metrics}");
     assert!(metrics.contains("leasehold_backend_circuit_state{backend=\"busy\"} 0"), "{metrics}");
+}
+
+/// Waits until `n` backends have been probed since `since` (a fenced one is recorded without
+/// being called).
+async fn probed_since(server: &Server, since: chrono::DateTime<chrono::Utc>, n: usize) {
+    let operator = role_token(leasehold_gateway::Role::Operator, None);
+    eventually("the first health probes", || async {
+        let answer = server.graphql(&operator, "{ backends { probedAt } }", json!({})).await;
+        let rows = data(&answer)["backends"].as_array().cloned().unwrap_or_default();
+        let fresh = rows.iter().filter(|row| {
+            row["probedAt"]
+                .as_str()
+                .and_then(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok())
+                .is_some_and(|at| at >= since)
+        });
+        (fresh.count() >= n).then_some(())
+    })
+    .await;
 }
 
 /// Without stats from any candidate, leases go to the candidates in turn.

@@ -181,3 +181,30 @@ async fn reaped_data_is_confirmed_gone_only_once_the_backend_no_longer_retains_i
     wait_for_events(&server, &lease, "LeaseRetentionDeleted", 1).await;
     wait_for_status(&server, &tenant, &lease, "DEPROVISIONED").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_domain_is_reconciled_onto_the_running_provision_and_then_left_alone() {
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let server = serve_sweeping(&backends_file(&dir.0, &sim.url), &[]).await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "req-1").await;
+    swept_after(&server, Utc::now()).await;
+    assert_eq!(sim.received("reconcile_custom_domain").await, 0, "nothing to change yet");
+
+    let set = "mutation($input: SetLeaseCustomDomainInput!) { \
+        setLeaseCustomDomain(input: $input) { id } }";
+    let input = json!({ "input": {
+        "leaseId": lease, "operationKey": "domain-1", "customDomain": "app.example.com",
+    }});
+    data(&server.graphql(&tenant, set, input).await);
+    eventually("the backend asked to reconcile the domain", || async {
+        (sim.received("reconcile_custom_domain").await >= 1).then_some(())
+    })
+    .await;
+    // Once the backend lists the domain, sweeps leave it alone.
+    swept_after(&server, Utc::now()).await;
+    let asked = sim.received("reconcile_custom_domain").await;
+    swept_after(&server, Utc::now()).await;
+    assert_eq!(sim.received("reconcile_custom_domain").await, asked);
+}
