@@ -64,6 +64,8 @@ pub struct Reconciling {
     pub retention_max_age: Option<chrono::TimeDelta>,
     /// When retained data is reaped.
     pub retention: RetentionPolicy,
+    /// How long a backend has to call back after taking work.
+    pub callback_deadline: chrono::TimeDelta,
 }
 
 impl Default for Reconciling {
@@ -73,6 +75,7 @@ impl Default for Reconciling {
             health_every: std::time::Duration::from_secs(10),
             retention_max_age: None,
             retention: RetentionPolicy::default(),
+            callback_deadline: leasehold_adapters::dispatch::CALLBACK_DEADLINE,
         }
     }
 }
@@ -116,7 +119,8 @@ pub fn start(
         backends.clone(),
         CallbackUrls::new(callback_base),
     )
-    .with_manifests(manifests);
+    .with_manifests(manifests)
+    .with_callback_deadline(settings.callback_deadline);
     let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
     let inventory = Inventory::new(
         service(store, placed_on, settings),

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     /// Most retained leases a tenant keeps: beyond it, the oldest are reaped. Default: no cap.
     #[arg(long, env = "LEASEHOLD_RETAINED_PER_TENANT")]
     retained_per_tenant: Option<u32>,
+    /// How long a backend has to call back after taking a provision, restore, restart or
+    /// update; past it the work fails (`CallbackTimeout`), as fred's control plane does.
+    #[arg(long, env = "LEASEHOLD_CALLBACK_DEADLINE", default_value = "10m",
+          value_parser = crate::token::parse_ttl)]
+    callback_deadline: TimeDelta,
     /// How often the retention reaper looks for records to reap (besides each deadline).
     #[arg(long, env = "LEASEHOLD_REAP_EVERY", default_value = "60s",
           value_parser = crate::token::parse_ttl)]
@@ -119,6 +124,7 @@ impl ServeArgs {
                 per_tenant: self.retained_per_tenant,
                 sweep_every: self.reap_every,
             },
+            callback_deadline: self.callback_deadline,
         }
     }
 }

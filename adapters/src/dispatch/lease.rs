@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::{Caller, LeaseService};
 use leasehold_domain::lease::{
@@ -93,12 +93,23 @@ pub struct LeaseDispatch<S> {
     backends: Backends,
     callbacks: CallbackUrls,
     manifests: Option<super::ManifestVault>,
+    callback_deadline: TimeDelta,
 }
+
+/// How long a backend has to call back after taking work (fred's control plane: 10 minutes).
+pub const CALLBACK_DEADLINE: TimeDelta = TimeDelta::minutes(10);
 
 impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
     /// Sends leases' work to `backends`, recording answers through `service`.
     pub fn new(service: LeaseService<S>, backends: Backends, callbacks: CallbackUrls) -> Self {
-        Self { service, backends, callbacks, manifests: None }
+        Self { service, backends, callbacks, manifests: None, callback_deadline: CALLBACK_DEADLINE }
+    }
+
+    /// The same dispatcher giving backends `deadline` to call back after taking work.
+    #[must_use]
+    pub fn with_callback_deadline(mut self, deadline: TimeDelta) -> Self {
+        self.callback_deadline = deadline;
+        self
     }
 
     /// The same dispatcher sending the manifests `vault` keeps with provisions and updates.
@@ -395,6 +406,42 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
                 Sent::Failed { detail: detail.as_str().to_string() }
             }
         })
+    }
+
+    /// Work settled by callback has the callback deadline; a release is confirmed by reading
+    /// it back instead.
+    fn answer_within(&self, action: &str) -> Option<TimeDelta> {
+        (action != "deprovision").then_some(self.callback_deadline)
+    }
+
+    async fn lapsed(&self, work: &Work, _now: DateTime<Utc>) -> Result<bool, ReconcileError> {
+        match self.lease(&work.stream).await? {
+            Some(lease) if awaits(&lease, work.generation) => {}
+            _ => return Ok(false),
+        }
+        let command = LeaseCommand::RecordDispatch {
+            generation: work.generation,
+            attempt: work.attempt,
+            answer: lapse_answer(self.callback_deadline),
+        };
+        self.record(work, "lapsed", command).await?;
+        Ok(true)
+    }
+}
+
+/// What a lapsed callback deadline tells the tenant.
+fn lapse_answer(deadline: TimeDelta) -> DispatchAnswer {
+    DispatchAnswer::Refused {
+        reason: Reason::parse("reason", "CallbackTimeout").unwrap_or_else(|_| Reason::unknown()),
+        message: TenantMessage::parse(
+            "message",
+            "the backend did not report how the work went in time",
+        )
+        .unwrap_or_else(|_| generic_refusal()),
+        detail: OperatorDetail::new(&format!(
+            "no callback within {} s of the backend taking the work",
+            deadline.num_seconds()
+        )),
     }
 }
 

@@ -16,6 +16,9 @@
 //!   refused without trying gives its attempt number back and waits as its kind says (the
 //!   lease's: the breaker's open time while it is open, the longest backoff while the backend
 //!   is fenced or unknown), never less than `first`.
+//! - **Taken work is settled in time.** Work whose target must settle it by callback has a
+//!   deadline from when it was taken (the lease's: 10 minutes, as fred's control plane);
+//!   past it, still awaited, the kind records the lapse as the work's failure.
 //! - **Nothing stale is sent.** Newer work on the same stream supersedes pending older work,
 //!   and a kind checks, before sending, that its aggregate still awaits the work (a
 //!   dispatcher reading old history never re-sends settled work).
@@ -37,7 +40,7 @@ use leasehold_domain::{EventId, RecordedEvent, StreamId, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
 pub(crate) use lease::wire_items;
-pub use lease::{Backends, CallbackUrls, LeaseDispatch};
+pub use lease::{Backends, CALLBACK_DEADLINE, CallbackUrls, LeaseDispatch};
 pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};
 
@@ -127,6 +130,22 @@ pub trait DispatchKind: Send + Sync + 'static {
         work: &Work,
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Sent, ReconcileError>> + Send;
+
+    /// How long the target has to settle work `action` after taking it (by callback), if it
+    /// must settle it at all.
+    fn answer_within(&self, _action: &str) -> Option<TimeDelta> {
+        None
+    }
+
+    /// `work` was taken and not settled by its deadline: records the lapse as the work's
+    /// failure if its aggregate still awaits it, and says whether it did.
+    fn lapsed(
+        &self,
+        _work: &Work,
+        _now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, ReconcileError>> + Send {
+        std::future::ready(Ok(false))
+    }
 }
 
 /// Retry timings of a dispatcher.
@@ -187,6 +206,20 @@ impl<K: DispatchKind> Dispatcher<K> {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Handles the deadlines of taken work that passed by `now`: each lapse is recorded by
+    /// the kind (if the work is still awaited), then the row is marked so it is not handled
+    /// again; a crash in between handles it again under the same key.
+    async fn lapse_overdue(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        for work in self.outbox.overdue(K::NAME, now, DISPATCH_CLAIM_ROWS_MAX).await? {
+            let lapsed = self.kind.lapsed(&work, now).await?;
+            if lapsed {
+                tracing::warn!(dispatcher = K::NAME, stream = %work.stream, action = %work.action, "no answer in time: the work failed");
+            }
+            self.outbox.lapse((&work.stream, work.generation), lapsed).await?;
+        }
+        Ok(())
+    }
+
     async fn send_one(&self, work: &Work, now: DateTime<Utc>) -> Result<(), ReconcileError> {
         match self.kind.send(work, now).await {
             Ok(sent) => self.settle(work, sent, now).await,
@@ -212,7 +245,10 @@ impl<K: DispatchKind> Dispatcher<K> {
     ) -> Result<(), ReconcileError> {
         let key = (&work.stream, work.generation);
         match sent {
-            Sent::Delivered => self.outbox.finish(key, "delivered", now).await?,
+            Sent::Delivered => {
+                let answer_by = self.kind.answer_within(&work.action).map(|within| now + within);
+                self.outbox.deliver(key, now, answer_by).await?;
+            }
             Sent::Refused => self.outbox.finish(key, "refused", now).await?,
             Sent::Moot => self.outbox.finish(key, "superseded", now).await?,
             Sent::Failed { detail } => {
@@ -244,6 +280,7 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
             futures_util::future::try_join_all(intakes).await?.into_iter().flatten().collect();
         self.outbox.enqueue(K::NAME, &intents, seen.now).await?;
         self.send_due(seen.now).await?;
+        self.lapse_overdue(seen.now).await?;
         Ok(self.outbox.next_due(K::NAME).await?)
     }
 }

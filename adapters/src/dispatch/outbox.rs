@@ -17,7 +17,7 @@ pub struct OutboxRow {
     pub target: String,
     /// What is asked.
     pub action: String,
-    /// `pending`, `delivered`, `refused` or `superseded`.
+    /// `pending`, `delivered`, `refused`, `superseded` or `lapsed`.
     pub state: String,
     /// Attempts claimed.
     pub attempts: u32,
@@ -133,6 +133,73 @@ impl PgOutbox {
         rows.iter().map(work_of).collect()
     }
 
+    /// Ends `key`'s work as taken by its target, to be settled by `answer_by` if it has a
+    /// deadline.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn deliver(
+        &self,
+        key: Key<'_>,
+        now: DateTime<Utc>,
+        answer_by: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE dispatch_outbox SET state = 'delivered', settled_at = $3, answer_by = $4 \
+                 WHERE stream_id = $1 AND generation = $2 AND state = 'pending'",
+                &[&key.0.as_str(), &to_i64(key.1), &now, &answer_by],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
+    /// Up to `limit` of `dispatcher`'s delivered work whose answer was due by `now`, the
+    /// attempt it was delivered on as its number.
+    ///
+    /// # Errors
+    /// A database failure, or a row that does not decode.
+    pub async fn overdue(
+        &self,
+        dispatcher: &str,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Work>, StoreError> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "SELECT stream_id, generation, tenant_id, target, action, request, attempts \
+                 FROM dispatch_outbox WHERE dispatcher = $1 AND state = 'delivered' \
+                 AND answer_by <= $2 ORDER BY answer_by LIMIT $3",
+                &[&dispatcher, &now, &limit],
+            )
+            .await
+            .map_err(self.fail())?;
+        rows.iter().map(work_of).collect()
+    }
+
+    /// Delivered work `key`'s deadline was handled: it `lapsed` (recorded as the work's
+    /// failure), or it had been settled in time (its deadline is dropped).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn lapse(&self, key: Key<'_>, lapsed: bool) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let state = if lapsed { "lapsed" } else { "delivered" };
+        client
+            .execute(
+                "UPDATE dispatch_outbox SET state = $3, answer_by = NULL \
+                 WHERE stream_id = $1 AND generation = $2 AND state = 'delivered'",
+                &[&key.0.as_str(), &to_i64(key.1), &state],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(())
+    }
+
     /// Ends `key`'s work in `state` (delivered, refused or superseded).
     ///
     /// # Errors
@@ -209,7 +276,8 @@ impl PgOutbox {
         Ok(())
     }
 
-    /// When `dispatcher`'s next pending work is due, if it has any.
+    /// When `dispatcher` next has something to do: pending work due, or a delivered piece's
+    /// answer deadline, if it has any.
     ///
     /// # Errors
     /// A database failure.
@@ -217,8 +285,11 @@ impl PgOutbox {
         let client = self.client().await?;
         let row = client
             .query_one(
-                "SELECT min(next_attempt_at) FROM dispatch_outbox \
-                 WHERE dispatcher = $1 AND state = 'pending'",
+                "SELECT least( \
+                   (SELECT min(next_attempt_at) FROM dispatch_outbox \
+                    WHERE dispatcher = $1 AND state = 'pending'), \
+                   (SELECT min(answer_by) FROM dispatch_outbox \
+                    WHERE dispatcher = $1 AND state = 'delivered' AND answer_by IS NOT NULL))",
                 &[&dispatcher],
             )
             .await

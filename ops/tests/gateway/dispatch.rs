@@ -442,3 +442,82 @@ async fn the_manifest_travels_to_the_backend_and_rests_sealed() {
         assert!(!text.contains("s3cr3t") && !text.contains("trainer"), "sealed: {text}");
     }
 }
+
+/// The outbox row of the lease's work of generation `generation`: its state and whether it
+/// still has an answer deadline.
+async fn outbox_row(server: &Server, lease: &Value, generation: i64) -> Option<(String, bool)> {
+    let client = server.db.client().await;
+    let stream = format!("lease-{}", lease.as_str().expect("an id"));
+    let row = client
+        .query_opt(
+            "SELECT state, answer_by IS NOT NULL FROM dispatch_outbox \
+             WHERE stream_id = $1 AND generation = $2",
+            &[&stream, &generation],
+        )
+        .await
+        .expect("read");
+    row.map(|row| (row.get(0), row.get(1)))
+}
+
+/// A backend that takes a provision and never calls back: past the callback deadline the
+/// work fails (`CallbackTimeout`) and the pending lease is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_taken_and_never_called_back_fails_at_its_deadline() {
+    let dir = scratch();
+    let sim = Sim::start_args("127.0.0.1:0", &dir.0, &["--callback-delay-ms", "600000"]).await;
+    let file = backends_file(&dir.0, &sim.url);
+    let file = file.to_str().expect("a UTF-8 path");
+    let server = Server::start_with(&[
+        "--backend",
+        "sim-1",
+        "--backends-file",
+        file,
+        "--callback-deadline",
+        "2s",
+    ])
+    .await;
+    let tenant = tenant_token("acme");
+    let lease = request_lease(&server, &tenant, "req-1").await["id"].clone();
+    wait_for_status(&server, &tenant, &lease, "FAILED").await;
+    let query = "query($id: ID!) { lease(id: $id) { reason chainState } }";
+    let answer = server.graphql(&tenant, query, json!({ "id": lease })).await;
+    assert_eq!(data(&answer)["lease"]["reason"], "CallbackTimeout", "{answer}");
+    assert_eq!(data(&answer)["lease"]["chainState"], "REJECTED", "{answer}");
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(
+        events,
+        ["LeaseProvisionRequested", "LeaseDispatched", "LeaseProvisionFailed", "LeaseRejected"]
+    );
+    assert_eq!(outbox_row(&server, &lease, 1).await, Some(("lapsed".into(), false)));
+    assert_eq!(sim.received("provision").await, 1, "a lapse is not a reason to send again");
+}
+
+/// Work its backend settled in time keeps its outcome when its deadline passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_settled_in_time_is_left_alone_at_its_deadline() {
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let file = backends_file(&dir.0, &sim.url);
+    let file = file.to_str().expect("a UTF-8 path");
+    // The simulator calls back after 20 ms: 5 s is ample even on a loaded machine.
+    let server = Server::start_with(&[
+        "--backend",
+        "sim-1",
+        "--backends-file",
+        file,
+        "--callback-deadline",
+        "5s",
+    ])
+    .await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "req-1").await;
+    eventually("the deadline handled", || async {
+        (outbox_row(&server, &lease, 1).await == Some(("delivered".into(), false))).then_some(())
+    })
+    .await;
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(
+        events,
+        ["LeaseProvisionRequested", "LeaseDispatched", "LeaseProvisioned", "LeaseActivated"]
+    );
+}

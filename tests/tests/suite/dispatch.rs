@@ -1,7 +1,7 @@
 //! The dispatcher's outbox (`adapters::dispatch::PgOutbox`) on a real database: intake is
 //! idempotent, newer work supersedes pending older work, an attempt number is claimed before
 //! a send and never reused, a send the target refused to try gives its number back, and work
-//! waits until it is due.
+//! waits until it is due; taken work is overdue at its answer deadline until that is handled.
 
 use chrono::{TimeDelta, Timelike as _, Utc};
 use leasehold_adapters::dispatch::{Backoff, Intent, PgOutbox};
@@ -77,6 +77,34 @@ async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
     );
     // Another dispatcher's work is its own.
     assert!(outbox.claim_due("another", now, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn taken_work_is_overdue_at_its_deadline_until_its_deadline_is_handled() {
+    let db = TestDb::migrated().await;
+    let outbox = PgOutbox::new(db.store());
+    let now = Utc::now().with_nanosecond(0).expect("valid");
+    let (awaited, released) = (intent("lease-a", 1), intent("lease-b", 1));
+    outbox.enqueue(DISPATCHER, &[awaited.clone(), released.clone()], now).await.unwrap();
+    outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    let deadline = now + TimeDelta::seconds(600);
+    outbox.deliver((&awaited.stream, 1), now, Some(deadline)).await.unwrap();
+    // Work settled without a callback (a release) has no deadline.
+    outbox.deliver((&released.stream, 1), now, None).await.unwrap();
+    assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(deadline), "woken at it");
+    let before = deadline - TimeDelta::seconds(1);
+    assert!(outbox.overdue(DISPATCHER, before, 10).await.unwrap().is_empty());
+    let overdue = outbox.overdue(DISPATCHER, deadline, 10).await.unwrap();
+    assert_eq!(overdue.len(), 1);
+    assert_eq!((overdue[0].stream.as_str(), overdue[0].attempt), ("lease-a", 1));
+    // Handled: lapsed, it is never overdue again; nothing else is due.
+    outbox.lapse((&awaited.stream, 1), true).await.unwrap();
+    let later = deadline + TimeDelta::hours(1);
+    assert!(outbox.overdue(DISPATCHER, later, 10).await.unwrap().is_empty());
+    assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), None);
+    let states: Vec<String> =
+        outbox.rows(DISPATCHER).await.unwrap().into_iter().map(|r| r.state).collect();
+    assert_eq!(states, ["lapsed", "delivered"]);
 }
 
 #[test]
