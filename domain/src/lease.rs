@@ -48,7 +48,7 @@
 //! | deprovisioning | ConfirmDeprovisioned | deprovisioned or retained | Deprovisioned | — |
 //! | deprovisioned, retained | ConfirmDeprovisioned | unchanged | — (duplicate report) | — |
 //! | gone | ReportProvisioned, ReportFailed, ReportContainerDied, CompleteMaintenance | unchanged | — (late reports are ignored) | — |
-//! | none | Restore | restarting (chain pending) | RestoreStarted; linked: BeginRestore on the source, in the same transaction (so the source is still retained when it commits) | source retained and `active`, same tenant (else `RetainedNotFound`), not restoring or reaping (else `RetainedNotRestorable`), provider matches if given (else `ProviderMismatch`), same services and quantities (else `ItemShapeMismatch`), same SKUs (a demote cannot be verified: `DemoteUnverifiable`); stays on the source's backend |
+//! | none | Restore | restarting (chain pending) | RestoreStarted; linked: BeginRestore on the source, in the same transaction (so the source is still retained when it commits) | source retained and `active`, same tenant (else `RetainedNotFound`), not restoring or reaping (else `RetainedNotRestorable`), provider matches if given (else `ProviderMismatch`), same services and quantities (else `ItemShapeMismatch`); another SKU tier is the backend's to judge (a demote that does not fit the retained data fails the restore, `DemoteExceedsTier`); stays on the source's backend |
 //! | retained (active) | BeginRestore | retained (restoring) | RetentionRestoring | else `RetainedNotRestorable` |
 //! | retained (restoring) | FinishRestore(committed) | deprovisioned | RetentionConsumed | the restore named is the one in progress, else `Fenced` |
 //! | retained (restoring) | FinishRestore(rolled back) | retained (active) | RetentionRestoreRolledBack | as above |
@@ -653,9 +653,6 @@ pub enum LeaseError {
     /// The items do not keep the retained lease's services and quantities.
     #[error("the items must keep the retained lease's services and quantities")]
     ItemShapeMismatch,
-    /// The items change a SKU; whether the data fits the new tier cannot be checked.
-    #[error("a restore cannot change an item's SKU")]
-    DemoteUnverifiable,
     /// No item of the lease has that service.
     #[error("the lease has no item {service:?}")]
     ItemNotFound {
@@ -671,10 +668,9 @@ impl Refusal for LeaseError {
             Self::InvalidState { .. } | Self::RetainedNotRestorable => RefusalKind::InvalidState,
             Self::Fenced => RefusalKind::Fenced,
             Self::NoBackend { .. } | Self::ItemNotFound { .. } => RefusalKind::BadInput,
-            Self::ProvisionMismatch
-            | Self::ProviderMismatch
-            | Self::ItemShapeMismatch
-            | Self::DemoteUnverifiable => RefusalKind::Conflict,
+            Self::ProvisionMismatch | Self::ProviderMismatch | Self::ItemShapeMismatch => {
+                RefusalKind::Conflict
+            }
         }
     }
 }

@@ -107,8 +107,26 @@ pub(super) async fn restore(State(sim): State<Sim>, body: Bytes) -> Response {
     };
     {
         let mut provisions = sim.provisions();
-        if provisions.get(&request.from_lease_uuid).is_none_or(|p| p.status != "retained") {
+        let Some(retained) =
+            provisions.get(&request.from_lease_uuid).filter(|p| p.status == "retained")
+        else {
             return error(StatusCode::UNPROCESSABLE_ENTITY, "no retained data for lease");
+        };
+        let skus = |items: &[leasehold_adapters::backends::wire::LeaseItem]| {
+            let mut skus: Vec<String> = items.iter().map(|item| item.sku.clone()).collect();
+            skus.sort();
+            skus
+        };
+        // Another tier: a promote fits; with `--fault demote-overflow`, the measured data
+        // does not fit the smaller one.
+        if sim.has(super::Fault::DemoteOverflow)
+            && skus(&retained.request.items) != skus(&request.items)
+        {
+            let body = json!({
+                "error": "the retained data (12000 MB) does not fit the requested tier (8000 MB)",
+                "code": "demote_exceeds_tier",
+            });
+            return (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response();
         }
         if provisions.contains_key(&request.lease_uuid) {
             let body =

@@ -51,7 +51,8 @@ pub struct SimArgs {
     /// and updates fail and roll back), `omit-stamp` (completions echo no maintenance id or
     /// stamp, as an older backend), `no-stats` (`GET /stats` answers 404), `exhausted-budget`
     /// (a failed provision's listing says no retries are left), `anonymous-inventory`
-    /// (listings name no tenant), `partial-inventory` (`GET /provisions` never completes).
+    /// (listings name no tenant), `partial-inventory` (`GET /provisions` never completes),
+    /// `demote-overflow` (a restore into another SKU tier does not fit the retained data).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
     /// The CPU cores `GET /stats` reports allocated, out of 64 (default: one per ready
@@ -95,6 +96,9 @@ pub enum Fault {
     AnonymousInventory,
     /// `GET /provisions` never completes: the first page promises another, which fails.
     PartialInventory,
+    /// A restore into another SKU tier is a demote whose retained data does not fit
+    /// (`422 demote_exceeds_tier`); without it, another tier fits.
+    DemoteOverflow,
 }
 
 /// One provision the simulator holds.

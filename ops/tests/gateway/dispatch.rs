@@ -521,3 +521,49 @@ async fn work_settled_in_time_is_left_alone_at_its_deadline() {
         ["LeaseProvisionRequested", "LeaseDispatched", "LeaseProvisioned", "LeaseActivated"]
     );
 }
+
+/// A restore into another SKU tier is the backend's to judge: a demote whose retained data
+/// does not fit fails the restore (`DemoteExceedsTier`, in the backend's words) and leaves the
+/// retained data restorable; the same tier then restores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demote_that_does_not_fit_fails_the_restore_and_keeps_the_data() {
+    let dir = scratch();
+    let sim =
+        Sim::start_args("127.0.0.1:0", &dir.0, &["--retain", "--fault", "demote-overflow"]).await;
+    let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
+    let tenant = tenant_token("acme");
+    let source = ready_lease(&server, &tenant, "req-1").await;
+    let release =
+        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": source, "operationKey": "release-1" } });
+    data(&server.graphql(&tenant, release, input).await);
+    wait_for_status(&server, &tenant, &source, "RETAINED").await;
+
+    let restore = "mutation($input: RestoreLeaseInput!) { restoreLease(input: $input) { id } }";
+    let into = |key: &str, sku: &str| {
+        json!({ "input": {
+            "operationKey": key, "fromLeaseId": source,
+            "items": [{ "sku": sku, "quantity": 1 }],
+        }})
+    };
+    let demoted = server.graphql(&tenant, restore, into("restore-1", "gpu.a10.1x")).await;
+    let demoted = data(&demoted)["restoreLease"]["id"].clone();
+    wait_for_status(&server, &tenant, &demoted, "FAILED").await;
+    let query = "query($id: ID!) { lease(id: $id) { reason message } }";
+    let answer = server.graphql(&tenant, query, json!({ "id": demoted })).await;
+    assert_eq!(data(&answer)["lease"]["reason"], "DemoteExceedsTier", "{answer}");
+    let message = data(&answer)["lease"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("does not fit"), "{answer}");
+    let retained = "{ retainedLeases { id status } }";
+    eventually("the retained data restorable again", || async {
+        let answer = server.graphql(&tenant, retained, json!({})).await;
+        (data(&answer)["retainedLeases"] == json!([{ "id": source, "status": "active" }]))
+            .then_some(())
+    })
+    .await;
+
+    let same = server.graphql(&tenant, restore, into("restore-2", "gpu.h100.1x")).await;
+    let restored = data(&same)["restoreLease"]["id"].clone();
+    wait_for_status(&server, &tenant, &restored, "READY").await;
+    assert_eq!(sim.received("restore").await, 2);
+}
