@@ -80,6 +80,9 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
         if client.config().fenced {
             return Ok(Sweep::Deferred { error: "fenced by an operator: never called".into() });
         }
+        if client.config().subscribes {
+            return Ok(Sweep::Deferred { error: "subscribes to its work: never called".into() });
+        }
         let listed = match client.list_provisions().await {
             Ok(listed) => listed,
             Err(error) => {
@@ -215,7 +218,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
             };
             let backend = terms.backend.as_str();
             match self.backends.get(backend) {
-                Some(client) if !client.config().fenced => {
+                Some(client) if !client.config().fenced && !client.config().subscribes => {
                     self.reconcile_domains(backend, client, lease, &terms.items).await;
                 }
                 _ => {}

@@ -108,6 +108,9 @@ pub(crate) struct Inner {
     pub(crate) manifests: Option<leasehold_adapters::dispatch::ManifestVault>,
     /// The backends file's routing, whose backends `/metrics` reports on.
     pub(crate) router: Option<Arc<leasehold_adapters::backends::Router>>,
+    /// The callback URLs handed to backends that subscribe to their work (`None`: the `work`
+    /// subscription is unavailable).
+    pub(crate) callback_urls: Option<leasehold_adapters::dispatch::CallbackUrls>,
     /// Operations running on WebSockets.
     pub(crate) subscriptions: Gauge,
     /// Request counts and latencies.
@@ -176,6 +179,7 @@ impl AppState {
             callback_secret: None,
             backend_secrets: std::collections::HashMap::new(),
             router: None,
+            callback_urls: None,
             manifests: None,
             subscriptions: Gauge::default(),
             metrics: Metrics::default(),
@@ -222,6 +226,15 @@ impl AppState {
     #[must_use]
     pub fn with_manifests(mut self, vault: leasehold_adapters::dispatch::ManifestVault) -> Self {
         Arc::get_mut(&mut self.inner).expect("configured before sharing").manifests = Some(vault);
+        self
+    }
+
+    /// Hands backends that subscribe to their work callback URLs under `base` (the URL
+    /// backends reach this gateway at). Call before [`crate::app`].
+    #[must_use]
+    pub fn with_callback_base(mut self, base: &str) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
+        inner.callback_urls = Some(leasehold_adapters::dispatch::CallbackUrls::new(base));
         self
     }
 

@@ -155,23 +155,25 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         }
         None => (None, None),
     };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {} (--listen)", args.listen))?;
+    let address = listener.local_addr()?;
+    let base = args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
+    // Manifests are kept whether the dispatcher sends them or agents take them (`work`).
+    let manifests = leasehold_adapters::dispatch::ManifestVault::new(store.clone(), &secret);
     let mut state = AppState::new(store.clone(), &secret, gateway_config(args)?, progress)
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
-        .context("the callback secret")?;
-    let manifests = leasehold_adapters::dispatch::ManifestVault::new(store.clone(), &secret);
+        .context("the callback secret")?
+        .with_callback_base(&base)
+        .with_manifests(manifests.clone());
     if let Some((backends, order)) = &backends {
-        state = state.with_manifests(manifests.clone());
         let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
         let router = leasehold_adapters::backends::Router::new(backends, order);
         state =
             state.with_backend_secrets(secrets.collect::<Vec<_>>()).with_router(Arc::new(router));
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {} (--listen)", args.listen))?;
-    let address = listener.local_addr()?;
-
     let lag = tokio::spawn(log_lag(store.clone(), stopped.clone()));
     let seal_every = usize::try_from(args.seal_every).unwrap_or(1_000);
     // The sealer stops last, after the gateway and the projectors, so that its final seal
@@ -181,8 +183,6 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let reconciling = args.reconciling();
     let mut reconcilers = match backends {
         Some((backends, names)) => {
-            let base =
-                args.callback_base_url.clone().unwrap_or_else(|| format!("http://{address}"));
             let placed_on = placement(args)?;
             let works = (backends, manifests);
             let tasks =

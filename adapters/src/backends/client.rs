@@ -48,6 +48,9 @@ pub struct BackendConfig {
     pub default: bool,
     /// Fenced by an operator: never chosen, never called, reported unhealthy.
     pub fenced: bool,
+    /// It cannot be called (behind NAT): it subscribes to its work instead (the `work`
+    /// subscription) and is never called, swept or probed.
+    pub subscribes: bool,
 }
 
 impl BackendConfig {
@@ -65,6 +68,7 @@ impl BackendConfig {
             skus: Vec::new(),
             default: false,
             fenced: false,
+            subscribes: false,
         }
     }
 }

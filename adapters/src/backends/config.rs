@@ -12,6 +12,8 @@
 //! rules, `routing.rs`): `skus` lists the SKUs a backend serves (exact matches), `default:
 //! true` marks the one SKUs no backend lists go to (at most one; without it, the first
 //! backend), and `fenced: true` takes a backend out: never chosen, never called.
+//! `subscribes: true` marks a backend that cannot be called (behind NAT): it needs no `url`,
+//! is never called, and takes its work from the `work` subscription instead.
 //!
 //! Each backend has its own signing secret, read from its file (at least 32 bytes; never
 //! logged, never in an event). Names are unique, URLs are `http://` or `https://`.
@@ -66,7 +68,8 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct Entry {
     name: String,
-    url: String,
+    #[serde(default)]
+    url: Option<String>,
     secret_file: PathBuf,
     #[serde(default)]
     timeout_seconds: Option<u64>,
@@ -78,6 +81,8 @@ struct Entry {
     default: bool,
     #[serde(default)]
     fenced: bool,
+    #[serde(default)]
+    subscribes: bool,
 }
 
 /// Reads the backends file at `path` (relative secret files are relative to it).
@@ -102,11 +107,17 @@ pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
         if entry.name.is_empty() || configs.iter().any(|c| c.name == entry.name) {
             return Err(invalid("names must be present and unique"));
         }
-        if !(entry.url.starts_with("http://") || entry.url.starts_with("https://")) {
+        // A backend behind NAT has no URL to call: it subscribes to its work.
+        let url = match (&entry.url, entry.subscribes) {
+            (Some(url), _) => url.clone(),
+            (None, true) => String::new(),
+            (None, false) => return Err(invalid("url is required unless it subscribes")),
+        };
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
             return Err(invalid("url must start with http:// or https://"));
         }
         // Credentials in a URL would be printed wherever the URL is: secrets go in files.
-        let authority = entry.url.split("://").nth(1).unwrap_or("").split('/').next();
+        let authority = url.split("://").nth(1).unwrap_or("").split('/').next();
         if authority.is_some_and(|authority| authority.contains('@')) {
             return Err(invalid("url must not carry a user or password (use secret_file)"));
         }
@@ -118,7 +129,8 @@ pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
         let bytes = std::fs::read(&secret_path).map_err(|error| unreadable(&secret_path, error))?;
         let secret = SigningSecret::new(&bytes)
             .map_err(|_| invalid("its secret file must hold at least 32 bytes"))?;
-        let mut config = BackendConfig::new(&entry.name, &entry.url, secret);
+        let mut config = BackendConfig::new(&entry.name, &url, secret);
+        config.subscribes = entry.subscribes;
         config.timeout = Duration::from_secs(timeout);
         if entry.default && configs.iter().any(|c| c.default) {
             return Err(invalid("at most one backend is the default"));
@@ -200,6 +212,7 @@ mod tests {
                 r#"{"backends":[{"name":"a","url":"http://x","secret_file":"missing"}]}"#,
                 "cannot read",
             ),
+            (r#"{"backends":[{"name":"a","secret_file":"ok"}]}"#, "unless it subscribes"),
             (
                 r#"{"backends":[{"name":"a","url":"http://x","secret":"inline"}]}"#,
                 "not a backends file",

@@ -1,5 +1,6 @@
 //! Health probes: each backend's `GET /health` and `GET /stats`, recorded in `backend_status`
-//! for operators. A fenced backend is never called: it is reported unhealthy, as fenced.
+//! for operators. A fenced backend, or one that subscribes to its work (behind NAT), is never
+//! called: it is reported unhealthy, saying why.
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::StoreError;
@@ -19,6 +20,9 @@ pub async fn probe(client: &BackendClient) -> Probe {
     };
     if client.config().fenced {
         return Probe { error: Some("fenced by an operator: never called".into()), ..unprobed };
+    }
+    if client.config().subscribes {
+        return Probe { error: Some("subscribes to its work: never called".into()), ..unprobed };
     }
     if let Err(error) = client.health().await {
         return Probe { error: Some(error.to_string()), ..unprobed };

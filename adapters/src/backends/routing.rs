@@ -76,6 +76,10 @@ impl Router {
 
     async fn least_loaded<'a>(&self, candidates: &[&'a BackendClient]) -> &'a BackendClient {
         let asked = candidates.iter().map(|backend| async move {
+            // One behind NAT cannot be asked: it has no load figures.
+            if backend.config().subscribes {
+                return None;
+            }
             match tokio::time::timeout(STATS_WAIT, backend.stats()).await {
                 Ok(Ok(stats)) if stats.total_cpu_cores > 0.0 => Some((
                     *backend,

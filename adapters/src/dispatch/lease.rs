@@ -140,82 +140,6 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
         Ok(found.map(|(_, _, lease)| lease))
     }
 
-    /// The wire request of the work `event` started, and its action and target.
-    fn request(
-        &self,
-        event: &RecordedEvent,
-        decoded: &LeaseEvent,
-        lease: &Lease,
-    ) -> Option<(&'static str, String, serde_json::Value)> {
-        let terms = lease.terms.as_ref()?;
-        let id = terms.id;
-        let to_json = |value: serde_json::Result<serde_json::Value>| value.ok();
-        let (action, request) = match decoded {
-            LeaseEvent::LeaseProvisionRequested {
-                provider,
-                items,
-                operation,
-                payload_hash,
-                ..
-            } => {
-                let request = ProvisionRequest {
-                    lease_uuid: id.0,
-                    tenant: event.tenant_id.as_str().to_string(),
-                    provider_uuid: provider.0,
-                    items: wire_items(items),
-                    callback_url: self.callbacks.operation(id, (*operation)?),
-                    // The manifest itself is added when sending, from the vault (never
-                    // stored here); without it, no hash is sent either.
-                    payload: None,
-                    payload_hash: Some(payload_hash.as_str().to_string()),
-                    lifecycle_callback_url: None,
-                };
-                ("provision", to_json(serde_json::to_value(request))?)
-            }
-            LeaseEvent::LeaseRestoreStarted { from, provider, items, operation, .. } => {
-                let request = RestoreRequest {
-                    lease_uuid: id.0,
-                    from_lease_uuid: from.0,
-                    tenant: event.tenant_id.as_str().to_string(),
-                    provider_uuid: provider.0,
-                    items: wire_items(items),
-                    callback_url: self.callbacks.operation(id, (*operation)?),
-                    lifecycle_callback_url: None,
-                };
-                ("restore", to_json(serde_json::to_value(request))?)
-            }
-            LeaseEvent::LeaseRestartStarted { maintenance_id, admitted_at, .. } => {
-                let request = RestartRequest {
-                    lease_uuid: id.0,
-                    callback_url: self.callbacks.maintenance(id, *maintenance_id),
-                    maintenance_id: Some(maintenance_id.0.to_string()),
-                    admitted_at: Some(stamp(*admitted_at)),
-                };
-                ("restart", to_json(serde_json::to_value(request))?)
-            }
-            LeaseEvent::LeaseUpdateStarted {
-                maintenance_id, admitted_at, payload_hash, ..
-            } => {
-                // The manifest itself is added when sending, from the vault; a backend that
-                // needs it and gets none refuses the update.
-                let request = UpdateRequest {
-                    lease_uuid: id.0,
-                    callback_url: self.callbacks.maintenance(id, *maintenance_id),
-                    payload: Vec::new(),
-                    payload_hash: Some(payload_hash.as_str().to_string()),
-                    maintenance_id: Some(maintenance_id.0.to_string()),
-                    admitted_at: Some(stamp(*admitted_at)),
-                };
-                ("update", to_json(serde_json::to_value(request))?)
-            }
-            LeaseEvent::LeaseDeprovisionRequested { .. } => {
-                ("deprovision", serde_json::json!({ "lease_uuid": id.0 }))
-            }
-            _ => return None,
-        };
-        Some((action, terms.backend.as_str().to_string(), request))
-    }
-
     /// Sends one attempt; `Ok(None)` when the breaker refused it before it left.
     async fn call(
         &self,
@@ -352,9 +276,15 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
         if !awaits(&lease, generation) {
             return Ok(None);
         }
-        let Some((action, target, request)) = self.request(event, &decoded, &lease) else {
+        let Some((action, target, request)) =
+            work_request(&self.callbacks, event, &decoded, &lease)
+        else {
             return Ok(None);
         };
+        // A backend that cannot be called takes its work from the `work` subscription.
+        if self.backends.get(&target).is_some_and(|client| client.config().subscribes) {
+            return Ok(None);
+        }
         Ok(Some(Intent {
             stream: event.stream_id.clone(),
             generation,
@@ -445,6 +375,79 @@ fn lapse_answer(deadline: TimeDelta) -> DispatchAnswer {
     }
 }
 
+/// The wire request of the backend work `event` started on `lease` (as the dispatcher sends
+/// it, and as the `work` subscription hands it to a backend that cannot be called): its
+/// action, the backend it goes to, and the body, without the manifest (added when it leaves,
+/// from the vault). `None` for an event that starts no work.
+pub fn work_request(
+    callbacks: &CallbackUrls,
+    event: &RecordedEvent,
+    decoded: &LeaseEvent,
+    lease: &Lease,
+) -> Option<(&'static str, String, serde_json::Value)> {
+    let terms = lease.terms.as_ref()?;
+    let id = terms.id;
+    let to_json = |value: serde_json::Result<serde_json::Value>| value.ok();
+    let (action, request) = match decoded {
+        LeaseEvent::LeaseProvisionRequested {
+            provider, items, operation, payload_hash, ..
+        } => {
+            let request = ProvisionRequest {
+                lease_uuid: id.0,
+                tenant: event.tenant_id.as_str().to_string(),
+                provider_uuid: provider.0,
+                items: wire_items(items),
+                callback_url: callbacks.operation(id, (*operation)?),
+                // The manifest itself is added when sending, from the vault (never
+                // stored here); without it, no hash is sent either.
+                payload: None,
+                payload_hash: Some(payload_hash.as_str().to_string()),
+                lifecycle_callback_url: None,
+            };
+            ("provision", to_json(serde_json::to_value(request))?)
+        }
+        LeaseEvent::LeaseRestoreStarted { from, provider, items, operation, .. } => {
+            let request = RestoreRequest {
+                lease_uuid: id.0,
+                from_lease_uuid: from.0,
+                tenant: event.tenant_id.as_str().to_string(),
+                provider_uuid: provider.0,
+                items: wire_items(items),
+                callback_url: callbacks.operation(id, (*operation)?),
+                lifecycle_callback_url: None,
+            };
+            ("restore", to_json(serde_json::to_value(request))?)
+        }
+        LeaseEvent::LeaseRestartStarted { maintenance_id, admitted_at, .. } => {
+            let request = RestartRequest {
+                lease_uuid: id.0,
+                callback_url: callbacks.maintenance(id, *maintenance_id),
+                maintenance_id: Some(maintenance_id.0.to_string()),
+                admitted_at: Some(stamp(*admitted_at)),
+            };
+            ("restart", to_json(serde_json::to_value(request))?)
+        }
+        LeaseEvent::LeaseUpdateStarted { maintenance_id, admitted_at, payload_hash, .. } => {
+            // The manifest itself is added when sending, from the vault; a backend that
+            // needs it and gets none refuses the update.
+            let request = UpdateRequest {
+                lease_uuid: id.0,
+                callback_url: callbacks.maintenance(id, *maintenance_id),
+                payload: Vec::new(),
+                payload_hash: Some(payload_hash.as_str().to_string()),
+                maintenance_id: Some(maintenance_id.0.to_string()),
+                admitted_at: Some(stamp(*admitted_at)),
+            };
+            ("update", to_json(serde_json::to_value(request))?)
+        }
+        LeaseEvent::LeaseDeprovisionRequested { .. } => {
+            ("deprovision", serde_json::json!({ "lease_uuid": id.0 }))
+        }
+        _ => return None,
+    };
+    Some((action, terms.backend.as_str().to_string(), request))
+}
+
 /// The dispatcher as a caller: its own key namespace (`system:dispatcher`), which no token
 /// can take, and every provider.
 fn dispatcher() -> Caller {
@@ -457,7 +460,7 @@ fn dispatcher() -> Caller {
 }
 
 /// The generation of the backend work `event` starts, if it starts any.
-fn started_work(event: &LeaseEvent) -> Option<u64> {
+pub fn started_work(event: &LeaseEvent) -> Option<u64> {
     match event {
         LeaseEvent::LeaseProvisionRequested { generation, .. }
         | LeaseEvent::LeaseRestoreStarted { generation, .. }
@@ -469,7 +472,8 @@ fn started_work(event: &LeaseEvent) -> Option<u64> {
 }
 
 /// Whether the lease still waits for its backend to take the work of `generation`.
-fn awaits(lease: &Lease, generation: u64) -> bool {
+/// Whether `lease` still awaits its backend work of `generation`.
+pub fn awaits(lease: &Lease, generation: u64) -> bool {
     lease.generation == generation
         && matches!(
             lease.status,

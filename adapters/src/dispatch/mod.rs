@@ -27,7 +27,7 @@
 //! sent and recorded; `lease.rs` is the lease backends' kind. Every later kind that reaches
 //! an outside system (host agents, rental providers, runner providers) is one more.
 
-mod lease;
+pub mod lease;
 mod manifests;
 mod outbox;
 

@@ -45,7 +45,7 @@ kinds!(lease::{LeaseQuery, LeaseMutation});
 // Every subscription.
 #[derive(Debug, Default, MergedSubscription)]
 #[graphql(name = "Subscription")]
-pub struct SubscriptionRoot(subscription::LogSubscription);
+pub struct SubscriptionRoot(subscription::LogSubscription, lease::LeaseSubscription);
 
 /// The gateway's schema.
 pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

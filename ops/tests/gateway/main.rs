@@ -14,3 +14,4 @@ mod setup;
 mod socket;
 mod subscriptions;
 mod support;
+mod work;

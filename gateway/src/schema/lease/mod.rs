@@ -5,11 +5,13 @@ mod backend;
 mod mutation;
 mod query;
 mod types;
+mod work;
 
 pub use backend::LeaseBackendQuery;
 pub use mutation::LeaseMutation;
 pub use query::LeaseReadQuery;
 pub use types::*;
+pub use work::LeaseSubscription;
 
 /// The lease's queries: over its read models and the log, and read through to its backend.
 #[derive(Debug, Default, async_graphql::MergedObject)]
