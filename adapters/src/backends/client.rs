@@ -51,6 +51,28 @@ pub struct BackendConfig {
     /// It cannot be called (behind NAT): it subscribes to its work instead (the `work`
     /// subscription) and is never called, swept or probed.
     pub subscribes: bool,
+    /// How its TLS is verified and how Leasehold presents itself (fred's `tls_*` settings).
+    pub tls: TlsSettings,
+}
+
+/// A backend's TLS settings: PEM bytes read from the backends file's files.
+#[derive(Clone, Default)]
+pub struct TlsSettings {
+    /// The CA that signed the backend's certificate (`tls_ca_file`): only it is trusted.
+    /// Without it, the system's roots are.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Leasehold's client certificate chain and key for mutual TLS (`tls_client_cert_file`
+    /// and `tls_client_key_file`, one PEM). Never shown.
+    pub client_identity_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_identity", &self.client_identity_pem.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
 }
 
 impl BackendConfig {
@@ -69,6 +91,7 @@ impl BackendConfig {
             default: false,
             fenced: false,
             subscribes: false,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -139,12 +162,24 @@ impl BackendClient {
     /// # Errors
     /// [`CallError::Transport`] when the HTTP client cannot be built.
     pub fn new(config: BackendConfig, clock: Arc<dyn Clock>) -> Result<Self, CallError> {
-        let http = reqwest::Client::builder()
+        let transport = |e: reqwest::Error| CallError::Transport { reason: e.to_string() };
+        let mut http = reqwest::Client::builder()
             .timeout(config.timeout)
             .pool_max_idle_per_host(10)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .map_err(|e| CallError::Transport { reason: e.to_string() })?;
+            .pool_idle_timeout(Duration::from_secs(90));
+        if let Some(ca) = &config.tls.ca_pem {
+            let ca = reqwest::Certificate::from_pem(ca).map_err(transport)?;
+            http = http.tls_built_in_root_certs(false).add_root_certificate(ca);
+        }
+        if let Some(identity) = &config.tls.client_identity_pem {
+            // The key's bytes stay out of the error: reqwest's message names no content.
+            let identity =
+                reqwest::Identity::from_pem(identity).map_err(|_| CallError::Transport {
+                    reason: "the TLS client certificate or key is not PEM".into(),
+                })?;
+            http = http.identity(identity);
+        }
+        let http = http.build().map_err(transport)?;
         let open_for = chrono::TimeDelta::from_std(config.breaker_open)
             .map_err(|e| CallError::Transport { reason: format!("breaker_open: {e}") })?;
         let breaker = SharedBreaker::opening_for(open_for);

@@ -16,7 +16,10 @@
 //! is never called, and takes its work from the `work` subscription instead.
 //!
 //! Each backend has its own signing secret, read from its file (at least 32 bytes; never
-//! logged, never in an event). Names are unique, URLs are `http://` or `https://`.
+//! logged, never in an event). Names are unique, URLs are `http://` or `https://`. TLS, as
+//! fred's backends file: `tls_ca_file` (the CA that signed the backend's certificate; only it
+//! is trusted, else the system's roots), `tls_client_cert_file` with `tls_client_key_file`
+//! (Leasehold's certificate for mutual TLS). There is no way to skip verification.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,6 +86,12 @@ struct Entry {
     fenced: bool,
     #[serde(default)]
     subscribes: bool,
+    #[serde(default)]
+    tls_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    tls_client_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    tls_client_key_file: Option<PathBuf>,
 }
 
 /// Reads the backends file at `path` (relative secret files are relative to it).
@@ -144,9 +153,43 @@ pub fn load(path: &Path) -> Result<Vec<BackendConfig>, ConfigError> {
             }
             config.breaker_open = Duration::from_secs(open);
         }
+        config.tls = tls_of(&entry, base)?;
         configs.push(config);
     }
     Ok(configs)
+}
+
+/// The entry's TLS files, read (relative paths are relative to the backends file).
+fn tls_of(entry: &Entry, base: &Path) -> Result<super::TlsSettings, ConfigError> {
+    let read = |file: &Path| {
+        let path = base.join(file);
+        std::fs::read(&path)
+            .map_err(|error| ConfigError::Unreadable { path, reason: error.to_string() })
+    };
+    let ca_pem = entry.tls_ca_file.as_deref().map(read).transpose()?;
+    let client_identity_pem = match (&entry.tls_client_cert_file, &entry.tls_client_key_file) {
+        (Some(cert), Some(key)) => {
+            let mut pem = read(cert)?;
+            pem.push(b'\n');
+            pem.extend(read(key)?);
+            Some(pem)
+        }
+        (None, None) => None,
+        _ => {
+            return Err(ConfigError::Invalid {
+                name: entry.name.clone(),
+                reason: "tls_client_cert_file and tls_client_key_file go together".into(),
+            });
+        }
+    };
+    let tls = ca_pem.is_some() || client_identity_pem.is_some();
+    if tls && !entry.url.as_deref().is_some_and(|url| url.starts_with("https://")) {
+        return Err(ConfigError::Invalid {
+            name: entry.name.clone(),
+            reason: "TLS settings need an https:// url".into(),
+        });
+    }
+    Ok(super::TlsSettings { ca_pem, client_identity_pem })
 }
 
 #[cfg(test)]
@@ -213,6 +256,18 @@ mod tests {
                 "cannot read",
             ),
             (r#"{"backends":[{"name":"a","secret_file":"ok"}]}"#, "unless it subscribes"),
+            (
+                r#"{"backends":[{"name":"a","url":"https://x","secret_file":"ok","tls_client_cert_file":"ok"}]}"#,
+                "go together",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"http://x","secret_file":"ok","tls_ca_file":"ok"}]}"#,
+                "https://",
+            ),
+            (
+                r#"{"backends":[{"name":"a","url":"https://x","secret_file":"ok","tls_ca_file":"none"}]}"#,
+                "cannot read",
+            ),
             (
                 r#"{"backends":[{"name":"a","url":"http://x","secret":"inline"}]}"#,
                 "not a backends file",

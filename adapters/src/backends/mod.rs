@@ -22,7 +22,7 @@ pub mod wire;
 pub use breaker::{
     Admission, BREAKER_FAILURES_MAX, BREAKER_OPEN, Breaker, BreakerState, CircuitOpen,
 };
-pub use client::{BackendClient, BackendConfig, CallError};
+pub use client::{BackendClient, BackendConfig, CallError, TlsSettings};
 pub use refusal::{
     BackendError, Route, TENANT_DETAIL_BYTES_MAX, ValidationCode, classify, tenant_detail,
 };

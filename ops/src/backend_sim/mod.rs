@@ -16,6 +16,7 @@
 
 mod maintenance;
 mod routes;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -68,6 +69,17 @@ pub struct SimArgs {
     /// leaves behind, an orphan.
     #[arg(long = "orphan")]
     pub orphans: Vec<Uuid>,
+    /// Serve HTTPS with this certificate chain (PEM; with --tls-key-file), as fred's
+    /// backends do with `tls_cert_file`.
+    #[arg(long, requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Require a client certificate signed by this CA (PEM): mutual TLS, as fred's
+    /// `tls_client_ca_file`.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
 }
 
 /// One way the simulator misbehaves.
@@ -179,6 +191,11 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    if let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_key_file) {
+        let config = tls::server_config(cert, key, args.tls_client_ca_file.as_deref())?;
+        println!("listening on https://{}", listener.local_addr()?);
+        return tls::serve(listener, routes::router(sim), config).await;
+    }
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, routes::router(sim))
         .with_graceful_shutdown(async {

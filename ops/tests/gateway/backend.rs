@@ -21,6 +21,8 @@ pub(crate) const READY_WAIT: Duration = Duration::from_secs(60);
 /// A running `leasehold backend-sim`; killed when dropped.
 pub(crate) struct Sim {
     pub(crate) url: String,
+    /// How the test reaches the simulator's own routes (a TLS test sets its CA and identity).
+    pub(crate) http: reqwest::Client,
     _child: tokio::process::Child,
 }
 
@@ -61,12 +63,15 @@ impl Sim {
             .expect("the simulator says where it listens")
             .expect("readable");
         let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
-        Sim { url, _child: child }
+        Sim { url, http: reqwest::Client::new(), _child: child }
     }
 
     /// How many requests `route` received.
     pub(crate) async fn received(&self, route: &str) -> u64 {
-        let counts: Value = reqwest::get(format!("{}/sim/requests", self.url))
+        let counts: Value = self
+            .http
+            .get(format!("{}/sim/requests", self.url))
+            .send()
             .await
             .expect("the simulator answers")
             .json()

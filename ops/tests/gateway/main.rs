@@ -14,4 +14,5 @@ mod setup;
 mod socket;
 mod subscriptions;
 mod support;
+mod tls;
 mod work;
