@@ -10,17 +10,20 @@
 //!   recorded (`ObserveTerminalBudget`), and an exhausted one closes a failed lease
 //!   (the aggregate decides; `fail_count` never does). A point lookup never counts.
 //! - **Orphans are reported**: provisions the backend lists that Leasehold does not hold
-//!   there (an unknown lease, one placed elsewhere, one released, one of another tenant). One
-//!   is released at the backend only on a positive terminal fact, its lease's chain state
-//!   re-read as closed, rejected or expired (rule 11); an unknown lease is never touched.
+//!   there (an unknown lease, one placed elsewhere, one released or failed for good, one held
+//!   as retained but listed otherwise, one of another tenant). A released or failed one is
+//!   released at the backend only on a positive terminal fact, its lease's chain state re-read
+//!   as closed, rejected or expired (rule 11); the others are never touched.
 //! - **Live leases the listing lacks** are counted and reported, never re-provisioned.
 //! - **Reaped retained data**: a record being reaped that the complete retention listing no
-//!   longer holds is confirmed destroyed (`ConfirmReaped`).
+//!   longer holds, and whose point read is a 404, is confirmed destroyed (`ConfirmReaped`).
 //! - **Custom domains** are reconciled onto the running provision
 //!   (`POST /reconcile_custom_domain`, which restarts it and rolls back on failure): at once
 //!   when a `LeaseCustomDomainSet` event arrives, and on every sweep for a ready lease whose
-//!   listed items carry other domains than the lease's. A failure is logged and the next
-//!   sweep tries again; the backend's own rollback keeps what runs consistent.
+//!   listed items carry other domains than the lease's, at most three times for one set of
+//!   domains (each restarts the provision; a backend that rolls back would be restarted for
+//!   ever). A failure is logged; the backend's own rollback keeps what runs consistent, and the
+//!   lease keeps the domains its tenant asked for.
 //!
 //! What operators see of each sweep is in `backend_status` (the `backends` query). Every
 //! command is keyed by what the sweep saw (the lease's version, or the record), so a
@@ -33,17 +36,23 @@ use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::{Caller, LeaseService};
 use leasehold_domain::lease::{
-    Lease, LeaseCommand, LeaseId, LeaseItems, LeaseStatus, TerminalBudget, TerminalVerdict,
+    ChainState, Lease, LeaseCommand, LeaseId, LeaseItems, LeaseStatus, TerminalBudget,
+    TerminalVerdict,
 };
 use leasehold_domain::{Actor, RecordedEvent, StoreError};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 use uuid::Uuid;
 
-use crate::backends::BackendClient;
 use crate::backends::status::{Orphan, PgBackendStatus, Sweep};
 use crate::backends::wire::{ProvisionInfo, ReconcileCustomDomainRequest};
+use crate::backends::{BackendClient, BackendError, CallError};
 use crate::dispatch::{Backends, wire_items};
 use crate::store::{PgEventStore, from_driver, from_pool};
+
+/// How many times one set of custom domains is asked for before the reconciler stops asking
+/// (the backend restarts the provision for it and rolls back when that fails: asking on
+/// every sweep would restart it for ever). A change of the domains asks again.
+const DOMAIN_TRIES_MAX: u32 = 3;
 
 /// Statuses of a lease the backend should list (a provisioning one may not be sent yet).
 const SHOULD_BE_LISTED: [&str; 5] = ["ready", "failing", "failed", "restarting", "updating"];
@@ -56,6 +65,8 @@ pub struct Inventory<S> {
     log: PgEventStore,
     every: TimeDelta,
     next_sweep: Mutex<Option<DateTime<Utc>>>,
+    /// Per lease: the custom domains last asked for, and how many times.
+    domain_tries: Mutex<std::collections::HashMap<Uuid, (String, u32)>>,
 }
 
 impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
@@ -67,7 +78,14 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
         log: PgEventStore,
         every: TimeDelta,
     ) -> Self {
-        Self { service, backends, log, every, next_sweep: Mutex::new(None) }
+        Self {
+            service,
+            backends,
+            log,
+            every,
+            next_sweep: Mutex::new(None),
+            domain_tries: Mutex::default(),
+        }
     }
 
     /// Sweeps one backend: its complete listing, or deferred.
@@ -108,7 +126,12 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
             self.placed_here(backend).await?.iter().filter(|l| !listed.contains(l)).count();
         let retained: HashSet<Uuid> = retained.iter().map(|r| r.lease_uuid).collect();
         for lease in self.reaping_here(backend, began).await? {
-            if !retained.contains(&lease) {
+            // Absent from the listing, and the backend's own record of it gone: the data is.
+            let gone = matches!(
+                client.provision_info(lease).await,
+                Err(CallError::Backend(BackendError::NotProvisioned))
+            );
+            if !retained.contains(&lease) && gone {
                 self.command(
                     LeaseId(lease),
                     format!("inventory:reaped:{lease}"),
@@ -149,32 +172,55 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
         if provision.tenant.as_deref().is_some_and(|tenant| tenant != owner.as_str()) {
             return Ok(orphan("foreign", false));
         }
-        let released_here = state.status == LeaseStatus::Deprovisioned
-            || (state.status == LeaseStatus::Retained && provision.status != "retained");
-        if released_here && provision.status != "deprovisioning" {
-            // Rule 11: only a positive terminal fact, re-read now, lets it go.
+        // Held as released, or failed for good (its chain closed, rejected or expired: a
+        // lapsed provision the backend finished late): what the backend still runs is an
+        // orphan, released on that positive terminal fact (rule 11), re-read just now.
+        let held_gone = state.status == LeaseStatus::Deprovisioned
+            || (state.status == LeaseStatus::Failed && state.chain.is_terminal());
+        if held_gone && provision.status != "deprovisioning" {
             let release = state.chain.is_terminal() && self.release(backend, client, lease).await;
             return Ok(orphan("released", release));
         }
-        if state.status == LeaseStatus::Ready && !domains_match(provision, &terms.items) {
-            self.reconcile_domains(backend, client, lease, &terms.items).await;
+        // Held as retained, listed otherwise: reported only, since the data may be what a
+        // restore needs.
+        if state.status == LeaseStatus::Retained && provision.status != "retained" {
+            return Ok(orphan("retained", false));
         }
-        let budget = provision.terminal_budget.as_ref().and_then(|budget| {
-            let verdict = match budget.verdict.as_str() {
-                "exhausted" => TerminalVerdict::Exhausted,
-                "available" => TerminalVerdict::Available,
-                _ => return None,
-            };
-            Some(TerminalBudget { verdict, consecutive_failures: budget.consecutive_failures })
-        });
+        if !state.status.is_live() {
+            return Ok(None);
+        }
+        if state.status == LeaseStatus::Ready {
+            if domains_match(provision, &terms.items) {
+                let mut tries =
+                    self.domain_tries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                tries.remove(&lease.0);
+            } else {
+                self.reconcile_domains(backend, client, lease, &terms.items).await;
+            }
+        }
         let identified = identity_bearing && provision.tenant.is_some();
-        if let Some(budget) = budget.filter(|b| identified && state.terminal_budget != Some(*b)) {
+        let Some(budget) = budget_of(provision).filter(|_| identified) else { return Ok(None) };
+        // Recorded when it changed, and again while it should close the lease and has not
+        // (the budget may have been seen before the failure was).
+        let closes = budget.verdict == TerminalVerdict::Exhausted
+            && budget.consecutive_failures >= 1
+            && state.status == LeaseStatus::Failed
+            && state.chain == ChainState::Active;
+        if state.terminal_budget != Some(budget) || closes {
             let command = LeaseCommand::ObserveTerminalBudget {
                 verdict: budget.verdict,
                 consecutive_failures: budget.consecutive_failures,
                 complete_inventory: true,
             };
-            self.command(lease, format!("inventory:budget:{}:{version}", lease.0), command).await?;
+            let verdict = match budget.verdict {
+                TerminalVerdict::Exhausted => "exhausted",
+                TerminalVerdict::Available => "available",
+            };
+            let key = format!(
+                "inventory:budget:{}:{version}:{verdict}:{}",
+                lease.0, budget.consecutive_failures
+            );
+            self.command(lease, key, command).await?;
         }
         Ok(None)
     }
@@ -189,9 +235,35 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
     ) {
         let request =
             ReconcileCustomDomainRequest { lease_uuid: lease.0, items: wire_items(items) };
+        if !self.may_ask_domains(backend, lease, &request) {
+            return;
+        }
         if let Err(error) = client.reconcile_custom_domain(&request).await {
             tracing::warn!(backend, lease = %lease.0, %error, "reconciling custom domains failed");
         }
+    }
+
+    /// Whether these domains may be asked for once more (counting this time).
+    fn may_ask_domains(
+        &self,
+        backend: &str,
+        lease: LeaseId,
+        request: &ReconcileCustomDomainRequest,
+    ) -> bool {
+        let desired = serde_json::to_string(&request.items).unwrap_or_default();
+        let mut tries = self.domain_tries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = tries.entry(lease.0).or_insert_with(|| (desired.clone(), 0));
+        if entry.0 != desired {
+            *entry = (desired, 0);
+        }
+        if entry.1 >= DOMAIN_TRIES_MAX {
+            return false;
+        }
+        entry.1 += 1;
+        if entry.1 == DOMAIN_TRIES_MAX {
+            tracing::warn!(backend, lease = %lease.0, "custom domains asked for {DOMAIN_TRIES_MAX} times; not again until they change");
+        }
+        true
     }
 
     /// Reconciles the custom domains of every ready lease among `events`' domain changes.
@@ -249,6 +321,11 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Inventory<S> {
         use leasehold_commands::CommandError;
         match self.service.for_owner(&inventory(), &key, lease, command).await {
             Ok(_) | Err(CommandError::Refused(_) | CommandError::NotFound) => Ok(()),
+            // The same key with another command: what it stood for was decided already.
+            Err(CommandError::IdempotencyConflict) => {
+                tracing::warn!(lease = %lease.0, %key, "an inventory observation's key was used");
+                Ok(())
+            }
             Err(error) => Err(ReconcileError::Retry {
                 action: "record an inventory observation".into(),
                 reason: error.to_string(),
@@ -312,7 +389,14 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Reconciler for Inventory<S
         let mut backends: Vec<_> = self.backends.iter().collect();
         backends.sort_by(|a, b| a.0.cmp(b.0));
         for (name, client) in backends {
-            let sweep = self.sweep(name, client, seen.now).await?;
+            // One backend's trouble never holds the others' sweeps back.
+            let sweep = match self.sweep(name, client, seen.now).await {
+                Ok(sweep) => sweep,
+                Err(ReconcileError::Retry { action, reason }) => {
+                    Sweep::Deferred { error: format!("{action}: {reason}") }
+                }
+                Err(error) => return Err(error),
+            };
             if let Sweep::Deferred { error } = &sweep {
                 tracing::warn!(backend = %name, %error, "inventory deferred");
             }
@@ -322,6 +406,17 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> Reconciler for Inventory<S
         *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
         Ok(Some(next))
     }
+}
+
+/// The failure budget a listed provision reports, if it reports one Leasehold knows.
+fn budget_of(provision: &ProvisionInfo) -> Option<TerminalBudget> {
+    let budget = provision.terminal_budget.as_ref()?;
+    let verdict = match budget.verdict.as_str() {
+        "exhausted" => TerminalVerdict::Exhausted,
+        "available" => TerminalVerdict::Available,
+        _ => return None,
+    };
+    Some(TerminalBudget { verdict, consecutive_failures: budget.consecutive_failures })
 }
 
 /// Whether the backend lists the lease's items with the lease's custom domains (a listing

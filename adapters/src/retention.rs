@@ -1,7 +1,8 @@
 //! The retention reaper: the reconciler that ends retained data's life (DOMAIN.md §1.1,
 //! RetainedLease). A released lease whose data the backend kept is restorable until its grace
 //! period ends (`retained_until`, from `--retention-max-age`) or until its tenant keeps more
-//! retained leases than the cap allows (`--retained-per-tenant`, the oldest go first). Then
+//! retained leases than the cap allows (`--retained-per-tenant`, the oldest go first; a record
+//! being restored does not count, as it is about to be consumed). Then
 //! the reaper issues `Reap`: the record turns `reaping`, still counts toward disk usage, and
 //! can no longer be restored. It is deleted (`ConfirmReaped`) only when the backend's own
 //! complete retention listing no longer holds it (the inventory reconciler's positive fact):
@@ -87,8 +88,8 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> RetentionReaper<S> {
                    SELECT r.lease_id, r.updated_at, r.status, row_number() OVER ( \
                      PARTITION BY r.tenant_id ORDER BY l.created_at DESC, r.lease_id DESC) AS rank \
                    FROM retained_leases r JOIN leases l ON l.lease_id = r.lease_id \
-                   WHERE r.status IN ('active', 'restoring')) AS ranked \
-                 WHERE $2::bigint >= 0 AND rank > $2::bigint AND status = 'active' \
+                   WHERE r.status = 'active') AS ranked \
+                 WHERE $2::bigint >= 0 AND rank > $2::bigint \
                  LIMIT $3",
                 &[&now, &cap, &REAP_BATCH],
             )

@@ -144,10 +144,30 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
         // Another tenant's retained lease is looked up too: the aggregate answers "not found"
         // for it, never "forbidden".
         let found = self.pipeline.state::<Lease>(&from.stream_id()).await?;
+        if let (Some((owner, _, source)), LeaseCommand::Restore { items, .. }) = (&found, &command)
+        {
+            self.check_tier(owner == tenant, source, items)?;
+        }
         let retained_source =
             found.map(|(owner, _, lease)| RetainedSource { same_tenant: &owner == tenant, lease });
         let facts = LeaseFacts { retained_source, ..LeaseFacts::default() };
         self.run(caller, tenant.clone(), lease, key, command, facts).await
+    }
+
+    /// A restore into another SKU tier stays on the source's backend, which must serve each
+    /// SKU the source did not have (a SKU it had, it served). Only checked for the tenant's own
+    /// source: another's is answered "not found" by the aggregate.
+    fn check_tier(&self, own: bool, source: &Lease, items: &LeaseItems) -> Result<()> {
+        let (Some(router), Some(terms), true) = (&self.router, &source.terms, own) else {
+            return Ok(());
+        };
+        let had = terms.items.skus();
+        for item in items.as_slice() {
+            if !had.contains(&item.sku) && !router.serves(&terms.backend, &item.sku) {
+                return Err(CommandError::Refused(LeaseError::NoBackend { sku: item.sku.clone() }));
+            }
+        }
+        Ok(())
     }
 
     /// A tenant restarts its lease.

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use leasehold_domain::lease::{BackendName, LeaseItems};
+use leasehold_domain::lease::{BackendName, LeaseItems, Sku};
 
 /// The future a router answers with.
 pub type Routed<'a> = Pin<Box<dyn Future<Output = Option<BackendName>> + Send + 'a>>;
@@ -15,4 +15,10 @@ pub type Routed<'a> = Pin<Box<dyn Future<Output = Option<BackendName>> + Send + 
 pub trait BackendRouter: std::fmt::Debug + Send + Sync {
     /// The backend for a lease of `items`, if any may take it.
     fn route<'a>(&'a self, items: &'a LeaseItems) -> Routed<'a>;
+
+    /// Whether `backend` serves `sku` (a restore into another tier stays on its backend,
+    /// which must serve the new SKU). Without routing rules, every backend serves everything.
+    fn serves(&self, _backend: &BackendName, _sku: &Sku) -> bool {
+        true
+    }
 }

@@ -287,7 +287,17 @@ impl BackendClient {
         lease: Uuid,
         tail: u32,
     ) -> Result<std::collections::BTreeMap<String, String>, CallError> {
-        self.get(&format!("/logs/{lease}?tail={tail}"), BACKEND_LOGS_BYTES_MAX).await
+        let target = format!("/logs/{lease}?tail={tail}");
+        let call = Call {
+            route: Route::Read,
+            method: Method::GET,
+            target: &target,
+            body: Vec::new(),
+            cap: BACKEND_LOGS_BYTES_MAX,
+        };
+        // A tail too large is the asker's doing (a tenant's `tail`), not the backend's
+        // failure: it must never open the circuit every tenant's work goes through.
+        self.guarded_with(call, decode, false).await
     }
 
     /// `GET /releases/{lease}`.
@@ -430,9 +440,24 @@ impl BackendClient {
         call: Call<'_>,
         read: impl FnOnce(&[u8]) -> Result<T, CallError>,
     ) -> Result<T, CallError> {
+        self.guarded_with(call, read, true).await
+    }
+
+    /// As [`Self::guarded`]; an answer over the cap counts against the backend only when
+    /// `too_large_counts`.
+    async fn guarded_with<T>(
+        &self,
+        call: Call<'_>,
+        read: impl FnOnce(&[u8]) -> Result<T, CallError>,
+        too_large_counts: bool,
+    ) -> Result<T, CallError> {
         let admitted = self.breaker.admit(self.clock.now())?;
         let result = self.send(call).await.and_then(|body| read(&body));
-        let failed = result.as_ref().err().is_some_and(CallError::counts_toward_breaker);
+        let failed = match &result {
+            Err(CallError::TooLarge { .. }) => too_large_counts,
+            Err(error) => error.counts_toward_breaker(),
+            Ok(_) => false,
+        };
         if let Err(CallError::Backend(BackendError::MalformedErrorBody { .. })) = &result {
             self.malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

@@ -127,7 +127,9 @@ pub fn classify(route: Route, status: u16, body: &[u8]) -> Result<(), BackendErr
         (Route::Provision | Route::Restart | Route::Update | Route::Restore, 202)
         | (Route::Deprovision | Route::Read | Route::Health, 200)
         | (Route::ReconcileCustomDomain, 202 | 204) => Ok(()),
-        (Route::Provision | Route::Update | Route::Restore, 400) => Err(validation(status, body)),
+        (Route::Provision | Route::Update | Route::Restore | Route::ReconcileCustomDomain, 400) => {
+            Err(validation(status, body))
+        }
         (Route::Provision, 409) => Err(E::AlreadyProvisioned),
         (Route::Provision | Route::Restore, 503) => Err(E::InsufficientResources),
         (Route::Restore, 409 | 422) => Err(restore_refusal(status, body)),

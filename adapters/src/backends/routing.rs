@@ -114,6 +114,20 @@ impl BackendRouter for Router {
             BackendName::parse("backend", name).ok()
         })
     }
+
+    /// It lists the SKU, or it is the default and no backend lists it.
+    fn serves(&self, backend: &BackendName, sku: &leasehold_domain::lease::Sku) -> bool {
+        let sku = sku.as_str();
+        let Some(named) = self.backends.iter().find(|b| b.name() == backend.as_str()) else {
+            return false;
+        };
+        if named.config().skus.iter().any(|listed| listed == sku) {
+            return true;
+        }
+        let listed_anywhere =
+            self.backends.iter().any(|b| b.config().skus.iter().any(|listed| listed == sku));
+        !listed_anywhere && self.default_backend().is_some_and(|d| d.name() == named.name())
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +179,21 @@ mod tests {
         assert_eq!(router.route_sku("gpu.h100.1x").await, None);
         let router = router_fenced_default();
         assert_eq!(router.route_sku("cpu.small").await, None);
+    }
+
+    #[test]
+    fn a_backend_serves_what_it_lists_and_the_default_what_nobody_lists() {
+        let router = router(vec![
+            backend("gpu", &["gpu.h100.1x"], false, false),
+            backend("general", &[], true, false),
+        ]);
+        let name = |n: &str| BackendName::parse("backend", n).expect("a name");
+        let sku = |s: &str| leasehold_domain::lease::Sku::parse("sku", s).expect("a SKU");
+        assert!(router.serves(&name("gpu"), &sku("gpu.h100.1x")));
+        assert!(!router.serves(&name("gpu"), &sku("cpu.small")));
+        assert!(router.serves(&name("general"), &sku("cpu.small")));
+        assert!(!router.serves(&name("general"), &sku("gpu.h100.1x")), "listed elsewhere");
+        assert!(!router.serves(&name("unknown"), &sku("cpu.small")));
     }
 
     fn router_fenced_default() -> Router {

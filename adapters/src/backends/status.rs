@@ -32,8 +32,8 @@ pub struct Orphan {
     /// The status the backend lists it in.
     pub status: String,
     /// Why it is an orphan: `unknown` (no such lease in the log), `elsewhere` (placed on
-    /// another backend), `released` (the lease is released here), `foreign` (the backend
-    /// names another tenant).
+    /// another backend), `released` (the lease is released, or failed for good), `retained`
+    /// (held as retained, listed otherwise), `foreign` (the backend names another tenant).
     pub why: String,
     /// Whether the sweep asked the backend to release it (only on a positive terminal fact:
     /// the lease's chain state is closed, rejected or expired).

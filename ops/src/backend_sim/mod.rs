@@ -9,7 +9,7 @@
 //! retentions (keyset pages), health and stats. Its own routes: `GET /sim/requests` counts
 //! the requests received per route; `POST /sim/sweep/{lease}` is the backend's own retention
 //! sweep destroying one lease's retained data; `POST /sim/fail/{lease}` fails a ready lease
-//! for good (its container exited), reported by callback. `--fault` makes it misbehave (fail, refuse,
+//! for good (its container exited), reported by callback (`?callback=false`: only listed). `--fault` makes it misbehave (fail, refuse,
 //! answer garbage, time out, roll back, omit the maintenance stamp, report an exhausted
 //! budget, list without tenants, never complete a listing); `--orphan` holds a provision
 //! nobody asked for. Logs, releases and custom domains follow.

@@ -362,18 +362,23 @@ async fn retentions(State(sim): State<Sim>, request: Request) -> Response {
 }
 
 /// `POST /sim/fail/{lease}` (the simulator's own route): a ready lease's container exits for
-/// good; the backend reports it failed on the lease's callback URL.
-async fn fail(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+/// good; the backend reports it failed on the lease's callback URL, unless `?callback=false`
+/// (the failure is then only in its listings until this is asked again).
+async fn fail(State(sim): State<Sim>, Path(lease): Path<Uuid>, request: Request) -> Response {
+    let silent = request.uri().query().is_some_and(|query| query.contains("callback=false"));
     let callback_url = {
         let mut provisions = sim.provisions();
         match provisions.get_mut(&lease) {
-            Some(provision) if provision.status == "ready" => {
+            Some(provision) if matches!(provision.status, "ready" | "failed") => {
                 provision.status = "failed";
                 provision.request.callback_url.clone()
             }
-            _ => return error(StatusCode::NOT_FOUND, "no ready lease"),
+            _ => return error(StatusCode::NOT_FOUND, "no running lease"),
         }
     };
+    if silent {
+        return StatusCode::ACCEPTED.into_response();
+    }
     let payload = CallbackPayload {
         lease_uuid: lease.to_string(),
         status: "failed".into(),

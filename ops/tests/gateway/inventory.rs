@@ -69,6 +69,29 @@ async fn an_exhausted_budget_from_a_complete_inventory_closes_a_failed_lease() {
     assert_eq!(sim.received("deprovision").await, 1);
 }
 
+/// The budget may be listed before the failure is reported: recorded then, it still closes the
+/// lease once the failure arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_budget_listed_before_the_failure_closes_the_lease_once_it_fails() {
+    let dir = scratch();
+    let sim = Sim::start_with("127.0.0.1:0", &dir.0, &["exhausted-budget"]).await;
+    let server = serve_sweeping(&backends_file(&dir.0, &sim.url), &[]).await;
+    let tenant = tenant_token("acme");
+    let lease = ready_lease(&server, &tenant, "req-1").await;
+    let url = format!("{}/sim/fail/{}", sim.url, lease.as_str().expect("an id"));
+    let http = reqwest::Client::new();
+    let silent = http.post(format!("{url}?callback=false")).send().await.expect("answers");
+    assert_eq!(silent.status().as_u16(), 202);
+    // Listed failed with no retries left, while Leasehold still holds it ready.
+    wait_for_events(&server, &lease, "LeaseTerminalBudgetObserved", 1).await;
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(count(&events, "LeaseFailed"), 0, "{events:?}");
+    assert_eq!(http.post(&url).send().await.expect("answers").status().as_u16(), 202);
+    wait_for_status(&server, &tenant, &lease, "DEPROVISIONED").await;
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(count(&events, "LeaseClosedForFailure"), 1, "{events:?}");
+}
+
 /// A failed lease whose backend reports an exhausted budget through a listing that `fault`
 /// spoils stays failed and open across a sweep; the backend's view after that sweep.
 async fn spoiled_listing_never_closes(fault: &str) -> Value {
@@ -167,7 +190,14 @@ async fn reaped_data_is_confirmed_gone_only_once_the_backend_no_longer_retains_i
     assert_eq!(code(&refused), Some("INVALID_STATE"), "{refused}");
     assert_eq!(sim.received("restore").await, 0);
 
-    // The backend still lists it as retained: a sweep confirms nothing.
+    // The backend still lists it as retained: a sweep after the read models show it reaping
+    // confirms nothing.
+    let reaping = "{ retainedLeases { id status } }";
+    eventually("the record read as reaping", || async {
+        let answer = server.graphql(&tenant, reaping, json!({})).await;
+        (data(&answer)["retainedLeases"][0]["status"] == "reaping").then_some(())
+    })
+    .await;
     swept_after(&server, Utc::now()).await;
     let events = stream_events(&server, &lease).await;
     assert_eq!(count(&events, "LeaseRetentionDeleted"), 0, "{events:?}");

@@ -1,8 +1,9 @@
 //! TLS per backend, as fred's backends file sets it: `leasehold backend-sim` serves HTTPS with
 //! a certificate from a CA made for the test and demands a client certificate (mutual TLS).
 //! With the CA and the client certificate the lease's work goes through; without the client
-//! certificate, or trusting only the system's roots, nothing reaches the backend and the work
-//! waits, recorded as failed attempts.
+//! certificate (the backend refuses us), or with it but trusting only the system's roots (we
+//! refuse the backend), nothing reaches the backend and the work waits, recorded as failed
+//! attempts.
 
 use std::path::Path;
 
@@ -83,11 +84,15 @@ async fn a_backend_behind_mutual_tls_is_reached_only_with_its_ca_and_our_certifi
     wait_for_events(&server, &lease, "LeaseDispatchFailed", 1).await;
     assert_eq!(sim.received("provision").await, 0);
 
-    // Trusting only the system's roots, the backend's certificate is not trusted either.
-    let file = tls_backends_file(&dir.0, &sim.url, &json!({}));
+    // With our certificate but trusting only the system's roots, the backend's certificate
+    // is not trusted: still nothing is sent.
+    let no_ca =
+        json!({ "tls_client_cert_file": "client.pem", "tls_client_key_file": "client.key" });
+    let file = tls_backends_file(&dir.0, &sim.url, &no_ca);
     server.terminate().await;
+    let failed = count(&stream_events(&server, &lease).await, "LeaseDispatchFailed");
     server.restart_with(&["--backend", "sim-1", "--backends-file", file.to_str().unwrap()]).await;
-    wait_for_events(&server, &lease, "LeaseDispatchFailed", 2).await;
+    wait_for_events(&server, &lease, "LeaseDispatchFailed", failed + 1).await;
     assert_eq!(sim.received("provision").await, 0);
 
     // With the CA and our certificate, the same work goes through and the lease is ready.

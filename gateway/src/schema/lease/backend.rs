@@ -233,9 +233,14 @@ async fn backend_of<'a>(
     let client = state.router.as_ref().and_then(|router| {
         router.backends().iter().find(|client| Some(client.name()) == placed.as_deref())
     });
-    client.ok_or_else(|| {
-        ApiError::new(Code::Unavailable, "this lease's backend cannot be reached from here")
-    })
+    match client {
+        // A backend behind NAT is never called: nothing can be read through to it.
+        Some(client) if !client.config().subscribes => Ok(client),
+        _ => Err(ApiError::new(
+            Code::Unavailable,
+            "this lease's backend cannot be reached from here",
+        )),
+    }
 }
 
 fn not_provisioned(status: &str) -> ApiError {
@@ -246,6 +251,10 @@ fn not_provisioned(status: &str) -> ApiError {
 fn backend_failed(error: &CallError) -> ApiError {
     match error {
         CallError::Backend(BackendError::NotProvisioned) => not_provisioned("not ready there"),
+        CallError::TooLarge { limit_bytes } => ApiError::bad_input(format!(
+            "tail: the answer is larger than {} MiB; ask for fewer lines",
+            limit_bytes >> 20
+        )),
         other => {
             tracing::warn!(error = %other, "a read through to a lease backend failed");
             ApiError::new(Code::Unavailable, "the lease's backend did not answer; try again")

@@ -70,3 +70,56 @@ async fn a_retry_names_the_same_lease_and_machine_actors_act_for_its_owner() {
     let repeated = leases.for_owner(&callback, "req-1", first.lease, report()).await;
     assert!(!repeated.expect("a no-op").outcome.duplicate);
 }
+
+/// Routing rules in which `docker-1` serves only `gpu.h100.1x`.
+#[derive(Debug)]
+struct OnlyH100;
+
+impl leasehold_commands::BackendRouter for OnlyH100 {
+    fn route<'a>(
+        &'a self,
+        _items: &'a leasehold_domain::lease::LeaseItems,
+    ) -> leasehold_commands::Routed<'a> {
+        Box::pin(async { Some(ServiceName::parse("backend", "docker-1").expect("valid")) })
+    }
+
+    fn serves(&self, _backend: &ServiceName, sku: &leasehold_domain::lease::Sku) -> bool {
+        sku.as_str() == "gpu.h100.1x"
+    }
+}
+
+/// A restore into another SKU tier stays on the retained lease's backend, so that backend must
+/// serve the new SKU: one it does not is refused before anything is recorded.
+#[tokio::test]
+async fn a_restore_into_a_tier_its_backend_does_not_serve_is_refused() {
+    let db = TestDb::migrated().await;
+    let leases = service(&db).with_router(std::sync::Arc::new(OnlyH100));
+    let acme = caller("alice", "tenant", Some("acme"), None);
+    let source = leases.request(&acme, "req-1", None, &input()).await.expect("requested").lease;
+    let system = caller("dispatcher", "system", None, None);
+    let stream = source.stream_id();
+    let stored = leases.pipeline().state::<leasehold_domain::lease::Lease>(&stream).await;
+    let (_, _, lease) = stored.expect("readable").expect("stored");
+    let operation = lease.operation.expect("an operation");
+    for (key, command) in [
+        ("up", LeaseCommand::ReportProvisioned { operation }),
+        ("down", LeaseCommand::Deprovision),
+        ("kept", LeaseCommand::ConfirmDeprovisioned { retained: true }),
+    ] {
+        leases.for_owner(&system, key, source, command).await.expect("recorded");
+    }
+    let tier = |sku: &str| vec![ItemInput { sku: sku.into(), quantity: 1, service_name: None }];
+    let refused =
+        leases.restore(&acme, "restore-1", (None, source), None, &tier("gpu.a10.1x")).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(CommandError::Refused(leasehold_domain::lease::LeaseError::NoBackend { sku }))
+                if sku.as_str() == "gpu.a10.1x"
+        ),
+        "{refused:?}"
+    );
+    let restored =
+        leases.restore(&acme, "restore-2", (None, source), None, &tier("gpu.h100.1x")).await;
+    assert!(restored.is_ok(), "the same tier restores: {restored:?}");
+}
