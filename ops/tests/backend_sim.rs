@@ -1,7 +1,7 @@
 //! Leasehold's backend client (`leasehold_adapters::backends`) against `leasehold backend-sim`
 //! run as a separate process: signed requests, fred's answers and refusals, a signed callback
-//! after a provision, keyset lookups, and the breaker opening on a backend that refuses every
-//! signature.
+//! after a provision, keyset lookups, retentions, logs, custom domains, and the breaker opening
+//! on a backend that refuses every signature.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,10 @@ struct Sim {
 }
 
 async fn start_sim() -> Sim {
+    start_sim_with(&[]).await
+}
+
+async fn start_sim_with(extra: &[&str]) -> Sim {
     let dir = std::env::temp_dir().join(format!("leasehold-sim-{}", Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
     let secret_file = dir.join("secret");
@@ -37,6 +41,7 @@ async fn start_sim() -> Sim {
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["backend-sim", "--callback-delay-ms", "20", "--secret-file"])
         .arg(&secret_file)
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -177,4 +182,53 @@ async fn a_bad_body_is_a_validation_refusal_and_a_wrong_secret_opens_the_breaker
     assert!(matches!(stranger.info(Uuid::now_v7()).await, Err(CallError::CircuitOpen(_))));
     // Health is neither signed nor behind the breaker.
     stranger.health().await.expect("healthy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retentions_logs_and_custom_domains_answer_as_the_protocol_says() {
+    let sim = start_sim_with(&["--retain"]).await;
+    let backend = client(&sim, SECRET);
+    let (base, mut callbacks) = callback_receiver().await;
+    let mut leases: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    for lease in &leases {
+        let url = format!("{base}/callbacks/leases/{lease}/operations/{}", Uuid::now_v7());
+        backend.provision(&provision_request(*lease, url)).await.expect("accepted");
+    }
+    for _ in &leases {
+        tokio::time::timeout(WAIT, callbacks.recv()).await.expect("a callback").unwrap();
+    }
+
+    // Logs: each instance's last lines, by instance index.
+    let logs = backend.logs(leases[0], 2).await.expect("logs");
+    assert_eq!(logs.keys().collect::<Vec<_>>(), ["0"]);
+    assert_eq!(logs["0"].lines().count(), 2);
+
+    // A custom domain onto the running provision: 204, then listed on its item.
+    let mut items = provision_request(leases[0], String::new()).items;
+    items[0].custom_domain = Some("app.example.com".into());
+    let request = leasehold_adapters::backends::wire::ReconcileCustomDomainRequest {
+        lease_uuid: leases[0],
+        items,
+    };
+    backend.reconcile_custom_domain(&request).await.expect("reconciled");
+    let listed = backend.lookup_provisions(&[leases[0]]).await.expect("a lookup");
+    let domain = listed[0].items.as_ref().and_then(|items| items[0].custom_domain.clone());
+    assert_eq!(domain.as_deref(), Some("app.example.com"));
+
+    // Released with the data kept: retained, and every one of them in the retention listing,
+    // ascending by lease, complete.
+    assert!(backend.list_retentions().await.expect("a listing").is_empty(), "never null");
+    for lease in &leases {
+        backend.deprovision(*lease).await.expect("released");
+    }
+    assert_eq!(backend.provision_info(leases[1]).await.expect("a record").status, "retained");
+    let retained = backend.list_retentions().await.expect("a listing");
+    leases.sort_by_key(ToString::to_string);
+    assert_eq!(retained.iter().map(|r| r.lease_uuid).collect::<Vec<_>>(), leases);
+    assert!(retained.iter().all(|r| r.tenant.as_deref() == Some("acme")));
+    // A retained lease has no logs: nothing runs.
+    assert_eq!(
+        backend.logs(leases[0], 2).await,
+        Err(CallError::Backend(BackendError::NotProvisioned))
+    );
 }
