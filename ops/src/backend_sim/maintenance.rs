@@ -29,6 +29,8 @@ struct Asked {
     callback_url: String,
     maintenance_id: Option<String>,
     admitted_at: Option<String>,
+    /// An update (a new release when it takes), not a restart.
+    update: bool,
 }
 
 pub(super) async fn restart(State(sim): State<Sim>, body: Bytes) -> Response {
@@ -41,6 +43,7 @@ pub(super) async fn restart(State(sim): State<Sim>, body: Bytes) -> Response {
         callback_url: request.callback_url,
         maintenance_id: request.maintenance_id,
         admitted_at: request.admitted_at,
+        update: false,
     };
     start(sim, asked, ("restarting", "restart")).await
 }
@@ -58,6 +61,7 @@ pub(super) async fn update(State(sim): State<Sim>, body: Bytes) -> Response {
         callback_url: request.callback_url,
         maintenance_id: request.maintenance_id,
         admitted_at: request.admitted_at,
+        update: true,
     };
     start(sim, asked, ("updating", "update")).await
 }
@@ -85,6 +89,9 @@ async fn complete(sim: Sim, asked: Asked) {
         let mut provisions = sim.provisions();
         let Some(provision) = provisions.get_mut(&asked.lease) else { return };
         provision.status = "ready";
+        if asked.update && !rolled_back {
+            provision.releases += 1;
+        }
     }
     let stamped = !sim.has(Fault::OmitStamp);
     let payload = CallbackPayload {
@@ -145,7 +152,8 @@ pub(super) async fn restore(State(sim): State<Sim>, body: Bytes) -> Response {
             lifecycle_callback_url: None,
         };
         let created_at = chrono::Utc::now();
-        let held = super::Provision { request: provision, status: "restarting", created_at };
+        let held =
+            super::Provision { request: provision, status: "restarting", created_at, releases: 1 };
         provisions.insert(request.lease_uuid, held);
     }
     tokio::spawn(super::routes::complete(sim, request.lease_uuid));

@@ -119,6 +119,9 @@ struct Provision {
     request: leasehold_adapters::backends::wire::ProvisionRequest,
     status: &'static str,
     created_at: chrono::DateTime<chrono::Utc>,
+    /// Its releases so far (a provision or restore is the first; each update that took, one
+    /// more).
+    releases: u32,
 }
 
 impl Provision {
@@ -134,7 +137,7 @@ impl Provision {
             payload: None,
             payload_hash: None,
         };
-        Self { request, status: "ready", created_at: chrono::Utc::now() }
+        Self { request, status: "ready", created_at: chrono::Utc::now(), releases: 1 }
     }
 }
 

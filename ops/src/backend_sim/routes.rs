@@ -15,8 +15,8 @@ use axum::routing::{get, post};
 use leasehold_adapters::backends::SIGNATURE_HEADER;
 use leasehold_adapters::backends::wire::{
     CallbackPayload, DeprovisionRequest, LeaseInfo, LeaseInstance, PortBinding, ProvisionInfo,
-    ProvisionRequest, ProvisionsPage, ReconcileCustomDomainRequest, RetainedLease, RetentionsPage,
-    TerminalBudget,
+    ProvisionRequest, ProvisionsPage, ReconcileCustomDomainRequest, ReleaseInfo, RetainedLease,
+    RetentionsPage, TerminalBudget,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -45,6 +45,7 @@ pub(super) fn router(sim: Sim) -> Router {
         .route("/provisions/{lease}", get(provision_info))
         .route("/retentions", get(retentions))
         .route("/logs/{lease}", get(logs))
+        .route("/releases/{lease}", get(releases))
         .route("/reconcile_custom_domain", post(reconcile_custom_domain))
         .route_layer(middleware::from_fn_with_state(sim.clone(), verify_signature));
     Router::new()
@@ -121,7 +122,8 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
             return (StatusCode::CONFLICT, axum::Json(body)).into_response();
         }
         let created_at = chrono::Utc::now();
-        provisions.insert(lease, Provision { request, status: "provisioning", created_at });
+        let held = Provision { request, status: "provisioning", created_at, releases: 1 };
+        provisions.insert(lease, held);
     }
     tokio::spawn(complete(sim, lease));
     (StatusCode::ACCEPTED, axum::Json(json!({ "provision_id": lease.to_string() }))).into_response()
@@ -268,6 +270,26 @@ async fn logs(State(sim): State<Sim>, Path(lease): Path<Uuid>, request: Request)
     let lines: Vec<String> = (1..=3).map(|n| format!("{lease} line {n}")).collect();
     let kept = lines[lines.len().saturating_sub(tail)..].join("\n");
     axum::Json(json!({ "0": kept })).into_response()
+}
+
+/// `GET /releases/{lease}`: its releases, oldest first, the last one active.
+async fn releases(State(sim): State<Sim>, Path(lease): Path<Uuid>) -> Response {
+    sim.received("releases");
+    let Some(provision) = sim.provisions().get(&lease).cloned() else {
+        return error(StatusCode::NOT_FOUND, "lease not provisioned");
+    };
+    let list: Vec<ReleaseInfo> = (1..=provision.releases)
+        .map(|version| ReleaseInfo {
+            version,
+            image: format!("sim/app:{version}"),
+            status: if version == provision.releases { "active" } else { "superseded" }.into(),
+            created_at: provision.created_at,
+            reason: None,
+            message: None,
+            manifest: Vec::new(),
+        })
+        .collect();
+    axum::Json(list).into_response()
 }
 
 /// `GET /provisions`: a lookup (`lease_uuid=..` repeated, 1 to 100), or keyset pages

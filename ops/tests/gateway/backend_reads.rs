@@ -58,6 +58,13 @@ async fn a_leases_connection_and_logs_come_from_its_backend_for_its_owner_only()
         data(&logs)["leaseLogs"],
         json!([{ "instance": "0", "text": format!("{id} line 2\n{id} line 3") }])
     );
+    // Releases come from the log, each image from the backend.
+    let releases = "query($id: ID!) { leaseReleases(id: $id) { version status image } }";
+    let answer = server.graphql(&acme, releases, json!({ "id": lease })).await;
+    assert_eq!(
+        data(&answer)["leaseReleases"],
+        json!([{ "version": 1, "status": "active", "image": "sim/app:1" }])
+    );
     let too_long = server.graphql(&acme, LOGS, json!({ "id": lease, "tail": 0 })).await;
     assert_eq!(code(&too_long), Some("BAD_USER_INPUT"), "{too_long}");
 
@@ -68,6 +75,7 @@ async fn a_leases_connection_and_logs_come_from_its_backend_for_its_owner_only()
     let unknown = json!(uuid::Uuid::now_v7().to_string());
     assert_eq!(code(&connection(&server, &acme, &unknown).await), Some("NOT_FOUND"));
     assert_eq!(sim.received("logs").await, 1, "refused reads never reach the backend");
+    assert_eq!(sim.received("releases").await, 1);
 
     // Released with its data kept: not provisioned, and listed as retained for its owner.
     let release =
@@ -111,4 +119,8 @@ async fn a_backend_that_is_down_makes_a_read_through_unavailable() {
     assert!(!message.contains("127.0.0.1"), "the backend's address stays in the log: {message}");
     let logs = server.graphql(&acme, LOGS, json!({ "id": lease })).await;
     assert_eq!(code(&logs), Some("UNAVAILABLE"), "{logs}");
+    // The releases still come from the log; only their images are missing.
+    let releases = "query($id: ID!) { leaseReleases(id: $id) { version image } }";
+    let answer = server.graphql(&acme, releases, json!({ "id": lease })).await;
+    assert_eq!(data(&answer)["leaseReleases"], json!([{ "version": 1, "image": null }]));
 }

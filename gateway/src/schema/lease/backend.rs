@@ -216,6 +216,35 @@ impl LeaseBackendQuery {
     }
 }
 
+/// How long a release listing's read-through may take before the images are left out.
+const RELEASE_IMAGES_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Each release's image by version, as the lease's backend lists them (`GET /releases`):
+/// empty when it cannot be asked, does not answer in time, or fails. The listing itself comes
+/// from the log; only the image is the backend's to say.
+pub(crate) async fn release_images(
+    ctx: &Context<'_>,
+    lease: LeaseId,
+) -> std::collections::HashMap<u32, String> {
+    let state = shared(ctx);
+    let Ok(Some(diagnostics)) = state.read_models.lease_diagnostics(lease).await else {
+        return std::collections::HashMap::new();
+    };
+    let client = state.router.as_ref().and_then(|router| {
+        let placed = diagnostics.backend_name.as_deref();
+        router.backends().iter().find(|c| Some(c.name()) == placed && !c.config().subscribes)
+    });
+    let Some(client) = client else { return std::collections::HashMap::new() };
+    match tokio::time::timeout(RELEASE_IMAGES_WAIT, client.releases(lease.0)).await {
+        Ok(Ok(releases)) => releases.into_iter().map(|r| (r.version, r.image)).collect(),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "release images unavailable");
+            std::collections::HashMap::new()
+        }
+        Err(_) => std::collections::HashMap::new(),
+    }
+}
+
 /// The client of the backend the tenant's lease is on, if the lease is in one of `statuses`.
 async fn backend_of<'a>(
     ctx: &Context<'a>,

@@ -1,7 +1,7 @@
 //! The lease kind in GraphQL: its types, queries and mutations, merged into the schema's
 //! roots (`schema/mod.rs`). Every kind has a module like this one.
 
-mod backend;
+pub(crate) mod backend;
 mod mutation;
 mod query;
 mod types;

@@ -41,7 +41,7 @@ impl LeaseReadQuery {
     }
 
     /// The releases of one of your leases, oldest first (`NOT_FOUND` when you have no lease
-    /// with that id).
+    /// with that id), each with its image when the lease's backend says it within 2 s.
     async fn lease_releases(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Vec<ReleaseView>> {
         let tenant = tenant_of(ctx, "read leases")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
@@ -50,7 +50,14 @@ impl LeaseReadQuery {
             return Err(ApiError::not_found("lease"));
         }
         let releases = read_models.releases(tenant, lease).await?;
-        Ok(releases.into_iter().map(ReleaseView::from).collect())
+        let images = super::backend::release_images(ctx, lease).await;
+        Ok(releases
+            .into_iter()
+            .map(|release| {
+                let image = images.get(&release.version).cloned();
+                ReleaseView { image, ..ReleaseView::from(release) }
+            })
+            .collect())
     }
 
     /// Your leases, newest first; or, with `ids`, those of them you have (at most 100 ids,

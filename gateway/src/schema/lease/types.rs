@@ -192,6 +192,9 @@ pub struct ReleaseView {
     pub message: Option<String>,
     /// When it was started.
     pub created_at: DateTime<Utc>,
+    /// Its image, as the lease's backend reports it (`GET /releases`); null when the backend
+    /// did not answer in time or does not know the release.
+    pub image: Option<String>,
 }
 
 impl From<leasehold_adapters::read_models::Release> for ReleaseView {
@@ -203,6 +206,7 @@ impl From<leasehold_adapters::read_models::Release> for ReleaseView {
             reason: release.reason,
             message: release.message,
             created_at: release.created_at,
+            image: None,
         }
     }
 }
