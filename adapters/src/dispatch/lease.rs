@@ -281,10 +281,6 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
         else {
             return Ok(None);
         };
-        // A backend that cannot be called takes its work from the `work` subscription.
-        if self.backends.get(&target).is_some_and(|client| client.config().subscribes) {
-            return Ok(None);
-        }
         Ok(Some(Intent {
             stream: event.stream_id.clone(),
             generation,
@@ -302,6 +298,14 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
             let detail = format!("no connection settings for backend {}", work.target);
             return Ok(Sent::NotSent { detail, wait: LONG_WAIT });
         };
+        // A backend that cannot be called takes its work from the `work` subscription: it is
+        // handed out, never sent, and still must be settled by its deadline.
+        if client.config().subscribes {
+            return Ok(match self.lease(&work.stream).await? {
+                Some(lease) if awaits(&lease, work.generation) => Sent::Delivered,
+                _ => Sent::Moot,
+            });
+        }
         // A fenced backend is never called: its work waits until an operator lifts the fence.
         if client.config().fenced {
             let detail = format!("backend {} is fenced by an operator", work.target);

@@ -161,3 +161,26 @@ async fn only_agents_subscribe_and_never_to_a_backend_the_dispatcher_calls() {
     let events = stream_events(&server, &lease["id"]).await;
     assert_eq!(count(&events, "LeaseDispatched"), 0, "nothing was sent: {events:?}");
 }
+
+/// Work handed to a backend behind NAT has the same callback deadline as work sent: an agent
+/// that never takes it, or never answers, fails it in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_handed_out_and_never_answered_fails_at_its_deadline() {
+    let dir = scratch();
+    let file = dir.0.join("backends.json");
+    std::fs::write(dir.0.join("edge.secret"), "edge-behind-nat-secret-0123456789abcdef").unwrap();
+    let backends = json!({ "backends": [
+        { "name": "edge", "secret_file": "edge.secret", "subscribes": true },
+    ]});
+    std::fs::write(&file, backends.to_string()).unwrap();
+    let file = file.to_str().expect("UTF-8");
+    let server = Server::start_with(&["--backends-file", file, "--callback-deadline", "2s"]).await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await["id"].clone();
+    wait_for_status(&server, &acme, &lease, "FAILED").await;
+    let query = "query($id: ID!) { lease(id: $id) { reason } }";
+    let answer = server.graphql(&acme, query, json!({ "id": lease })).await;
+    assert_eq!(data(&answer)["lease"]["reason"], "CallbackTimeout", "{answer}");
+    let events = stream_events(&server, &lease).await;
+    assert_eq!(count(&events, "LeaseDispatched"), 0, "handed out, never sent: {events:?}");
+}

@@ -3,7 +3,8 @@
 //! the dispatcher would have sent (the backends' own JSON: fred's fields, the per-operation
 //! callback URL, the manifest as `payload`), and the agent answers as any backend does: by
 //! signed callback on that URL. A release, which fred's protocol confirms by its `200`, carries
-//! a callback URL too: its agent reports `deprovisioned` there.
+//! a callback URL too: its agent reports `deprovisioned` there. The dispatcher counts such work
+//! as handed out, so its callback deadline runs as for work it sends.
 //!
 //! Agents only, scoped to the provider their token names (an all-providers agent: every
 //! provider); the backend is named by the subscriber and must not be one the dispatcher calls.
