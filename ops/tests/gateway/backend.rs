@@ -169,3 +169,11 @@ pub(crate) async fn ready_lease(server: &Server, tenant: &str, key: &str) -> Val
     wait_for_status(server, tenant, &lease, "READY").await;
     lease
 }
+
+/// The tenant releases its lease (`deprovisionLease` under `key`).
+pub(crate) async fn release(server: &Server, token: &str, lease: &Value, key: &str) {
+    let release =
+        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
+    let input = json!({ "input": { "leaseId": lease, "operationKey": key } });
+    data(&server.graphql(token, release, input).await);
+}

@@ -78,10 +78,7 @@ async fn a_leases_connection_and_logs_come_from_its_backend_for_its_owner_only()
     assert_eq!(sim.received("releases").await, 1);
 
     // Released with its data kept: not provisioned, and listed as retained for its owner.
-    let release =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": lease, "operationKey": "release-1" } });
-    data(&server.graphql(&acme, release, input).await);
+    release(&server, &acme, &lease, "release-1").await;
     wait_for_status(&server, &acme, &lease, "RETAINED").await;
     let released = connection(&server, &acme, &lease).await;
     assert_eq!(code(&released), Some("NOT_PROVISIONED"), "{released}");

@@ -43,10 +43,7 @@ async fn a_requested_lease_is_dispatched_called_back_and_ready() {
 
     // Releasing it: the backend's `200` is the release; the dispatcher reads it back (gone,
     // not retained) and confirms it.
-    let deprovision =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "release-1" } });
-    data(&server.graphql(&tenant, deprovision, input).await);
+    release(&server, &tenant, &lease["id"], "release-1").await;
     wait_for_status(&server, &tenant, &lease["id"], "DEPROVISIONED").await;
     assert_eq!(sim.received("deprovision").await, 1);
 }
@@ -391,10 +388,7 @@ async fn a_restore_goes_to_the_backend_that_holds_the_data() {
     let server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
     let tenant = tenant_token("acme");
     let source = ready_lease(&server, &tenant, "req-1").await;
-    let release =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": source, "operationKey": "release-1" } });
-    data(&server.graphql(&tenant, release, input).await);
+    release(&server, &tenant, &source, "release-1").await;
     wait_for_status(&server, &tenant, &source, "RETAINED").await;
 
     let restore = "mutation($input: RestoreLeaseInput!) { restoreLease(input: $input) { id } }";
@@ -533,10 +527,7 @@ async fn a_demote_that_does_not_fit_fails_the_restore_and_keeps_the_data() {
     let server = serve_dispatching(&backends_file(&dir.0, &sim.url)).await;
     let tenant = tenant_token("acme");
     let source = ready_lease(&server, &tenant, "req-1").await;
-    let release =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": source, "operationKey": "release-1" } });
-    data(&server.graphql(&tenant, release, input).await);
+    release(&server, &tenant, &source, "release-1").await;
     wait_for_status(&server, &tenant, &source, "RETAINED").await;
 
     let restore = "mutation($input: RestoreLeaseInput!) { restoreLease(input: $input) { id } }";

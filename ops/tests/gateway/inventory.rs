@@ -174,10 +174,7 @@ async fn reaped_data_is_confirmed_gone_only_once_the_backend_no_longer_retains_i
     let server = serve_sweeping(&backends_file(&dir.0, &sim.url), &retention).await;
     let tenant = tenant_token("acme");
     let lease = ready_lease(&server, &tenant, "req-1").await;
-    let release =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": lease, "operationKey": "release-1" } });
-    data(&server.graphql(&tenant, release, input).await);
+    release(&server, &tenant, &lease, "release-1").await;
 
     // Its grace (a second after its creation) is over: the reaper reaps it at once.
     wait_for_events(&server, &lease, "LeaseRetentionReaping", 1).await;

@@ -97,10 +97,7 @@ async fn an_agent_takes_its_providers_work_by_subscription_and_answers_by_callba
     assert_eq!(item(&mut theirs, "theirs").await["leaseId"], foreign["id"]);
 
     // Releasing it: the agent gets the release with a URL to report it on.
-    let release =
-        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { id } }";
-    let input = json!({ "input": { "leaseId": first["id"], "operationKey": "release-1" } });
-    data(&server.graphql(&acme, release, input).await);
+    release(&server, &acme, &first["id"], "release-1").await;
     let mut skipped = Vec::new();
     let released = loop {
         let next = item(&mut socket, "work").await;
