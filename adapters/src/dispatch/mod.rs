@@ -181,12 +181,16 @@ pub struct Dispatcher<K> {
     kind: K,
     outbox: PgOutbox,
     backoff: Backoff,
+    /// When its outbox next has something due, as last read: a call with no new work before
+    /// then asks the outbox nothing (most events a dispatcher reads start no work). Only this
+    /// instance writes its rows (the reconciler's lock), so nothing else moves it.
+    next_due: std::sync::Mutex<Option<Option<DateTime<Utc>>>>,
 }
 
 impl<K: DispatchKind> Dispatcher<K> {
     /// A dispatcher of `kind`'s work, keeping its outbox in `outbox`.
     pub fn new(kind: K, outbox: PgOutbox, backoff: Backoff) -> Self {
-        Self { kind, outbox, backoff }
+        Self { kind, outbox, backoff, next_due: std::sync::Mutex::new(None) }
     }
 
     /// Claims the work due at `now` and sends it, several at a time, each settled as soon as
@@ -278,9 +282,19 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         }
         let intents: Vec<Intent> =
             futures_util::future::try_join_all(intakes).await?.into_iter().flatten().collect();
+        let known = *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(next) = known.filter(|_| intents.is_empty()) {
+            if next.is_none_or(|next| seen.now < next) {
+                return Ok(next);
+            }
+        }
+        // Until it is read again, unknown: a failure below leaves the next call to ask.
+        *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.outbox.enqueue(K::NAME, &intents, seen.now).await?;
         self.send_due(seen.now).await?;
         self.lapse_overdue(seen.now).await?;
-        Ok(self.outbox.next_due(K::NAME).await?)
+        let next = self.outbox.next_due(K::NAME).await?;
+        *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
+        Ok(next)
     }
 }
