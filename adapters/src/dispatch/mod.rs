@@ -283,10 +283,10 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         let intents: Vec<Intent> =
             futures_util::future::try_join_all(intakes).await?.into_iter().flatten().collect();
         let known = *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(next) = known.filter(|_| intents.is_empty()) {
-            if next.is_none_or(|next| seen.now < next) {
-                return Ok(next);
-            }
+        if let Some(next) = known.filter(|_| intents.is_empty())
+            && next.is_none_or(|next| seen.now < next)
+        {
+            return Ok(next);
         }
         // Until it is read again, unknown: a failure below leaves the next call to ask.
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
