@@ -342,6 +342,13 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDisp
         })
     }
 
+    /// A send is at most two exchanges with its backend (the call, then a read-back) and the
+    /// recording of the answer: held for twice the longest backend timeout, and 10 s more.
+    fn claim_hold(&self) -> std::time::Duration {
+        let longest = self.backends.iter().map(|(_, c)| c.config().timeout).max();
+        longest.unwrap_or_default() * 2 + std::time::Duration::from_secs(10)
+    }
+
     /// Work settled by callback has the callback deadline; a release is confirmed by reading
     /// it back instead.
     fn answer_within(&self, action: &str) -> Option<TimeDelta> {

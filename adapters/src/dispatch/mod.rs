@@ -7,7 +7,7 @@
 //! - **At least once.** Intake (event → outbox row) is idempotent and happens before the
 //!   reconciler's checkpoint passes the event, so an intent is never skipped; a row stays
 //!   pending until an answer is recorded, so work claimed and not answered (a crash between
-//!   claiming and recording) is sent again. The receiver's duplicate must be harmless; the
+//!   claiming and recording) is sent again once its claim's hold runs out. The receiver's duplicate must be harmless; the
 //!   backends' protocol makes it so (a repeated provision is `409 already provisioned`).
 //! - **Attempt numbers are never reused.** An attempt is claimed (its number written) before
 //!   it is sent, so the event recording its answer is keyed by a number no other answer
@@ -35,9 +35,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures_util::StreamExt as _;
 use leasehold_domain::{EventId, RecordedEvent, StreamId, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub(crate) use lease::wire_items;
 pub use lease::{Backends, CALLBACK_DEADLINE, CallbackUrls, LeaseDispatch};
@@ -48,6 +49,9 @@ use crate::limits::{
     DISPATCH_CLAIM_ROWS_MAX, DISPATCH_CONCURRENCY_MAX, DISPATCH_RETRY_FIRST_MILLISECONDS,
     DISPATCH_RETRY_MAX_MILLISECONDS,
 };
+
+/// How soon a dispatcher looks at its outbox again while sends run.
+const SETTLE_LOOK_MILLISECONDS: i64 = 50;
 
 /// Work an event started, as its kind describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +141,12 @@ pub trait DispatchKind: Send + Sync + 'static {
         None
     }
 
+    /// How long a claimed piece of work is held (not due again) while its send runs: longer
+    /// than any send takes. A process that dies mid-send leaves it to be sent after that.
+    fn claim_hold(&self) -> Duration {
+        Duration::from_millis(DISPATCH_RETRY_MAX_MILLISECONDS)
+    }
+
     /// `work` was taken and not settled by its deadline: records the lapse as the work's
     /// failure if its aggregate still awaits it, and says whether it did.
     fn lapsed(
@@ -176,40 +186,76 @@ impl Backoff {
 }
 
 /// The reconciler that sends kind `K`'s work.
+///
+/// Its calls take work in and start sends; they never wait for a send. Each send runs on its
+/// own task and settles its outbox row when its answer is recorded, so a lease requested
+/// while others are being sent is taken in and sent at once, not after them. A claimed row is
+/// held (not due) for the kind's `claim_hold`: a process that dies mid-send leaves it to be
+/// sent again after that, and no row is sent twice at once.
 #[derive(Debug)]
 pub struct Dispatcher<K> {
+    parts: Arc<Parts<K>>,
+    /// When its outbox next has something due, as last read: a call with no new work before
+    /// then asks the outbox nothing (most events a dispatcher reads start no work). Only this
+    /// instance writes its rows (the reconciler's lock), and its sends mark it stale.
+    next_due: std::sync::Mutex<Option<Option<DateTime<Utc>>>>,
+    /// Set by every send that settled: the outbox moved since `next_due` was read.
+    settled: Arc<AtomicBool>,
+    /// Sends running now.
+    running: Arc<AtomicUsize>,
+    sends: std::sync::Mutex<tokio::task::JoinSet<()>>,
+}
+
+/// What a dispatcher's sends share.
+#[derive(Debug)]
+struct Parts<K> {
     kind: K,
     outbox: PgOutbox,
     backoff: Backoff,
-    /// When its outbox next has something due, as last read: a call with no new work before
-    /// then asks the outbox nothing (most events a dispatcher reads start no work). Only this
-    /// instance writes its rows (the reconciler's lock), so nothing else moves it.
-    next_due: std::sync::Mutex<Option<Option<DateTime<Utc>>>>,
 }
 
 impl<K: DispatchKind> Dispatcher<K> {
     /// A dispatcher of `kind`'s work, keeping its outbox in `outbox`.
     pub fn new(kind: K, outbox: PgOutbox, backoff: Backoff) -> Self {
-        Self { kind, outbox, backoff, next_due: std::sync::Mutex::new(None) }
-    }
-
-    /// Claims the work due at `now` and sends it, several at a time, each settled as soon as
-    /// its answer is recorded.
-    async fn send_due(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
-        let due = self.outbox.claim_due(K::NAME, now, DISPATCH_CLAIM_ROWS_MAX).await?;
-        let sends = futures_util::stream::iter(due)
-            .map(|work| async move { self.send_one(&work, now).await })
-            .buffer_unordered(DISPATCH_CONCURRENCY_MAX);
-        tokio::pin!(sends);
-        let mut first_error = None;
-        while let Some(result) = sends.next().await {
-            if let Err(error) = result {
-                first_error.get_or_insert(error);
-            }
+        Self {
+            parts: Arc::new(Parts { kind, outbox, backoff }),
+            next_due: std::sync::Mutex::new(None),
+            settled: Arc::default(),
+            running: Arc::default(),
+            sends: std::sync::Mutex::new(tokio::task::JoinSet::new()),
         }
-        first_error.map_or(Ok(()), Err)
     }
 
+    /// Claims the work due at `now`, as much as the sends running leave room for, and starts
+    /// its sends.
+    async fn send_due(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        let room = DISPATCH_CONCURRENCY_MAX.saturating_sub(self.running.load(Ordering::SeqCst));
+        if room == 0 {
+            return Ok(());
+        }
+        let hold =
+            now + TimeDelta::from_std(self.parts.kind.claim_hold()).unwrap_or(TimeDelta::MAX);
+        let limit = room.min(DISPATCH_CLAIM_ROWS_MAX);
+        let due = self.parts.outbox.claim_due(K::NAME, now, limit, hold).await?;
+        let mut sends = self.sends.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while sends.try_join_next().is_some() {}
+        for work in due {
+            self.running.fetch_add(1, Ordering::SeqCst);
+            let (parts, running, settled) =
+                (Arc::clone(&self.parts), Arc::clone(&self.running), Arc::clone(&self.settled));
+            sends.spawn(async move {
+                if let Err(error) = parts.send_one(&work, now).await {
+                    tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %error, "a send did not settle; it is sent again after its hold");
+                }
+                settled.store(true, Ordering::SeqCst);
+                running.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<K: DispatchKind> Parts<K> {
     /// Handles the deadlines of taken work that passed by `now`: each lapse is recorded by
     /// the kind (if the work is still awaited), then the row is marked so it is not handled
     /// again; a crash in between handles it again under the same key.
@@ -234,10 +280,7 @@ impl<K: DispatchKind> Dispatcher<K> {
                 let detail = format!("{action}: {reason}");
                 self.settle(work, Sent::Failed { detail }, now).await
             }
-            Err(error) => {
-                tracing::warn!(dispatcher = K::NAME, stream = %work.stream, %error, "dispatch not recorded");
-                Err(error)
-            }
+            Err(error) => Err(error),
         }
     }
 
@@ -278,23 +321,40 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         // bounds how many run), keeping the log's order.
         let mut intakes = Vec::with_capacity(seen.events.len());
         for event in seen.events {
-            intakes.push(self.kind.intent(event));
+            intakes.push(self.parts.kind.intent(event));
         }
         let intents: Vec<Intent> =
             futures_util::future::try_join_all(intakes).await?.into_iter().flatten().collect();
+        let settled = self.settled.swap(false, Ordering::SeqCst);
         let known = *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(next) = known.filter(|_| intents.is_empty())
+        if let Some(next) = known.filter(|_| intents.is_empty() && !settled)
             && next.is_none_or(|next| seen.now < next)
         {
-            return Ok(next);
+            return Ok(self.while_sending(next, seen.now));
         }
         // Until it is read again, unknown: a failure below leaves the next call to ask.
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        self.outbox.enqueue(K::NAME, &intents, seen.now).await?;
+        self.parts.outbox.enqueue(K::NAME, &intents, seen.now).await?;
         self.send_due(seen.now).await?;
-        self.lapse_overdue(seen.now).await?;
-        let next = self.outbox.next_due(K::NAME).await?;
+        self.parts.lapse_overdue(seen.now).await?;
+        let next = self.parts.outbox.next_due(K::NAME).await?;
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
-        Ok(next)
+        Ok(self.while_sending(next, seen.now))
+    }
+}
+
+impl<K: DispatchKind> Dispatcher<K> {
+    /// The next call: `next`, or sooner while sends run, since a send that settles moves the
+    /// outbox without an event to wake the runner (a send not made, work handed out).
+    fn while_sending(
+        &self,
+        next: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        if self.running.load(Ordering::SeqCst) == 0 && !self.settled.load(Ordering::SeqCst) {
+            return next;
+        }
+        let soon = now + TimeDelta::milliseconds(SETTLE_LOOK_MILLISECONDS);
+        Some(next.map_or(soon, |next| next.min(soon)))
     }
 }

@@ -105,7 +105,8 @@ impl PgOutbox {
     }
 
     /// Claims up to `limit` of `dispatcher`'s work due at `now`, oldest due first: each row's
-    /// attempt count rises by one, and the work carries the new number.
+    /// attempt count rises by one, the work carries the new number, and the row is not due
+    /// again until `hold` (its answer reschedules or ends it before then).
     ///
     /// # Errors
     /// A database failure, or a row that does not decode.
@@ -114,19 +115,21 @@ impl PgOutbox {
         dispatcher: &str,
         now: DateTime<Utc>,
         limit: usize,
+        hold: DateTime<Utc>,
     ) -> Result<Vec<Work>, StoreError> {
         let client = self.client().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                "UPDATE dispatch_outbox o SET attempts = o.attempts + 1 FROM ( \
+                "UPDATE dispatch_outbox o SET attempts = o.attempts + 1, next_attempt_at = $4 \
+                 FROM ( \
                    SELECT stream_id, generation FROM dispatch_outbox \
                    WHERE dispatcher = $1 AND state = 'pending' AND next_attempt_at <= $2 \
                    ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) due \
                  WHERE o.stream_id = due.stream_id AND o.generation = due.generation \
                  RETURNING o.stream_id, o.generation, o.tenant_id, o.target, o.action, \
                    o.request, o.attempts",
-                &[&dispatcher, &now, &limit],
+                &[&dispatcher, &now, &limit, &hold],
             )
             .await
             .map_err(self.fail())?;

@@ -558,3 +558,33 @@ async fn a_demote_that_does_not_fit_fails_the_restore_and_keeps_the_data() {
     wait_for_status(&server, &tenant, &restored, "READY").await;
     assert_eq!(sim.received("restore").await, 2);
 }
+
+/// A backend that never answers holds back only its own work: a lease for another backend,
+/// requested while the silent one's send is still waiting for an answer, is sent and ready at
+/// once, not after that send times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_backend_never_holds_back_another_backends_work() {
+    let dir = scratch();
+    let silent = Sim::start_with("127.0.0.1:0", &dir.0, &["timeout"]).await;
+    let answering = Sim::start("127.0.0.1:0", &dir.0).await;
+    let file = routed_backends_file(
+        &dir.0,
+        "backends.json",
+        &[
+            ("silent", &silent.url, json!({ "skus": ["gpu.h100.1x"], "timeout_seconds": 60 })),
+            ("answering", &answering.url, json!({ "default": true })),
+        ],
+    );
+    let server = Server::start_with(&["--backends-file", file.to_str().unwrap()]).await;
+    let tenant = tenant_token("acme");
+    let waiting = request_sku(&server, &tenant, "gpu-1", "gpu.h100.1x").await;
+    eventually("the silent backend holding a provision", || async {
+        (silent.received("provision").await >= 1).then_some(())
+    })
+    .await;
+    let lease = request_sku(&server, &tenant, "cpu-1", "cpu.small.1x").await;
+    wait_for_status(&server, &tenant, &lease, "READY").await;
+    // The silent backend's send is still waiting for its answer (60 s): nothing was recorded.
+    let events = stream_events(&server, &waiting).await;
+    assert_eq!(events, ["LeaseProvisionRequested"], "{events:?}");
+}

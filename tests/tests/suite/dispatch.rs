@@ -1,6 +1,6 @@
 //! The dispatcher's outbox (`adapters::dispatch::PgOutbox`) on a real database: intake is
 //! idempotent, newer work supersedes pending older work, an attempt number is claimed before
-//! a send and never reused, a send the target refused to try gives its number back, and work
+//! a send and never reused, a claimed row is held while its send runs, a send the target refused to try gives its number back, and work
 //! waits until it is due; taken work is overdue at its answer deadline until that is handled.
 
 use chrono::{TimeDelta, Timelike as _, Utc};
@@ -33,20 +33,23 @@ async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
     outbox.enqueue(DISPATCHER, std::slice::from_ref(&first), now).await.unwrap();
     // A replayed intake changes nothing.
     outbox.enqueue(DISPATCHER, std::slice::from_ref(&first), now).await.unwrap();
-    let claimed = outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    let hold = TimeDelta::seconds(70);
+    let claimed = outbox.claim_due(DISPATCHER, now, 10, now + hold).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].attempt, 1);
-    // Claimed and not yet answered: not due again until rescheduled (a crash leaves it due,
-    // and the next claim takes a new number).
-    let again = outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    // Claimed and not yet answered: held while its send runs, so never sent twice at once.
+    assert!(outbox.claim_due(DISPATCHER, now, 10, now + hold).await.unwrap().is_empty());
+    // A crash leaves it claimed and unanswered: due again once the hold runs out, under a
+    // new number.
+    let again = outbox.claim_due(DISPATCHER, now + hold, 10, now + hold * 2).await.unwrap();
     assert_eq!(again[0].attempt, 2, "a claimed number is never handed out twice");
     let key = (&first.stream, 1);
     // Not sent (the breaker was open): the number is given back, the work waits.
     let later = now + TimeDelta::seconds(1);
     outbox.give_back(key, 2, later, "circuit open").await.unwrap();
-    assert!(outbox.claim_due(DISPATCHER, now, 10).await.unwrap().is_empty(), "not due yet");
+    assert!(outbox.claim_due(DISPATCHER, now, 10, later).await.unwrap().is_empty(), "not due");
     assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(later));
-    let due = outbox.claim_due(DISPATCHER, later, 10).await.unwrap();
+    let due = outbox.claim_due(DISPATCHER, later, 10, later + hold).await.unwrap();
     assert_eq!(due[0].attempt, 2, "the given-back number is used again");
     // Failed: it keeps its number and waits for the backoff.
     let backoff = Backoff::default();
@@ -55,9 +58,10 @@ async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
     let rows = outbox.rows(DISPATCHER).await.unwrap();
     assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("pending", 2));
     assert_eq!(rows[0].last_error.as_deref(), Some("connection refused"));
-    assert_eq!(outbox.claim_due(DISPATCHER, next, 10).await.unwrap()[0].attempt, 3);
+    assert_eq!(outbox.claim_due(DISPATCHER, next, 10, next + hold).await.unwrap()[0].attempt, 3);
     outbox.finish(key, "delivered", next).await.unwrap();
-    assert!(outbox.claim_due(DISPATCHER, next + TimeDelta::hours(1), 10).await.unwrap().is_empty());
+    let much_later = next + TimeDelta::hours(1);
+    assert!(outbox.claim_due(DISPATCHER, much_later, 10, much_later).await.unwrap().is_empty());
     assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), None);
 }
 
@@ -76,7 +80,7 @@ async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
         [("lease-a", 1, "superseded"), ("lease-a", 2, "pending"), ("lease-b", 1, "pending")]
     );
     // Another dispatcher's work is its own.
-    assert!(outbox.claim_due("another", now, 10).await.unwrap().is_empty());
+    assert!(outbox.claim_due("another", now, 10, now).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -86,7 +90,7 @@ async fn taken_work_is_overdue_at_its_deadline_until_its_deadline_is_handled() {
     let now = Utc::now().with_nanosecond(0).expect("valid");
     let (awaited, released) = (intent("lease-a", 1), intent("lease-b", 1));
     outbox.enqueue(DISPATCHER, &[awaited.clone(), released.clone()], now).await.unwrap();
-    outbox.claim_due(DISPATCHER, now, 10).await.unwrap();
+    outbox.claim_due(DISPATCHER, now, 10, now + TimeDelta::seconds(70)).await.unwrap();
     let deadline = now + TimeDelta::seconds(600);
     outbox.deliver((&awaited.stream, 1), now, Some(deadline)).await.unwrap();
     // Work settled without a callback (a release) has no deadline.
