@@ -70,38 +70,48 @@ impl PgOutbox {
         let targets = column(|i| i.target.clone());
         let actions = column(|i| i.action.to_string());
         let requests: Vec<serde_json::Value> = intents.iter().map(|i| i.request.clone()).collect();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(self.fail())?;
-        tx.execute(
-            "INSERT INTO dispatch_outbox (stream_id, generation, event_id, tenant_id, dispatcher, \
-             target, action, request, next_attempt_at, recorded_at) \
-             SELECT s, g, e, t, $7, tg, a, r, $8, $8 \
-             FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], \
-                         $6::text[], $9::jsonb[]) AS i(s, g, e, t, tg, a, r) \
-             ON CONFLICT DO NOTHING",
-            &[
-                &streams,
-                &generations,
-                &event_ids,
-                &tenants,
-                &targets,
-                &actions,
-                &dispatcher,
-                &now,
-                &requests,
-            ],
-        )
-        .await
-        .map_err(self.fail())?;
-        tx.execute(
-            "UPDATE dispatch_outbox o SET state = 'superseded', settled_at = $3 \
-             FROM unnest($1::text[], $2::bigint[]) AS i(s, g) \
-             WHERE o.stream_id = i.s AND o.generation < i.g AND o.state = 'pending'",
-            &[&streams, &generations, &now],
-        )
-        .await
-        .map_err(self.fail())?;
-        tx.commit().await.map_err(self.fail())
+        // Within the batch too, only a stream's newest work is pending: the older is
+        // superseded from the start (one statement cannot see what it inserts).
+        let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        for intent in intents {
+            let entry = newest.entry(intent.stream.as_str()).or_insert(intent.generation);
+            *entry = (*entry).max(intent.generation);
+        }
+        let states: Vec<&str> = intents
+            .iter()
+            .map(
+                |i| if i.generation < newest[i.stream.as_str()] { "superseded" } else { "pending" },
+            )
+            .collect();
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH taken AS ( \
+                   INSERT INTO dispatch_outbox (stream_id, generation, event_id, tenant_id, \
+                     dispatcher, target, action, request, state, next_attempt_at, recorded_at) \
+                   SELECT s, g, e, t, $7, tg, a, r, st, $8, $8 \
+                   FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], \
+                               $6::text[], $9::jsonb[], $10::text[]) AS i(s, g, e, t, tg, a, r, st) \
+                   ON CONFLICT DO NOTHING) \
+                 UPDATE dispatch_outbox o SET state = 'superseded', settled_at = $8 \
+                 FROM unnest($1::text[], $2::bigint[]) AS i(s, g) \
+                 WHERE o.stream_id = i.s AND o.generation < i.g AND o.state = 'pending'",
+                &[
+                    &streams,
+                    &generations,
+                    &event_ids,
+                    &tenants,
+                    &targets,
+                    &actions,
+                    &dispatcher,
+                    &now,
+                    &requests,
+                    &states,
+                ],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok(())
     }
 
     /// Claims up to `limit` of `dispatcher`'s work due at `now`, oldest due first: each row's
@@ -277,6 +287,28 @@ impl PgOutbox {
             .await
             .map_err(self.fail())?;
         Ok(())
+    }
+
+    /// When `dispatcher`'s next pending work is due and its earliest answer deadline, if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn next_times(
+        &self,
+        dispatcher: &str,
+    ) -> Result<(Option<DateTime<Utc>>, Option<DateTime<Utc>>), StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT (SELECT min(next_attempt_at) FROM dispatch_outbox \
+                         WHERE dispatcher = $1 AND state = 'pending'), \
+                        (SELECT min(answer_by) FROM dispatch_outbox \
+                         WHERE dispatcher = $1 AND state = 'delivered' AND answer_by IS NOT NULL)",
+                &[&dispatcher],
+            )
+            .await
+            .map_err(self.fail())?;
+        Ok((row.get(0), row.get(1)))
     }
 
     /// When `dispatcher` next has something to do: pending work due, or a delivered piece's

@@ -79,6 +79,15 @@ async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
         states,
         [("lease-a", 1, "superseded"), ("lease-a", 2, "pending"), ("lease-b", 1, "pending")]
     );
+    // Within one batch too, only a stream's newest work is pending.
+    outbox.enqueue(DISPATCHER, &[intent("lease-c", 1), intent("lease-c", 2)], now).await.unwrap();
+    let rows = outbox.rows(DISPATCHER).await.unwrap();
+    let c: Vec<(u64, &str)> = rows
+        .iter()
+        .filter(|r| r.stream == "lease-c")
+        .map(|r| (r.generation, r.state.as_str()))
+        .collect();
+    assert_eq!(c, [(1, "superseded"), (2, "pending")]);
     // Another dispatcher's work is its own.
     assert!(outbox.claim_due("another", now, 10, now).await.unwrap().is_empty());
 }
