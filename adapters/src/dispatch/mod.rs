@@ -336,16 +336,13 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.parts.outbox.enqueue(K::NAME, &intents, seen.now).await?;
         self.send_due(seen.now).await?;
-        let (mut due, mut deadline) = self.parts.outbox.next_times(K::NAME).await?;
+        let mut times = self.parts.outbox.next_times(K::NAME).await?;
         // Deadlines are rare: looked at only when one has passed.
-        if deadline.is_some_and(|deadline| deadline <= seen.now) {
+        if times.1.is_some_and(|deadline| deadline <= seen.now) {
             self.parts.lapse_overdue(seen.now).await?;
-            (due, deadline) = self.parts.outbox.next_times(K::NAME).await?;
+            times = self.parts.outbox.next_times(K::NAME).await?;
         }
-        let next = match (due, deadline) {
-            (Some(due), Some(deadline)) => Some(due.min(deadline)),
-            (due, deadline) => due.or(deadline),
-        };
+        let next = outbox::earliest(times);
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
         Ok(self.while_sending(next, seen.now))
     }

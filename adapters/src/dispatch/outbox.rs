@@ -317,19 +317,7 @@ impl PgOutbox {
     /// # Errors
     /// A database failure.
     pub async fn next_due(&self, dispatcher: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                "SELECT least( \
-                   (SELECT min(next_attempt_at) FROM dispatch_outbox \
-                    WHERE dispatcher = $1 AND state = 'pending'), \
-                   (SELECT min(answer_by) FROM dispatch_outbox \
-                    WHERE dispatcher = $1 AND state = 'delivered' AND answer_by IS NOT NULL))",
-                &[&dispatcher],
-            )
-            .await
-            .map_err(self.fail())?;
-        Ok(row.get(0))
+        Ok(earliest(self.next_times(dispatcher).await?))
     }
 
     /// Every row of `dispatcher`, by stream and generation.
@@ -374,6 +362,16 @@ fn work_of(row: &tokio_postgres::Row) -> Result<Work, StoreError> {
         request: row.get(5),
         attempt: u32::try_from(row.get::<_, i32>(6)).map_err(|_| bad("attempts"))?,
     })
+}
+
+/// The earlier of a next due time and an answer deadline, either of which may be absent.
+pub fn earliest(
+    (due, deadline): (Option<DateTime<Utc>>, Option<DateTime<Utc>>),
+) -> Option<DateTime<Utc>> {
+    match (due, deadline) {
+        (Some(due), Some(deadline)) => Some(due.min(deadline)),
+        (due, deadline) => due.or(deadline),
+    }
 }
 
 fn to_i64(value: u64) -> i64 {
