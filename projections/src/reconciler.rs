@@ -198,8 +198,9 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
                 let count = page.events.len() as u64;
                 session.advance(checkpoint, page.next, count).await?;
                 checkpoint = Some(page.next);
-                self.checkpoint.send_replace(checkpoint);
+                // Counted before the checkpoint is published, as in the projection runner.
                 self.stats.events.fetch_add(count, Ordering::Relaxed);
+                self.checkpoint.send_replace(checkpoint);
             }
         }
         Ok(())

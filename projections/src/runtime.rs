@@ -214,9 +214,11 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             let count = page.events.len() as u64;
             session.commit(checkpoint, page.next, count, changes).await?;
             checkpoint = Some(page.next);
-            self.checkpoint.send_replace(checkpoint);
+            // Counted before the checkpoint is published: whoever wakes on the checkpoint
+            // reads counts that include this batch.
             self.stats.events.fetch_add(count, Ordering::Relaxed);
             self.stats.batches.fetch_add(1, Ordering::Relaxed);
+            self.checkpoint.send_replace(checkpoint);
         }
         Ok(())
     }
