@@ -187,6 +187,13 @@ impl AppState {
         Ok(Self { inner: Arc::new(inner) })
     }
 
+    /// The command pipeline the gateway's commands go through. The process's reconcilers share
+    /// it (a clone shares its state cache), so a command decided on a lease another part of
+    /// the process just wrote needs no read of it.
+    pub fn pipeline(&self) -> &CommandPipeline<PgEventStore> {
+        self.inner.leases.pipeline()
+    }
+
     /// Enables backend callbacks, verified with `secret`. Call before [`crate::app`].
     ///
     /// # Errors

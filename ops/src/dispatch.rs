@@ -17,7 +17,7 @@ use leasehold_adapters::inventory::Inventory;
 use leasehold_adapters::retention::{RetentionPolicy, RetentionReaper};
 use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_commands::lease_service::LeaseService;
-use leasehold_commands::{CommandPipeline, PipelineConfig, SystemClock};
+use leasehold_commands::{CommandPipeline, SystemClock};
 use leasehold_domain::lease::BackendName;
 use leasehold_projections::{ReconcilerConfig, ReconcilerRunner};
 use tokio::sync::watch;
@@ -80,14 +80,15 @@ impl Default for Reconciling {
     }
 }
 
-/// The lease service the reconcilers issue commands through.
+/// The lease service the reconcilers issue commands through, over the process's one pipeline:
+/// its state cache then holds what the gateway's commands just appended, so the dispatcher's
+/// answer and the backend's report are decided without reading the lease back.
 fn service(
-    store: &PgEventStore,
+    pipeline: &CommandPipeline<PgEventStore>,
     placed_on: BackendName,
     settings: &Reconciling,
 ) -> LeaseService<PgEventStore> {
-    let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
-    LeaseService::new(pipeline, Some(placed_on), Default::default())
+    LeaseService::new(pipeline.clone(), Some(placed_on), Default::default())
         .with_retention_max_age(settings.retention_max_age)
 }
 
@@ -108,14 +109,15 @@ fn run<R: leasehold_projections::Reconciler>(
 /// probes; they stop when `stopped` turns true. `callback_base` is the URL backends reach this
 /// gateway at; leases without a router's choice are placed on `placed_on`.
 pub fn start(
-    store: &PgEventStore,
+    pipeline: &CommandPipeline<PgEventStore>,
     (backends, manifests): (Backends, ManifestVault),
     (callback_base, placed_on): (&str, BackendName),
     settings: &Reconciling,
     stopped: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
+    let store = pipeline.store();
     let kind = LeaseDispatch::new(
-        service(store, placed_on.clone(), settings),
+        service(pipeline, placed_on.clone(), settings),
         backends.clone(),
         CallbackUrls::new(callback_base),
     )
@@ -123,7 +125,7 @@ pub fn start(
     .with_callback_deadline(settings.callback_deadline);
     let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
     let inventory = Inventory::new(
-        service(store, placed_on, settings),
+        service(pipeline, placed_on, settings),
         backends.clone(),
         store.clone(),
         settings.inventory_every,
@@ -137,7 +139,7 @@ pub fn start(
 
 /// Starts the retention reaper, when the policy reaps anything.
 pub fn start_reaper(
-    store: &PgEventStore,
+    pipeline: &CommandPipeline<PgEventStore>,
     placed_on: BackendName,
     settings: &Reconciling,
     stopped: &watch::Receiver<bool>,
@@ -145,8 +147,9 @@ pub fn start_reaper(
     if settings.retention_max_age.is_none() && settings.retention.per_tenant.is_none() {
         return None;
     }
+    let store = pipeline.store();
     let reaper = RetentionReaper::new(
-        service(store, placed_on, settings),
+        service(pipeline, placed_on, settings),
         store.clone(),
         settings.retention,
     );

@@ -185,15 +185,20 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         Some((backends, names)) => {
             let placed_on = placement(args)?;
             let works = (backends, manifests);
-            let tasks =
-                crate::dispatch::start(&store, works, (&base, placed_on), &reconciling, &stopped);
+            let tasks = crate::dispatch::start(
+                state.pipeline(),
+                works,
+                (&base, placed_on),
+                &reconciling,
+                &stopped,
+            );
             tracing::info!(backends = ?names, callbacks = %base, "dispatching lease work");
             tasks
         }
         None => Vec::new(),
     };
     reconcilers.extend(crate::dispatch::start_reaper(
-        &store,
+        state.pipeline(),
         placement(args)?,
         &reconciling,
         &stopped,

@@ -341,6 +341,25 @@ async fn bench_pipeline_prints_one_json_object_per_measure() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_dispatch_prints_one_json_object_per_measure() {
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let args = ["bench", "dispatch", "--database-url", &url, "--json", "--seconds", "1"];
+    let output = leasehold(&args).await;
+    assert!(output.status.success(), "{output:?}");
+    let lines = json_lines(&output);
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["dispatch_16_clients", "dispatch_request_to_ready_p99", "dispatch_floor_16_clients"]
+    );
+    for line in &lines {
+        assert!(line["value"].as_f64().unwrap() > 0.0, "{line}");
+        assert!(line["baseline"].as_f64().unwrap() > 0.0, "{line}");
+    }
+}
+
 #[tokio::test]
 async fn projections_status_reports_each_projection_and_the_horizon() {
     let db = TestDb::migrated().await;

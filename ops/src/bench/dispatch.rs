@@ -4,6 +4,11 @@
 //! signed callback to an in-process gateway, and the report command it becomes — beside the
 //! command pipeline's commands/s at 16 clients in the same run; and the p99 from request to
 //! ready, beside the p50.
+//!
+//! Beside them, the floor of that path: the same leases, requests, signed calls, answers,
+//! callbacks and reports, each client sending its own lease's work through the dispatcher's
+//! kind right after its request, with no outbox, no log reader and no claim. What the floor
+//! costs is what dispatching cannot avoid; the rest is what the dispatcher adds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,10 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use leasehold_adapters::backends::{BackendConfig, SigningSecret};
+use leasehold_adapters::dispatch::{CallbackUrls, DispatchKind as _, LeaseDispatch, Sent, Work};
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 use leasehold_commands::lease_input::{ItemInput, RequestLeaseInput};
 use leasehold_commands::lease_service::{Caller, LeaseService};
-use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::lease::{BackendName, LeaseId};
 use leasehold_domain::{Actor, Cursor, StreamId, TenantId};
 use leasehold_gateway::{AppState, GatewayConfig, ProjectionProgress};
@@ -51,17 +56,31 @@ async fn measure_all(url: &DatabaseUrl, args: &DispatchBenchArgs) -> anyhow::Res
     // The dispatcher runs first, on an empty log, so that it reads only its own leases.
     common.progress(&format!("leases from request to ready, {CLIENTS} clients"));
     let delay = Duration::from_millis(args.callback_delay_ms);
-    let latencies = to_ready(&store, duration, delay).await?;
+    let latencies = to_ready(&store, duration, delay, Path::Dispatcher).await?;
+    common.progress(&format!("the floor of that path, {CLIENTS} clients"));
+    let floor = to_ready(&store, duration, delay, Path::Floor).await?;
     common.progress(&format!("lease commands, {CLIENTS} clients (the baseline)"));
     let baseline = super::pipeline::commands(&store, CLIENTS, duration).await?;
-    let leases = u64::try_from(latencies.len()).unwrap_or(u64::MAX);
-    let value = super::rate(leases, duration);
+    let rate = |latencies: &[f64]| {
+        super::rate(u64::try_from(latencies.len()).unwrap_or(u64::MAX), duration)
+    };
     let name = format!("dispatch_{CLIENTS}_clients");
-    report(&Measure { name, value, unit: "leases/s", baseline }, common.json);
+    report(&Measure { name, value: rate(&latencies), unit: "leases/s", baseline }, common.json);
     let (p50, p99) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99));
     let name = "dispatch_request_to_ready_p99".to_string();
     report(&Measure { name, value: p99, unit: "ms (baseline: p50)", baseline: p50 }, common.json);
+    let name = format!("dispatch_floor_{CLIENTS}_clients");
+    report(&Measure { name, value: rate(&floor), unit: "leases/s", baseline }, common.json);
     Ok(())
+}
+
+/// How a lease's work reaches its backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Through the dispatcher, as `serve` sends it.
+    Dispatcher,
+    /// Each client sends its own lease's work through the dispatcher's kind.
+    Floor,
 }
 
 /// Who waits for which lease to become ready.
@@ -73,7 +92,9 @@ async fn to_ready(
     store: &PgEventStore,
     duration: Duration,
     callback_delay: Duration,
+    path: Path,
 ) -> anyhow::Result<Vec<f64>> {
+    let from = leasehold_domain::EventStore::head(store).await?;
     let secret = SigningSecret::new(SECRET.as_bytes()).expect("long enough");
     let (stop, stopped) = watch::channel(false);
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -87,29 +108,38 @@ async fn to_ready(
         .with_callback_secret(SECRET.as_bytes())?
         .with_backend_secrets([(BACKEND.to_string(), secret.clone())]);
     let mut gateway_stopped = stopped.clone();
+    let pipeline = state.pipeline().clone();
     let gateway = tokio::spawn(leasehold_gateway::serve(gateway_listener, state, async move {
         let _ = gateway_stopped.wait_for(|stopped| *stopped).await;
     }));
     let backends = crate::dispatch::clients(vec![BackendConfig::new(BACKEND, &sim_url, secret)])?;
     let manifests =
         leasehold_adapters::dispatch::ManifestVault::new(store.clone(), SECRET.as_bytes());
-    let settings = crate::dispatch::Reconciling::default();
-    let reconcilers = crate::dispatch::start(
-        store,
-        (backends, manifests),
-        (&base, backend.clone()),
-        &settings,
-        &stopped,
-    );
+    let (reconcilers, kind) = match path {
+        Path::Dispatcher => {
+            let settings = crate::dispatch::Reconciling::default();
+            let works = (backends, manifests);
+            let placed = (base.as_str(), backend.clone());
+            (crate::dispatch::start(&pipeline, works, placed, &settings, &stopped), None)
+        }
+        Path::Floor => {
+            let service =
+                LeaseService::new(pipeline.clone(), Some(backend.clone()), <_>::default());
+            let kind = LeaseDispatch::new(service, backends, CallbackUrls::new(&base));
+            (Vec::new(), Some(Arc::new(kind.with_manifests(manifests))))
+        }
+    };
     let waiters: Waiters = Arc::default();
-    let watcher = tokio::spawn(watch_ready(store.clone(), Arc::clone(&waiters), stopped.clone()));
+    let watcher =
+        tokio::spawn(watch_ready(store.clone(), from, Arc::clone(&waiters), stopped.clone()));
 
-    let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
+    // The clients go through the gateway's pipeline, as a tenant's mutations would.
     let service = LeaseService::new(pipeline, Some(backend), Default::default());
     let deadline = Instant::now() + duration;
     let clients: Vec<_> = (0..CLIENTS)
         .map(|client| {
-            tokio::spawn(client_loop(service.clone(), Arc::clone(&waiters), client, deadline))
+            let (service, waiters, kind) = (service.clone(), Arc::clone(&waiters), kind.clone());
+            tokio::spawn(client_loop(service, kind, waiters, client, deadline))
         })
         .collect();
     let mut latencies = Vec::new();
@@ -129,6 +159,7 @@ async fn to_ready(
 /// One client: requests a lease, waits until it is ready, and again, until the deadline.
 async fn client_loop(
     service: LeaseService<PgEventStore>,
+    kind: Option<Arc<LeaseDispatch<PgEventStore>>>,
     waiters: Waiters,
     client: usize,
     deadline: Instant,
@@ -152,6 +183,9 @@ async fn client_loop(
         let started = Instant::now();
         let key = format!("bench-{}", lease.0.simple());
         service.request(&caller, &key, Some(lease), &input).await.context("a request")?;
+        if let Some(kind) = &kind {
+            send_now(kind, service.pipeline().store(), lease).await?;
+        }
         let left = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(10);
         if tokio::time::timeout(left, is_ready).await.is_ok() && Instant::now() <= deadline {
             latencies.push(started.elapsed().as_secs_f64() * 1_000.0);
@@ -160,9 +194,39 @@ async fn client_loop(
     Ok(latencies)
 }
 
-/// Tails the log and tells each waiter when its lease was provisioned.
-async fn watch_ready(store: PgEventStore, waiters: Waiters, stopped: watch::Receiver<bool>) {
-    let mut after = Cursor::START;
+/// Sends the work `lease`'s request started, as one of the dispatcher's sends would, without
+/// its outbox: the kind reads the request's event, checks the lease awaits it, calls the
+/// backend and records the answer.
+async fn send_now(
+    kind: &LeaseDispatch<PgEventStore>,
+    store: &PgEventStore,
+    lease: LeaseId,
+) -> anyhow::Result<()> {
+    let stream = lease.stream_id();
+    let events = leasehold_domain::EventStore::read_stream(store, &stream, 1, 1).await?;
+    let requested = events.into_iter().next().context("the request's event")?;
+    let intent = kind.intent(&requested).await?.context("the request starts work")?;
+    let work = Work {
+        stream: intent.stream,
+        generation: intent.generation,
+        tenant: intent.tenant,
+        target: intent.target,
+        action: intent.action.to_string(),
+        request: intent.request,
+        attempt: 1,
+    };
+    let sent = kind.send(&work, chrono::Utc::now()).await?;
+    anyhow::ensure!(sent == Sent::Delivered, "the backend took the work: {sent:?}");
+    Ok(())
+}
+
+/// Tails the log from `after` and tells each waiter when its lease was provisioned.
+async fn watch_ready(
+    store: PgEventStore,
+    mut after: Cursor,
+    waiters: Waiters,
+    stopped: watch::Receiver<bool>,
+) {
     while !*stopped.borrow() {
         let Ok(page) = store.wait_for_log(after, 1_000, Duration::from_millis(200)).await else {
             continue;
