@@ -9,6 +9,7 @@ pub mod aggregate;
 mod clock;
 mod cursor;
 mod event;
+pub mod host;
 mod ids;
 pub mod lease;
 mod ledger;

@@ -32,3 +32,14 @@ pub const LEASE_OPERATOR_DETAIL_MAX_BYTES: usize = 8 * 1024;
 
 /// Default most of one SKU one item may rent; the pipeline's configuration may lower it.
 pub const LEASE_QUANTITY_DEFAULT_MAX: u32 = 1024;
+
+/// Most placement labels a host declares or a VM selects on.
+pub const FLEET_LABELS_MAX: usize = 64;
+
+/// Longest host agent URL, in bytes.
+pub const FLEET_URL_MAX_BYTES: usize = 2048;
+
+/// How long after a recorded heartbeat the next one is recorded, in seconds: heartbeats in
+/// between change nothing (a host's `last_seen` is that fresh, and the log does not grow by
+/// one event per beat).
+pub const HOST_HEARTBEAT_RECORD_SECONDS: i64 = 60;

@@ -2,6 +2,8 @@
 //! to be good, so `decide` never sees a malformed SKU, host name or message. A kind's own
 //! values live in its folder (the lease's in `lease/values.rs`).
 
+pub mod fleet;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -135,7 +137,7 @@ fn check_sku(value: &str) -> Result<(), Problem> {
 }
 
 /// An RFC 1123 label: lower-case letters, digits and inner hyphens, 1 to 63 bytes.
-fn is_dns_label(label: &str) -> bool {
+pub(crate) fn is_dns_label(label: &str) -> bool {
     let bytes = label.as_bytes();
     (1..=63).contains(&bytes.len())
         && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
