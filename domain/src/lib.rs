@@ -18,6 +18,7 @@ pub mod registry;
 mod store;
 pub mod values;
 mod version;
+pub mod vm;
 
 pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, RefusalKind};
 pub use clock::{Clock, to_micros};

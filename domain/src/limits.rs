@@ -43,3 +43,29 @@ pub const FLEET_URL_MAX_BYTES: usize = 2048;
 /// between change nothing (a host's `last_seen` is that fresh, and the log does not grow by
 /// one event per beat).
 pub const HOST_HEARTBEAT_RECORD_SECONDS: i64 = 60;
+
+/// Most vCPUs one VM may ask for.
+pub const VM_CPUS_MAX: u32 = 256;
+
+/// Least RAM one VM may ask for, in MiB.
+pub const VM_RAM_MB_MIN: u64 = 128;
+
+/// Most RAM one VM may ask for, in MiB (4 TiB).
+pub const VM_RAM_MB_MAX: u64 = 4 * 1024 * 1024;
+
+/// Most disk one VM may ask for, in GiB.
+pub const VM_STORAGE_GB_MAX: u64 = 65_536;
+
+/// Most guest files one VM may be given.
+pub const VM_GUEST_FILES_MAX: usize = 64;
+
+/// Most ports one VM may expose.
+pub const VM_EXPOSED_PORTS_MAX: usize = 16;
+
+/// The default largest startup-script timeout a VM may ask for, in seconds: the script runs
+/// inside the boot request, so the bound stays under the agent's 60-second request timeout.
+pub const VM_STARTUP_SCRIPT_TIMEOUT_DEFAULT_MAX_SECONDS: u32 = 50;
+
+/// How long after a recorded activity (an exec, an attach) the next one is recorded, in
+/// seconds.
+pub const VM_ACTIVITY_RECORD_SECONDS: i64 = 60;

@@ -1,0 +1,468 @@
+//! The VM: a tenant's virtual machine on a host of the fleet, with the task it runs (one VM
+//! per task) (DOMAIN.md §1.2).
+//!
+//! Its stored states are provisioning, running, draining and destroying, then removed, with
+//! the outcome destroyed or failed. The **task** moves assigned → running → completed | failed
+//! beside it. Placement happens inside Create: the command carries the placement decision,
+//! and the VM service links the host's Reserve to it, so the VM's scheduling and its host's
+//! reservation are one append with expected versions on both streams. Capacity is given
+//! back (the host's Release, linked the same way) only on a boot failure and on a confirmed
+//! removal: a VM being destroyed keeps its room until its host's agent confirms it is gone.
+//!
+//! Every piece of work its host's agent carries out (a boot, a destroy) is an **operation**,
+//! named by the command that starts it. Each agent report names the operation it reports on;
+//! one naming another than the current operation is `Fenced` before any row applies (a
+//! report on a removed VM is ignored instead). The **generation** rises with every operation
+//! and never falls: it is the dispatcher's name for the work.
+//!
+//! A command on a VM that does not exist (other than Create) is `NotFound`; a command the
+//! table does not list for a state is `InvalidState`.
+//!
+//! | from | command | to | events | guard |
+//! |---|---|---|---|---|
+//! | none | Create | provisioning | VmProvisioning, TaskAssigned, VmScheduled (the placement decision); linked: Reserve on the chosen host | the spec's own rules (`BadSpec`: counts in range, a GPU model only with GPUs, a seed snapshot only with a pin, guest files unique and outside `/fuse`); startup-script timeout ≤ the fleet's maximum (`StartupTimeoutTooLarge`); proxy egress needs an egress registry (`NoEgressRegistry`); a pinned VM placed on its pin (`PinMismatch`) |
+//! | any but none | Create | unchanged | refused | `TaskAlreadyAssigned` (a conflict: the task has its VM) |
+//! | provisioning | ReportBooted | running | VmRunning, TaskRunning | — |
+//! | running, draining | ReportBooted | unchanged | — (duplicate report) | — |
+//! | provisioning | ReportBootFailed | removed (failed) | VmProvisionFailed, TaskFailed; linked: Release on the host | — |
+//! | running | Drain | draining | VmDraining | — |
+//! | draining | Drain | draining | — (idempotent; there is no undrain) | — |
+//! | provisioning, running, draining | Destroy | destroying | VmDestroying (requested), TaskFailed (force destroyed) | — |
+//! | destroying, removed | Destroy | unchanged | — (idempotent) | — |
+//! | running, draining | CompleteTask | destroying | TaskCompleted, VmDestroying (task completed) | — |
+//! | destroying | ConfirmRemoved | removed (destroyed) | VmRemoved; linked: Release on the host | — |
+//! | running | Strike(reason) | running | VmStruck (1 strike) | the first, or after a strike of another reason |
+//! | running, struck once for the reason | Strike(reason) | destroying | VmDestroying (stuck or idle), TaskFailed | — |
+//! | running | ClearStrikes | running | VmStrikesCleared, or — without strikes | — |
+//! | provisioning | Recover(running) | running | VmRecovered, VmRunning, TaskRunning | — |
+//! | running, draining | Recover(running) | unchanged | — | — |
+//! | provisioning, running, draining | Recover(missing) | destroying | VmRecovered, VmDestroying (missing), TaskFailed | — |
+//! | destroying | Recover | unchanged | — (only a confirmed removal ends it) | — |
+//! | running, draining | RecordActivity | unchanged | VmActive, or — within 60 s of the last recorded one | — |
+//! | removed | any report (ReportBooted, ReportBootFailed, ConfirmRemoved, Recover) | unchanged | — (late reports are ignored) | — |
+//!
+//! Destroy, ConfirmRemoved and Recover need no operation of their own from the caller:
+//! Destroy starts one (its id in the command), ConfirmRemoved and Recover name the one they
+//! report on. Strikes are consecutive: a reconcile that finds the VM neither stuck nor idle
+//! clears them.
+
+mod decide;
+mod events;
+mod evolve;
+mod values;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
+use crate::values::fleet::{HostId, TaskId, VmId};
+use crate::values::{FieldError, OperationId, OperatorDetail, Reason, TenantMessage};
+
+pub use events::{KIND, VmEvent};
+pub use values::{
+    BootSource, CredentialRef, Egress, ExposedPort, GuestPath, ImageName, Placement,
+    PlacementPolicy, Protocol, RESERVED_GUEST_DIR, SnapshotRef, VmSpec, VmUrl,
+};
+
+/// Where a VM stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmStatus {
+    /// No VM yet: the stream is empty.
+    None,
+    /// Scheduled on a host, booting.
+    Provisioning,
+    /// Booted.
+    Running,
+    /// Finishing its work; it takes no new work and is never undrained.
+    Draining,
+    /// Being destroyed; its host's room stays held until the removal is confirmed.
+    Destroying,
+    /// Gone from its host (destroyed, or its boot failed).
+    Removed,
+}
+
+impl VmStatus {
+    /// Every status.
+    pub const ALL: [Self; 6] = [
+        Self::None,
+        Self::Provisioning,
+        Self::Running,
+        Self::Draining,
+        Self::Destroying,
+        Self::Removed,
+    ];
+
+    /// Its name, the one spelling read models, clients and events use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Provisioning => "provisioning",
+            Self::Running => "running",
+            Self::Draining => "draining",
+            Self::Destroying => "destroying",
+            Self::Removed => "removed",
+        }
+    }
+
+    /// Whether its host's agent may still hold it.
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Provisioning | Self::Running | Self::Draining)
+    }
+}
+
+/// How a removed VM ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmOutcome {
+    /// Destroyed after its removal was confirmed.
+    Destroyed,
+    /// Its boot failed.
+    Failed,
+}
+
+/// Where the task a VM runs stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Given its VM.
+    Assigned,
+    /// Its VM booted.
+    Running,
+    /// Done.
+    Completed,
+    /// Ended without completing.
+    Failed,
+}
+
+/// Why a VM is being destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DestroyReason {
+    /// Its tenant (or an operator) asked.
+    Requested,
+    /// Its task completed.
+    TaskCompleted,
+    /// Running past its maximum runtime, on two reconciles in a row.
+    Stuck,
+    /// Without activity past its idle timeout, on two reconciles in a row.
+    Idle,
+    /// Its host's agent no longer has it.
+    Missing,
+}
+
+/// What a strike is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StrikeReason {
+    /// Older than its maximum runtime.
+    Stuck,
+    /// Idle past its timeout.
+    Idle,
+}
+
+impl From<StrikeReason> for DestroyReason {
+    fn from(reason: StrikeReason) -> Self {
+        match reason {
+            StrikeReason::Stuck => Self::Stuck,
+            StrikeReason::Idle => Self::Idle,
+        }
+    }
+}
+
+/// What a recovery lookup at the VM's host found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Found {
+    /// The agent has it, reachable at this URL.
+    Running {
+        /// Where it is reached.
+        url: VmUrl,
+    },
+    /// The agent does not have it.
+    Missing,
+}
+
+/// A failed boot, as the VM records it (the detail redacted of the VM's secret values before
+/// it gets here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootFailure {
+    /// Tenant-safe reason.
+    pub reason: Reason,
+    /// Tenant-safe message.
+    pub message: TenantMessage,
+    /// Operator detail.
+    pub detail: OperatorDetail,
+}
+
+/// What a VM is: set by Create and kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmTerms {
+    /// The VM.
+    pub id: VmId,
+    /// Its task.
+    pub task: TaskId,
+    /// Its spec.
+    pub spec: VmSpec,
+    /// Its credentials' reference.
+    pub credentials: CredentialRef,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The VM aggregate's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vm {
+    /// Where it stands.
+    pub status: VmStatus,
+    /// How it ended, once removed.
+    pub outcome: Option<VmOutcome>,
+    /// What it is.
+    pub terms: Option<VmTerms>,
+    /// Its task's state.
+    pub task: Option<TaskStatus>,
+    /// Where it was placed.
+    pub placement: Option<Placement>,
+    /// Where it is reached, once running.
+    pub url: Option<VmUrl>,
+    /// Its current operation.
+    pub operation: Option<OperationId>,
+    /// Rises with every operation.
+    pub generation: u64,
+    /// Why it is being destroyed.
+    pub destroy_reason: Option<DestroyReason>,
+    /// Its boot's failure.
+    pub failure: Option<BootFailure>,
+    /// Consecutive strikes and what for.
+    pub strikes: Option<(StrikeReason, u32)>,
+    /// When it booted.
+    pub running_since: Option<DateTime<Utc>>,
+    /// Its last recorded activity.
+    pub last_activity: Option<DateTime<Utc>>,
+    /// When it last changed.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl Vm {
+    /// The host it is placed on.
+    pub fn host(&self) -> Option<&HostId> {
+        self.placement.as_ref().map(|placement| &placement.host)
+    }
+}
+
+/// What can be asked of a VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VmCommand {
+    /// Creates it, placed as decided.
+    Create {
+        /// The VM.
+        vm: VmId,
+        /// Its task.
+        task: TaskId,
+        /// Its spec.
+        spec: Box<VmSpec>,
+        /// Its credentials' reference (kept encrypted elsewhere).
+        credentials: CredentialRef,
+        /// Where it goes and why.
+        placement: Placement,
+        /// Its boot.
+        operation: OperationId,
+    },
+    /// The host's agent booted it.
+    ReportBooted {
+        /// The boot.
+        operation: OperationId,
+        /// Where it is reached.
+        url: VmUrl,
+    },
+    /// The host's agent could not boot it.
+    ReportBootFailed {
+        /// The boot.
+        operation: OperationId,
+        /// Why.
+        failure: BootFailure,
+    },
+    /// Finishes its work and takes no more.
+    Drain,
+    /// Destroys it.
+    Destroy {
+        /// The destroy.
+        operation: OperationId,
+    },
+    /// Its task is done: destroys it.
+    CompleteTask {
+        /// The destroy.
+        operation: OperationId,
+    },
+    /// The host's agent no longer has it, after a destroy.
+    ConfirmRemoved {
+        /// The destroy.
+        operation: OperationId,
+    },
+    /// A reconcile found it stuck or idle.
+    Strike {
+        /// What for.
+        reason: StrikeReason,
+    },
+    /// A reconcile found it neither stuck nor idle.
+    ClearStrikes,
+    /// A recovery lookup at its host found it, or did not.
+    Recover {
+        /// The operation looked up.
+        operation: OperationId,
+        /// What was found.
+        found: Found,
+    },
+    /// It was used (an exec, an attach).
+    RecordActivity,
+}
+
+impl VmCommand {
+    /// The operation an agent report names, if this is one.
+    pub fn reported_operation(&self) -> Option<OperationId> {
+        match self {
+            Self::ReportBooted { operation, .. }
+            | Self::ReportBootFailed { operation, .. }
+            | Self::ConfirmRemoved { operation }
+            | Self::Recover { operation, .. } => Some(*operation),
+            _ => None,
+        }
+    }
+
+    /// Its name, as refusals spell it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Create { .. } => "create",
+            Self::ReportBooted { .. } => "report booted",
+            Self::ReportBootFailed { .. } => "report boot failed",
+            Self::Drain => "drain",
+            Self::Destroy { .. } => "destroy",
+            Self::CompleteTask { .. } => "complete task",
+            Self::ConfirmRemoved { .. } => "confirm removed",
+            Self::Strike { .. } => "strike",
+            Self::ClearStrikes => "clear strikes",
+            Self::Recover { .. } => "recover",
+            Self::RecordActivity => "record activity",
+        }
+    }
+}
+
+/// Facts a VM's commands need: the fleet's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmFacts {
+    /// The largest startup-script timeout a VM may ask for, in seconds.
+    pub startup_script_timeout_max_seconds: u32,
+    /// Whether the fleet has an egress registry (proxy egress needs one).
+    pub egress_registry: bool,
+}
+
+impl Default for VmFacts {
+    fn default() -> Self {
+        Self {
+            startup_script_timeout_max_seconds:
+                crate::limits::VM_STARTUP_SCRIPT_TIMEOUT_DEFAULT_MAX_SECONDS,
+            egress_registry: false,
+        }
+    }
+}
+
+/// Why a VM command is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmError {
+    /// The VM does not exist (for this tenant).
+    #[error("no such VM")]
+    NotFound,
+    /// Not allowed in its state.
+    #[error("a VM that is {status} cannot {command}")]
+    InvalidState {
+        /// Its status's name.
+        status: &'static str,
+        /// What was asked.
+        command: &'static str,
+    },
+    /// A report on an operation that is not the VM's current one.
+    #[error("the report names an operation the VM is no longer carrying out")]
+    Fenced,
+    /// The task already has its VM.
+    #[error("the task already has a VM")]
+    TaskAlreadyAssigned,
+    /// The spec breaks one of its own rules.
+    #[error("{0}")]
+    BadSpec(FieldError),
+    /// The startup script may not run that long.
+    #[error("startupScriptTimeout must be at most {max} seconds")]
+    StartupTimeoutTooLarge {
+        /// The fleet's maximum.
+        max: u32,
+    },
+    /// Proxy egress asked for with no egress registry.
+    #[error("proxy egress needs an egress registry, and this fleet has none")]
+    NoEgressRegistry,
+    /// A pinned VM placed on another host.
+    #[error("a pinned VM must be placed on its pinned host")]
+    PinMismatch,
+}
+
+impl Refusal for VmError {
+    fn kind(&self) -> RefusalKind {
+        match self {
+            Self::NotFound => RefusalKind::NotFound,
+            Self::InvalidState { .. } | Self::NoEgressRegistry | Self::PinMismatch => {
+                RefusalKind::InvalidState
+            }
+            Self::Fenced => RefusalKind::Fenced,
+            Self::TaskAlreadyAssigned => RefusalKind::Conflict,
+            Self::BadSpec(_) | Self::StartupTimeoutTooLarge { .. } => RefusalKind::BadInput,
+        }
+    }
+}
+
+impl Aggregate for Vm {
+    const STREAM_TYPE: &'static str = "vm";
+    const STATE_SCHEMA: u32 = 1;
+    type Command = VmCommand;
+    type Event = VmEvent;
+    type Error = VmError;
+    type Facts = VmFacts;
+    /// A destroy the VM starts itself (the second strike, a missing VM) needs an operation.
+    const NEW_IDS_PER_COMMAND: usize = 1;
+
+    fn initial() -> Self {
+        Self {
+            status: VmStatus::None,
+            outcome: None,
+            terms: None,
+            task: None,
+            placement: None,
+            url: None,
+            operation: None,
+            generation: 0,
+            destroy_reason: None,
+            failure: None,
+            strikes: None,
+            running_since: None,
+            last_activity: None,
+            updated_at: None,
+        }
+    }
+
+    fn decide(&self, command: &VmCommand, ctx: &Context<VmFacts>) -> Result<Vec<VmEvent>, VmError> {
+        decide::decide(self, command, ctx)
+    }
+
+    fn evolve(self, event: &VmEvent) -> Self {
+        evolve::evolve(self, event)
+    }
+
+    fn is_terminal(&self) -> bool {
+        self.status == VmStatus::Removed
+    }
+
+    fn is_creation(command: &VmCommand) -> bool {
+        matches!(command, VmCommand::Create { .. })
+    }
+
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation)
+    }
+}

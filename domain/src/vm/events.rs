@@ -1,0 +1,176 @@
+//! The VM's stored events. No credential, startup script or guest file content ever enters
+//! one: Create carries only the reference to the VM's encrypted credentials. What a tenant
+//! sees of each event is declared in [`KIND`], leaf by leaf; the placement decision's
+//! figures (candidates, headroom) describe the fleet, not the VM, and are withheld.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::values::{CredentialRef, Placement, VmSpec, VmUrl};
+use super::{DestroyReason, StrikeReason};
+use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
+use crate::registry::{AggregateKind, EventView};
+use crate::values::fleet::{TaskId, VmId};
+use crate::values::{OperationId, OperatorDetail, Reason, TenantMessage};
+
+/// Everything that can happen to a VM and its task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+#[allow(missing_docs)] // Each field is described on the aggregate's transition table.
+pub enum VmEvent {
+    /// A tenant created the VM for a task.
+    VmProvisioning {
+        vm: VmId,
+        task: TaskId,
+        spec: Box<VmSpec>,
+        credentials: CredentialRef,
+        at: DateTime<Utc>,
+    },
+    /// The task was given its VM.
+    TaskAssigned { task: TaskId, at: DateTime<Utc> },
+    /// The VM was placed on a host (whose room it holds, in the same append), and its boot
+    /// started.
+    VmScheduled { placement: Placement, operation: OperationId, generation: u64, at: DateTime<Utc> },
+    /// It booted.
+    VmRunning { url: VmUrl, at: DateTime<Utc> },
+    /// Its task started running.
+    TaskRunning { at: DateTime<Utc> },
+    /// Its boot failed; its room was given back.
+    VmProvisionFailed {
+        reason: Reason,
+        message: TenantMessage,
+        detail: OperatorDetail,
+        at: DateTime<Utc>,
+    },
+    /// Its task ended without completing.
+    TaskFailed { reason: Reason, at: DateTime<Utc> },
+    /// Its task completed.
+    TaskCompleted { at: DateTime<Utc> },
+    /// It takes no new work.
+    VmDraining { at: DateTime<Utc> },
+    /// Its destroy started.
+    VmDestroying {
+        reason: DestroyReason,
+        operation: OperationId,
+        generation: u64,
+        at: DateTime<Utc>,
+    },
+    /// Its host's agent confirmed it gone; its room was given back.
+    VmRemoved { at: DateTime<Utc> },
+    /// A reconcile found it stuck or idle.
+    VmStruck { reason: StrikeReason, strikes: u32, at: DateTime<Utc> },
+    /// A reconcile found it fine again.
+    VmStrikesCleared { at: DateTime<Utc> },
+    /// A recovery lookup found it (`running`) or did not (`missing`).
+    VmRecovered { running: bool, at: DateTime<Utc> },
+    /// It was used.
+    VmActive { at: DateTime<Utc> },
+}
+
+impl DomainEvent for VmEvent {
+    fn event_type(&self) -> &'static str {
+        match self {
+            Self::VmProvisioning { .. } => "VmProvisioning",
+            Self::TaskAssigned { .. } => "TaskAssigned",
+            Self::VmScheduled { .. } => "VmScheduled",
+            Self::VmRunning { .. } => "VmRunning",
+            Self::TaskRunning { .. } => "TaskRunning",
+            Self::VmProvisionFailed { .. } => "VmProvisionFailed",
+            Self::TaskFailed { .. } => "TaskFailed",
+            Self::TaskCompleted { .. } => "TaskCompleted",
+            Self::VmDraining { .. } => "VmDraining",
+            Self::VmDestroying { .. } => "VmDestroying",
+            Self::VmRemoved { .. } => "VmRemoved",
+            Self::VmStruck { .. } => "VmStruck",
+            Self::VmStrikesCleared { .. } => "VmStrikesCleared",
+            Self::VmRecovered { .. } => "VmRecovered",
+            Self::VmActive { .. } => "VmActive",
+        }
+    }
+
+    fn to_payload(&self) -> serde_json::Value {
+        tagged_payload(self)
+    }
+
+    fn from_stored(
+        event_type: &str,
+        payload: &serde_json::Value,
+    ) -> Result<Self, EventDecodeError> {
+        from_tagged(event_type, payload)
+    }
+}
+
+/// The spec's leaves a tenant sees (its own VM's spec, all of it but nothing new).
+const SPEC: &[&str] = &[
+    "vm",
+    "task",
+    "spec.cpus",
+    "spec.ram_mb",
+    "spec.storage_gb",
+    "spec.region",
+    "spec.arch",
+    "spec.gpus",
+    "spec.gpu_kind",
+    "spec.gpu_profile",
+    "spec.pin",
+    "spec.labels",
+    "spec.max_runtime_seconds",
+    "spec.idle_timeout_seconds",
+    "spec.boot",
+    "spec.boot.image",
+    "spec.boot.seed",
+    "spec.resume_seed",
+    "spec.huge_pages",
+    "spec.egress",
+    "spec.egress.proxy.provider",
+    "spec.startup_script_timeout_seconds",
+    "spec.guest_files[]",
+    "spec.expose[].port",
+    "spec.expose[].name",
+    "spec.expose[].protocol",
+    "at",
+];
+
+/// The VM kind: its stream type and, per event type, what its tenant sees.
+pub const KIND: AggregateKind = AggregateKind {
+    stream_type: "vm",
+    events: &[
+        view("VmProvisioning", SPEC, &["credentials"]),
+        view("TaskAssigned", &["task", "at"], &[]),
+        view(
+            "VmScheduled",
+            &["placement.host", "placement.policy", "at"],
+            &[
+                "placement.candidates",
+                "placement.headroom_cpus",
+                "placement.headroom_ram_mb",
+                "placement.artifact_local",
+                "placement.retries",
+                "operation",
+                "generation",
+            ],
+        ),
+        view("VmRunning", &["url", "at"], &[]),
+        view("TaskRunning", AT, &[]),
+        view("VmProvisionFailed", &["reason", "message", "at"], &["detail"]),
+        view("TaskFailed", &["reason", "at"], &[]),
+        view("TaskCompleted", AT, &[]),
+        view("VmDraining", AT, &[]),
+        view("VmDestroying", &["reason", "at"], &["operation", "generation"]),
+        view("VmRemoved", AT, &[]),
+        view("VmStruck", &["reason", "strikes", "at"], &[]),
+        view("VmStrikesCleared", AT, &[]),
+        view("VmRecovered", &["running", "at"], &[]),
+        view("VmActive", AT, &[]),
+    ],
+};
+
+const AT: &[&str] = &["at"];
+
+const fn view(
+    event_type: &'static str,
+    tenant_fields: &'static [&'static str],
+    withheld: &'static [&'static str],
+) -> EventView {
+    EventView { event_type, tenant_fields, withheld }
+}
