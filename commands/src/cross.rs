@@ -11,6 +11,10 @@
 //! stream's version is not checked: a link that guards an invariant must record its decision
 //! as an event (a reservation, not a mere look at the quota).
 //!
+//! A link acts on a stream of the primary command's tenant, unless the service names another
+//! owner: a VM's tenant reserves room on a host the fleet owns. Only a service that knows the
+//! linked kind is shared (hosts) names one; the stored stream must still be that owner's.
+//!
 //! Links of the same kind that an aggregate derives from its own decision stay with
 //! `Aggregate::linked` (`linked.rs`); these are the ones only an application service knows.
 
@@ -36,6 +40,23 @@ pub struct LinkedCommand<B: Aggregate> {
     pub command: B::Command,
     /// Facts it is decided with.
     pub facts: B::Facts,
+    /// Who owns the linked stream, when it is not the primary command's tenant (a fleet's
+    /// host). The link is decided and appended as that owner's.
+    pub owner: Option<TenantId>,
+}
+
+impl<B: Aggregate> LinkedCommand<B> {
+    /// A link on a stream of the primary command's own tenant.
+    pub fn new(stream: StreamId, command: B::Command, facts: B::Facts) -> Self {
+        Self { stream, command, facts, owner: None }
+    }
+
+    /// The same link, on a stream `owner` owns.
+    #[must_use]
+    pub fn owned_by(mut self, owner: TenantId) -> Self {
+        self.owner = Some(owner);
+        self
+    }
 }
 
 /// What a link inherits from the primary command (built by the pipeline only).
@@ -111,11 +132,16 @@ where
     }
 
     fn hashed(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut hashed = serde_json::json!({
             "aggregate": B::STREAM_TYPE,
             "command": &self.command,
             "stream": self.stream.as_str(),
-        })
+        });
+        // Only when named, so that a link's hash is what it was before owners existed.
+        if let Some(owner) = &self.owner {
+            hashed["owner"] = owner.as_str().into();
+        }
+        hashed
     }
 
     fn decide<'a>(
@@ -138,14 +164,15 @@ where
                 crate::CommandError::Store(error) => LinkError::Store(error),
                 _ => LinkError::NotFound,
             })?;
+            let owner = self.owner.as_ref().unwrap_or(origin.tenant);
             match &before.tenant {
-                Some(owner) if owner != origin.tenant => return Err(LinkError::NotFound),
+                Some(stored) if stored != owner => return Err(LinkError::NotFound),
                 None if !B::is_creation(&self.command) => return Err(LinkError::NotFound),
                 _ => {}
             }
             let ctx = Context {
                 now: origin.now,
-                tenant: origin.tenant.clone(),
+                tenant: owner.clone(),
                 actor: origin.actor.clone(),
                 new_ids: (0..B::NEW_IDS_PER_COMMAND).map(|_| uuid::Uuid::now_v7()).collect(),
                 facts: self.facts.clone(),
@@ -163,14 +190,14 @@ where
                 events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
             let append = stream_append(
                 origin.metadata,
-                origin.tenant,
+                owner,
                 &self.stream,
                 before.version,
                 &after,
                 &events,
             );
             let version = before.version + events.len() as u64;
-            let remembered = Cached { tenant: Some(origin.tenant.clone()), version, state: after };
+            let remembered = Cached { tenant: Some(owner.clone()), version, state: after };
             let stream = self.stream.clone();
             Ok(Some(LinkDecision {
                 append,

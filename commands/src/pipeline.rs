@@ -149,7 +149,10 @@ impl<S: CommandStore> CommandPipeline<S> {
             tenant: request.tenant.clone(),
             namespace: request.namespace.clone(),
             operation_key: request.operation_key.clone(),
-            request_hash: hash_with_links(request.request_hash(), links),
+            request_hash: match request.caller_hash {
+                Some(caller) => caller,
+                None => hash_with_links(request.request_hash(), links),
+            },
             stream: request.stream.clone(),
         };
         let mut loaded = match self.cache.get::<A>(&request.stream) {

@@ -35,6 +35,11 @@ pub struct CommandRequest<A: Aggregate> {
     pub causation_id: Option<Uuid>,
     /// The distributed trace.
     pub trace_id: Option<String>,
+    /// The hash of the caller's own request, when the service derived the command (and its
+    /// links) from it with decisions a retry may make differently: a VM's placement is decided
+    /// anew on every attempt, and a retry of the same request must still be one. Without it
+    /// the request hash covers the command and its links.
+    pub caller_hash: Option<RequestHash>,
 }
 
 impl<A: Aggregate> CommandRequest<A> {
@@ -59,8 +64,28 @@ impl<A: Aggregate> CommandRequest<A> {
             correlation_id: None,
             causation_id: None,
             trace_id: None,
+            caller_hash: None,
         }
     }
+
+    /// The same request, its idempotency decided by `caller_hash` (see the field).
+    #[must_use]
+    pub fn hashed_as(mut self, caller_hash: RequestHash) -> Self {
+        self.caller_hash = Some(caller_hash);
+        self
+    }
+}
+
+/// The hash of what a caller asked, as a service that derives commands from it names it:
+/// the kind, the stream, and the request's own fields as JSON.
+pub fn caller_hash<T: Serialize>(aggregate: &str, stream: &StreamId, request: &T) -> RequestHash {
+    let hashed = serde_json::json!({
+        "aggregate": aggregate,
+        "caller": request,
+        "stream": stream.as_str(),
+    });
+    let text = serde_json::to_vec(&hashed).expect("requests serialize");
+    RequestHash(Sha256::digest(text).into())
 }
 
 impl<A: Aggregate> CommandRequest<A>

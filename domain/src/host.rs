@@ -34,6 +34,7 @@ mod decide;
 mod events;
 mod evolve;
 pub mod fit;
+pub mod placement;
 
 use std::collections::BTreeMap;
 

@@ -4,6 +4,7 @@
 //! capacity.
 
 mod fixtures;
+mod placement;
 mod properties;
 
 use fixtures::*;

@@ -156,7 +156,7 @@ fn reservation(
     lease: LeaseId,
 ) -> Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> {
     let command = BudgetCommand::Reserve { lease: lease.0 };
-    vec![Box::new(LinkedCommand::<Budget> { stream: budget.clone(), command, facts: () })]
+    vec![Box::new(LinkedCommand::<Budget>::new(budget.clone(), command, ()))]
 }
 
 /// A lease requested by `tenant` with a reservation on `budget`.
