@@ -9,6 +9,7 @@
 mod cache;
 mod clock;
 mod cross;
+pub mod host_service;
 pub mod lease_input;
 pub mod lease_service;
 pub mod limits;
@@ -19,11 +20,12 @@ mod pipeline;
 mod port;
 mod request;
 mod routing;
+pub mod vm_service;
 
 pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};
 pub use pipeline::{CommandPipeline, PipelineConfig};
 pub use port::{CommandStore, Recorded};
-pub use request::CommandRequest;
+pub use request::{CommandRequest, caller_hash};
 pub use routing::{BackendRouter, Routed};

@@ -401,15 +401,23 @@ pub enum VmError {
     /// A pinned VM placed on another host.
     #[error("a pinned VM must be placed on its pinned host")]
     PinMismatch,
+    /// Placement found no host for it (decided before the VM's own command, and never
+    /// recorded on its stream).
+    #[error("no host can take the VM: {gate}")]
+    NoHostFits {
+        /// The gate that kept it off every host.
+        gate: crate::host::Gate,
+    },
 }
 
 impl Refusal for VmError {
     fn kind(&self) -> RefusalKind {
         match self {
             Self::NotFound => RefusalKind::NotFound,
-            Self::InvalidState { .. } | Self::NoEgressRegistry | Self::PinMismatch => {
-                RefusalKind::InvalidState
-            }
+            Self::InvalidState { .. }
+            | Self::NoEgressRegistry
+            | Self::PinMismatch
+            | Self::NoHostFits { .. } => RefusalKind::InvalidState,
             Self::Fenced => RefusalKind::Fenced,
             Self::TaskAlreadyAssigned => RefusalKind::Conflict,
             Self::BadSpec(_) | Self::StartupTimeoutTooLarge { .. } => RefusalKind::BadInput,

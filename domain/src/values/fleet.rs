@@ -317,3 +317,16 @@ impl Demand {
         self.gpus > 0 || self.gpu_profile.is_some()
     }
 }
+
+/// The tenant that owns the fleet's hosts: their streams are the fleet's, not any
+/// tenant's. No token may name it (the `leasehold:` prefix is reserved), so no tenant reads
+/// or writes a host's stream.
+pub fn fleet_tenant() -> crate::TenantId {
+    crate::TenantId::parse(FLEET_TENANT).expect("a valid tenant id")
+}
+
+/// The fleet tenant's id.
+pub const FLEET_TENANT: &str = "leasehold:fleet";
+
+/// The prefix of tenant ids Leasehold keeps for itself.
+pub const RESERVED_TENANT_PREFIX: &str = "leasehold:";

@@ -2,6 +2,7 @@
 
 mod commands;
 mod dispatch;
+mod fleet;
 mod log;
 mod migrations;
 mod projections;

@@ -1,0 +1,415 @@
+//! The VM's application service: a tenant creates, drains, destroys and completes its VMs; a
+//! host's agent reports on the VMs of its own host; the fleet's reconcilers strike and
+//! recover them.
+//!
+//! Create places the VM (`host::placement`, over the hosts its [`HostCatalog`] lists) and runs
+//! the VM's creation with a link, the chosen host's Reserve, owned by the fleet: both streams
+//! are appended at once with an expected version on each, so concurrent creates can never
+//! take more than a host has. A lost race on the host's version is decided again by the
+//! pipeline, on the host as stored; a host whose own Reserve refuses (placement read it stale)
+//! is read again and placement runs again, at most [`PLACEMENT_TRIES_MAX`] times. A boot
+//! failure and a confirmed removal give the room back the same way (the host's Release).
+//!
+//! Ids a retry must see again are minted from the tenant and the task or operation key: the
+//! VM (one per task), its credentials' reference, its boot and destroy operations. A retry of
+//! a create hashes the caller's request (task and spec), not the placement it was decided
+//! with, so it answers the first outcome even if the fleet has moved since.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+
+use leasehold_domain::host::placement::{PlacementRequest, place};
+use leasehold_domain::host::{Host, HostCommand};
+use leasehold_domain::values::OperationId;
+use leasehold_domain::values::fleet::{HostId, TaskId, VmId, fleet_tenant};
+use leasehold_domain::vm::{
+    BootFailure, CredentialRef, Found, PlacementPolicy, StrikeReason, Vm, VmCommand, VmError,
+    VmFacts, VmSpec, VmUrl,
+};
+use leasehold_domain::{RefusalKind, StoreError, TenantId};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::lease_service::{Caller, minted_id};
+use crate::{
+    CommandError, CommandOutcome, CommandPipeline, CommandRequest, CommandStore, Link,
+    LinkedCommand, caller_hash,
+};
+
+type Result<T> = std::result::Result<T, CommandError<VmError>>;
+
+/// How many times one create is placed before it gives up on hosts that keep refusing.
+pub const PLACEMENT_TRIES_MAX: u32 = 5;
+
+/// Where placement reads the fleet's hosts from: a read model kept by a projection in
+/// production (it may lag: the host's Reserve decides on its stored state), or the hosts'
+/// own streams.
+pub trait HostCatalog: Send + Sync {
+    /// Every host of the fleet, as last known.
+    fn hosts(&self) -> impl Future<Output = std::result::Result<Vec<Host>, StoreError>> + Send;
+}
+
+/// A VM command's result, with the VM it ran on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmOutcome {
+    /// The VM.
+    pub vm: VmId,
+    /// What the pipeline answered.
+    pub outcome: CommandOutcome,
+    /// Placements decided again because a host refused (creates only).
+    pub replacements: u32,
+}
+
+/// Runs VM commands.
+#[derive(Debug, Clone)]
+pub struct VmService<S, C> {
+    pipeline: CommandPipeline<S>,
+    catalog: C,
+    policy: PlacementPolicy,
+    facts: VmFacts,
+}
+
+/// What a create's retry must repeat to be one.
+#[derive(Serialize)]
+struct CreateRequest<'a> {
+    task: &'a TaskId,
+    spec: &'a VmSpec,
+}
+
+impl<S, C> VmService<S, C>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    C: HostCatalog,
+{
+    /// A service placing VMs by `policy` over the hosts of `catalog`.
+    pub fn new(pipeline: CommandPipeline<S>, catalog: C, policy: PlacementPolicy) -> Self {
+        Self { pipeline, catalog, policy, facts: VmFacts::default() }
+    }
+
+    /// The same service with the fleet's configuration `facts`.
+    #[must_use]
+    pub fn with_facts(mut self, facts: VmFacts) -> Self {
+        self.facts = facts;
+        self
+    }
+
+    /// The pipeline commands run through.
+    pub fn pipeline(&self) -> &CommandPipeline<S> {
+        &self.pipeline
+    }
+
+    /// A tenant creates a VM for `task`, placed on a host of the fleet.
+    ///
+    /// # Errors
+    /// [`CommandError`]: no host fits (`NoHostFits`, naming the gate), the VM's refusal, a
+    /// host's, or the pipeline's.
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        key: &str,
+        task: &TaskId,
+        spec: VmSpec,
+    ) -> Result<VmOutcome> {
+        let tenant = own_tenant(caller)?;
+        let vm = vm_of(tenant, task);
+        let hash = caller_hash("vm", &vm.stream_id(), &CreateRequest { task, spec: &spec });
+        let credentials = CredentialRef(minted_id("vm-credentials", tenant, key));
+        let operation = OperationId(minted_id("vm-boot", tenant, key));
+        let make = |placement| VmCommand::Create {
+            vm,
+            task: task.clone(),
+            spec: Box::new(spec.clone()),
+            credentials,
+            placement,
+            operation,
+        };
+        // A VM already made for the task: its own placement, so that the VM answers (a retry
+        // its first outcome, another key that the task has its VM) whatever the fleet is now.
+        if let Some((_, _, existing)) = self.pipeline.state::<Vm>(&vm.stream_id()).await?
+            && let Some(placement) = existing.placement.clone()
+        {
+            let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
+            let outcome = self.pipeline.execute(request.hashed_as(hash)).await?;
+            return Ok(VmOutcome { vm, outcome, replacements: 0 });
+        }
+        let mut hosts = self.catalog.hosts().await?;
+        let demand = spec.demand();
+        let artifact_hosts = BTreeSet::new();
+        let excluded = BTreeSet::new();
+        for retries in 0..PLACEMENT_TRIES_MAX {
+            let ask = PlacementRequest {
+                demand: &demand,
+                pin: spec.pin.as_ref(),
+                policy: self.policy,
+                artifact_hosts: &artifact_hosts,
+                excluded: &excluded,
+                retries,
+            };
+            let placement = place(&hosts, &ask)
+                .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
+            let host = placement.host.clone();
+            let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
+            let reserve = HostCommand::Reserve { vm, demand: demand.clone() };
+            let link: Box<dyn Link<S>> = Box::new(host_link(&host, reserve));
+            match self.pipeline.execute_linked(request.hashed_as(hash), &[link]).await {
+                Ok(outcome) => return Ok(VmOutcome { vm, outcome, replacements: retries }),
+                Err(CommandError::LinkedRefused { kind: RefusalKind::InvalidState, .. }) => {
+                    // Placement read the host stale: read it as stored and place again.
+                    refresh(&self.pipeline, &mut hosts, &host).await?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let last = PlacementRequest {
+            demand: &demand,
+            pin: spec.pin.as_ref(),
+            policy: self.policy,
+            artifact_hosts: &artifact_hosts,
+            excluded: &excluded,
+            retries: PLACEMENT_TRIES_MAX,
+        };
+        let gate = place(&hosts, &last).err().unwrap_or(leasehold_domain::host::Gate::HostActive);
+        Err(CommandError::Refused(VmError::NoHostFits { gate }))
+    }
+
+    /// A tenant drains its VM.
+    ///
+    /// # Errors
+    /// [`CommandError`]: the VM's refusal, or the pipeline's.
+    pub async fn drain(&self, caller: &Caller, key: &str, vm: VmId) -> Result<VmOutcome> {
+        let tenant = own_tenant(caller)?.clone();
+        self.run(caller, tenant, vm, key, VmCommand::Drain, Vec::new()).await
+    }
+
+    /// A tenant destroys its VM. Its host's room stays held until the agent confirms.
+    ///
+    /// # Errors
+    /// [`CommandError`]: the VM's refusal, or the pipeline's.
+    pub async fn destroy(&self, caller: &Caller, key: &str, vm: VmId) -> Result<VmOutcome> {
+        let tenant = own_tenant(caller)?.clone();
+        let operation = OperationId(minted_id("vm-destroy", &tenant, key));
+        let command = VmCommand::Destroy { operation };
+        self.run(caller, tenant, vm, key, command, Vec::new()).await
+    }
+
+    /// A tenant's task is done: its VM is destroyed.
+    ///
+    /// # Errors
+    /// [`CommandError`]: the VM's refusal, or the pipeline's.
+    pub async fn complete_task(&self, caller: &Caller, key: &str, vm: VmId) -> Result<VmOutcome> {
+        let tenant = own_tenant(caller)?.clone();
+        let operation = OperationId(minted_id("vm-destroy", &tenant, key));
+        let command = VmCommand::CompleteTask { operation };
+        self.run(caller, tenant, vm, key, command, Vec::new()).await
+    }
+
+    /// A host's agent reports its boot of `vm` done.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a VM not on `host`; otherwise as the pipeline.
+    pub async fn report_booted(
+        &self,
+        caller: &Caller,
+        host: &HostId,
+        key: &str,
+        vm: VmId,
+        (operation, url): (OperationId, VmUrl),
+    ) -> Result<VmOutcome> {
+        let owner = self.on_host(host, vm).await?;
+        let command = VmCommand::ReportBooted { operation, url };
+        self.run(caller, owner, vm, key, command, Vec::new()).await
+    }
+
+    /// A host's agent reports its boot of `vm` failed: the VM's room is given back.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a VM not on `host`; otherwise as the pipeline.
+    pub async fn report_boot_failed(
+        &self,
+        caller: &Caller,
+        host: &HostId,
+        key: &str,
+        vm: VmId,
+        (operation, failure): (OperationId, BootFailure),
+    ) -> Result<VmOutcome> {
+        let owner = self.on_host(host, vm).await?;
+        let command = VmCommand::ReportBootFailed { operation, failure };
+        let release = release_on(host, vm);
+        self.run(caller, owner, vm, key, command, release).await
+    }
+
+    /// A host's agent confirms `vm` gone after its destroy: its room is given back.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a VM not on `host`; otherwise as the pipeline.
+    pub async fn confirm_removed(
+        &self,
+        caller: &Caller,
+        host: &HostId,
+        key: &str,
+        (vm, operation): (VmId, OperationId),
+    ) -> Result<VmOutcome> {
+        let owner = self.on_host(host, vm).await?;
+        let command = VmCommand::ConfirmRemoved { operation };
+        self.run(caller, owner, vm, key, command, release_on(host, vm)).await
+    }
+
+    /// A recovery lookup at `vm`'s host found it running, or missing.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a VM not on `host`; otherwise as the pipeline.
+    pub async fn recover(
+        &self,
+        caller: &Caller,
+        host: &HostId,
+        key: &str,
+        vm: VmId,
+        (operation, found): (OperationId, Found),
+    ) -> Result<VmOutcome> {
+        let owner = self.on_host(host, vm).await?;
+        let command = VmCommand::Recover { operation, found };
+        self.run(caller, owner, vm, key, command, Vec::new()).await
+    }
+
+    /// A reconciler's strike on `vm` (stuck or idle), or its clearing (`None`).
+    ///
+    /// # Errors
+    /// [`CommandError`]: the VM's refusal, or the pipeline's.
+    pub async fn strike(
+        &self,
+        caller: &Caller,
+        key: &str,
+        vm: VmId,
+        reason: Option<StrikeReason>,
+    ) -> Result<VmOutcome> {
+        let (owner, _) = self.owned(vm).await?;
+        let command = match reason {
+            Some(reason) => VmCommand::Strike { reason },
+            None => VmCommand::ClearStrikes,
+        };
+        self.run(caller, owner, vm, key, command, Vec::new()).await
+    }
+
+    /// The VM as stored now and its owner, for machine actors and operators.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for no such VM; a store failure.
+    pub async fn owned(&self, vm: VmId) -> Result<(TenantId, Vm)> {
+        let found = self.pipeline.state::<Vm>(&vm.stream_id()).await?;
+        let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
+        Ok((owner, stored))
+    }
+
+    /// The owner of `vm`, if it is placed on `host` (an agent sees only its own host's VMs).
+    async fn on_host(&self, host: &HostId, vm: VmId) -> Result<TenantId> {
+        let (owner, stored) = self.owned(vm).await?;
+        if stored.host() != Some(host) {
+            return Err(CommandError::NotFound);
+        }
+        Ok(owner)
+    }
+
+    fn request(
+        &self,
+        caller: &Caller,
+        tenant: TenantId,
+        vm: VmId,
+        key: &str,
+        command: VmCommand,
+    ) -> Result<CommandRequest<Vm>> {
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let stream = vm.stream_id();
+        let mut request = CommandRequest::<Vm>::new(
+            tenant,
+            caller.actor.clone(),
+            stream,
+            key,
+            command,
+            self.facts,
+        );
+        if let Some(namespace) = &caller.namespace {
+            request.namespace = namespace.clone();
+        }
+        request.correlation_id = Some(Uuid::now_v7());
+        Ok(request)
+    }
+
+    async fn run(
+        &self,
+        caller: &Caller,
+        tenant: TenantId,
+        vm: VmId,
+        key: &str,
+        command: VmCommand,
+        links: Vec<Box<dyn Link<S>>>,
+    ) -> Result<VmOutcome> {
+        let request = self.request(caller, tenant, vm, key, command)?;
+        let outcome = self.pipeline.execute_linked(request, &links).await?;
+        Ok(VmOutcome { vm, outcome, replacements: 0 })
+    }
+}
+
+/// `command` on `host`'s stream, which the fleet owns.
+fn host_link(host: &HostId, command: HostCommand) -> LinkedCommand<Host> {
+    LinkedCommand::new(host.stream_id(), command, ()).owned_by(fleet_tenant())
+}
+
+fn release_on<S: CommandStore + Send + Sync>(host: &HostId, vm: VmId) -> Vec<Box<dyn Link<S>>> {
+    vec![Box::new(host_link(host, HostCommand::Release { vm }))]
+}
+
+/// Replaces `host` in `hosts` with its stored state.
+async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
+    pipeline: &CommandPipeline<S>,
+    hosts: &mut Vec<Host>,
+    host: &HostId,
+) -> std::result::Result<(), CommandError<VmError>> {
+    let stored = pipeline.state::<Host>(&host.stream_id()).await.map_err(|error| match error {
+        CommandError::Store(error) => CommandError::Store(error),
+        _ => CommandError::NotFound,
+    })?;
+    hosts.retain(|known| known.id.as_ref() != Some(host));
+    if let Some((_, _, stored)) = stored {
+        hosts.push(stored);
+    }
+    Ok(())
+}
+
+/// The VM a tenant's task runs on (one per task).
+pub fn vm_of(tenant: &TenantId, task: &TaskId) -> VmId {
+    VmId(minted_id("vm", tenant, task.as_str()))
+}
+
+fn own_tenant(caller: &Caller) -> Result<&TenantId> {
+    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+}
+
+/// A catalog that reads each listed host's own stream (exact, one read per host: for small
+/// fleets and tests; production reads the hosts read model).
+#[derive(Debug, Clone)]
+pub struct StreamCatalog<S> {
+    pipeline: CommandPipeline<S>,
+    hosts: Vec<HostId>,
+}
+
+impl<S> StreamCatalog<S> {
+    /// A catalog of `hosts`, read through `pipeline`.
+    pub fn new(pipeline: CommandPipeline<S>, hosts: Vec<HostId>) -> Self {
+        Self { pipeline, hosts }
+    }
+}
+
+impl<S: CommandStore + Clone + Send + Sync + 'static> HostCatalog for StreamCatalog<S> {
+    async fn hosts(&self) -> std::result::Result<Vec<Host>, StoreError> {
+        let mut found = Vec::with_capacity(self.hosts.len());
+        for host in &self.hosts {
+            match self.pipeline.state::<Host>(&host.stream_id()).await {
+                Ok(Some((_, _, host))) => found.push(host),
+                Ok(None) => {}
+                Err(CommandError::Store(error)) => return Err(error),
+                Err(error) => return Err(StoreError::Database { reason: error.to_string() }),
+            }
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,7 @@
+//! The VM fleet through its services, against PostgreSQL: placement that reserves capacity
+//! atomically under concurrent creates, capacity given back only on a boot failure or a
+//! confirmed removal, fenced agent reports, and tenants kept apart.
+
+mod capacity;
+mod lifecycle;
+mod support;
