@@ -2,20 +2,18 @@
 //! batch, so a batch costs a handful of round trips whatever its size.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::ClientWrapper;
 use leasehold_domain::lease::LeaseId;
-use leasehold_domain::{Cursor, EventStore as _, LogPage, StoreError};
 use leasehold_projections::lease::{
     LeaseChange, LeaseProjection, LeaseRows, LeaseView, ReleaseRow,
 };
-use leasehold_projections::{Projection, ProjectionSession, ProjectionStore};
-use tokio::sync::Notify;
 use uuid::Uuid;
 
+use super::kind::{PgProjected, ReadError, decode, encode};
 use super::shared::SharedWrites;
-use super::{Param, PgProjectionSession, PgProjectionStore, WriteError, execute};
+use super::{Param, WriteError, execute};
 use crate::store::to_i64;
 
 const VIEWS_SQL: &str =
@@ -67,64 +65,26 @@ const SET_RELEASES_SQL: &str = "UPDATE releases r SET status = u.s, reason = u.r
      $6::timestamptz[]) AS u(l, v, s, r, m, at) \
      WHERE r.lease_id = u.l AND r.version = u.v";
 
-impl ProjectionStore<LeaseProjection> for PgProjectionStore {
-    type Session = PgProjectionSession;
-
-    async fn lock(&self) -> Result<Option<PgProjectionSession>, StoreError> {
-        self.lock_projection(LeaseProjection::NAME, LeaseProjection::VERSION).await
-    }
-
-    fn appended(&self) -> Arc<Notify> {
-        self.log().appended()
-    }
-
-    async fn read_log(&self, after: Cursor, limit: usize) -> Result<LogPage, StoreError> {
-        self.log().read_log(after, limit).await
-    }
-}
-
-impl ProjectionSession<LeaseProjection> for PgProjectionSession {
-    async fn checkpoint(&mut self) -> Result<Option<Cursor>, StoreError> {
-        self.read_checkpoint().await
-    }
-
-    async fn views(&mut self, keys: &[LeaseId]) -> Result<HashMap<LeaseId, LeaseView>, StoreError> {
+impl PgProjected for LeaseProjection {
+    async fn read_views(
+        client: &ClientWrapper,
+        keys: &[LeaseId],
+    ) -> Result<HashMap<LeaseId, LeaseView>, ReadError> {
         let ids: Vec<Uuid> = keys.iter().map(|key| key.0).collect();
-        let rows = self.client.query(VIEWS_SQL, &[&ids]).await.map_err(self.fail())?;
+        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
         let mut views = HashMap::with_capacity(rows.len());
         for row in rows {
             let lease = LeaseId(row.get(0));
-            let state: &[u8] = row.get(2);
-            let view: LeaseView = postcard::from_bytes(state).map_err(|e| StoreError::Corrupt {
-                position: 0,
-                reason: format!("the lease view of {lease} cannot be decoded: {e}"),
-            })?;
-            views.insert(lease, view);
+            views.insert(lease, decode(format!("lease {lease}"), row.get(2))?);
         }
         Ok(views)
     }
 
-    async fn commit(
-        &mut self,
-        from: Option<Cursor>,
-        to: Cursor,
-        events: u64,
+    async fn write_changes(
+        tx: &deadpool_postgres::Transaction<'_>,
         changes: Vec<LeaseChange>,
-    ) -> Result<(), StoreError> {
-        let identity = (self.name, self.version, self.kind);
-        let endpoint = self.endpoint.clone();
-        let fail = |error| crate::store::from_driver(error, &endpoint);
-        let tx = self.client.transaction().await.map_err(fail)?;
-        if !Self::move_checkpoint(&tx, identity, from, to, events).await.map_err(fail)? {
-            return Err(StoreError::Database {
-                reason: format!("the checkpoint of {} moved under this runner", identity.0),
-            });
-        }
-        write_changes(&tx, changes).await.map_err(|e| match e {
-            WriteError::Driver(error) => fail(error),
-            WriteError::Store(error) => error,
-        })?;
-        tx.commit().await.map_err(fail)
+    ) -> Result<(), WriteError> {
+        write_changes(tx, changes).await
     }
 }
 
@@ -165,12 +125,7 @@ async fn write_puts(
     }
     let mut states = Vec::with_capacity(puts.len());
     for rows in puts {
-        let bytes = postcard::to_stdvec(&rows.view).map_err(|e| {
-            WriteError::Store(StoreError::Database {
-                reason: format!("encoding a lease view: {e}"),
-            })
-        })?;
-        states.push(bytes);
+        states.push(encode("lease", &rows.view)?);
     }
     let ids: Vec<Uuid> = puts.iter().map(|r| r.lease.lease_id).collect();
     let tenants: Vec<&str> = puts.iter().map(|r| r.lease.tenant_id.as_str()).collect();

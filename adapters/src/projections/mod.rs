@@ -1,6 +1,8 @@
 //! The projection runtime's storage: a runner's locked connection, its checkpoint, and the
-//! read-model writers of each projection (`lease.rs`).
+//! read-model writers of each projection (`lease.rs`, `vm.rs`, `host.rs`), each a
+//! [`kind::PgProjected`] whose runner storage is shared (`kind.rs`).
 
+mod kind;
 mod lease;
 mod reconcilers;
 mod shared;
@@ -19,8 +21,11 @@ const LOCK_CLASS: i32 = 0x4c48;
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
 /// Why writing a batch's changes failed.
-pub(crate) enum WriteError {
+#[derive(Debug)]
+pub enum WriteError {
+    /// The driver failed.
     Driver(tokio_postgres::Error),
+    /// Something else did.
     Store(StoreError),
 }
 
