@@ -21,6 +21,6 @@ pub mod verify;
 
 pub use database::{DatabaseUrl, DatabaseUrlError};
 pub use migrations::{MigrateError, MigrationReport, migrate};
-pub use projections::PgProjectionStore;
+pub use projections::{PgHostCatalog, PgProjectionStore};
 pub use read_models::PgReadModels;
 pub use store::{PgEventStore, StoreConfig};

@@ -7,6 +7,7 @@
 //! (commands, outside calls) instead of projecting, each with its own lock and checkpoint.
 
 mod clock;
+pub mod host;
 pub mod lease;
 pub mod limits;
 mod port;
@@ -14,6 +15,7 @@ mod projection;
 mod reconciler;
 mod runtime;
 pub mod shared;
+pub mod vm;
 
 pub use clock::ManualClock;
 pub use port::{ProjectionSession, ProjectionStore, ReconcilerSession, ReconcilerStore};

@@ -2,15 +2,18 @@
 //! read-model writers of each projection (`lease.rs`, `vm.rs`, `host.rs`), each a
 //! [`kind::PgProjected`] whose runner storage is shared (`kind.rs`).
 
+mod host;
 mod kind;
 mod lease;
 mod reconcilers;
 mod shared;
 mod status;
+mod vm;
 
 use deadpool_postgres::ClientWrapper;
 use leasehold_domain::{Cursor, StoreError};
 
+pub use host::PgHostCatalog;
 pub use status::ProjectionStatus;
 
 use crate::store::{PgEventStore, Xid8, from_driver, to_i64};

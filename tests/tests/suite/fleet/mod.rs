@@ -4,4 +4,5 @@
 
 mod capacity;
 mod lifecycle;
+mod read_models;
 mod support;

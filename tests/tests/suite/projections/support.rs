@@ -31,12 +31,18 @@ pub fn quick() -> RunnerConfig {
 }
 
 pub fn start(store: &PgEventStore, config: RunnerConfig) -> Running {
+    start_of(LeaseProjection, store, config)
+}
+
+/// A runner of `projection` on its own task.
+pub fn start_of<P>(projection: P, store: &PgEventStore, config: RunnerConfig) -> Running
+where
+    P: leasehold_projections::Projection,
+    leasehold_adapters::PgProjectionStore: leasehold_projections::ProjectionStore<P>,
+{
     let (shutdown, stop) = watch::channel(false);
-    let runner = Runner::new(
-        LeaseProjection,
-        leasehold_adapters::PgProjectionStore::new(store.clone()),
-        config,
-    );
+    let runner =
+        Runner::new(projection, leasehold_adapters::PgProjectionStore::new(store.clone()), config);
     let (stats, checkpoints) = (runner.stats(), runner.checkpoints());
     let task = tokio::spawn(runner.run(stop));
     Running { task, shutdown, stats, checkpoints }

@@ -1,0 +1,131 @@
+//! Writing the host read models, and reading the hosts' working states back as placement's
+//! catalog of the fleet ([`PgHostCatalog`]).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{ClientWrapper, Transaction};
+use leasehold_commands::vm_service::HostCatalog;
+use leasehold_domain::StoreError;
+use leasehold_domain::host::Host;
+use leasehold_domain::values::fleet::HostId;
+use leasehold_projections::host::{HostChange, HostProjection, HostRows};
+
+use super::kind::{PgProjected, ReadError, decode, encode};
+use super::{Param, WriteError, execute};
+use crate::store::PgEventStore;
+
+const VIEWS_SQL: &str = "SELECT host_id, state FROM host_view_states WHERE host_id = ANY($1)";
+
+const ALL_VIEWS_SQL: &str = "SELECT host_id, state FROM host_view_states";
+
+const PUT_VIEWS_SQL: &str = "INSERT INTO host_view_states (host_id, state) \
+     SELECT * FROM unnest($1::text[], $2::bytea[]) \
+     ON CONFLICT (host_id) DO UPDATE SET state = excluded.state";
+
+const PUT_HOSTS_SQL: &str = "INSERT INTO hosts (host_id, state, backend, region, url, labels, \
+     capacity, allocated, headroom, vm_count, last_seen, updated_at) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+     $6::jsonb[], $7::jsonb[], $8::jsonb[], $9::jsonb[], $10::int8[], $11::timestamptz[], \
+     $12::timestamptz[]) \
+     ON CONFLICT (host_id) DO UPDATE SET state = excluded.state, backend = excluded.backend, \
+     region = excluded.region, url = excluded.url, labels = excluded.labels, \
+     capacity = excluded.capacity, allocated = excluded.allocated, \
+     headroom = excluded.headroom, vm_count = excluded.vm_count, \
+     last_seen = excluded.last_seen, updated_at = excluded.updated_at";
+
+impl PgProjected for HostProjection {
+    async fn read_views(
+        client: &ClientWrapper,
+        keys: &[HostId],
+    ) -> Result<HashMap<HostId, Host>, ReadError> {
+        let ids: Vec<&str> = keys.iter().map(HostId::as_str).collect();
+        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
+        let mut views = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let id: &str = row.get(0);
+            let host = HostId::parse("host", id).map_err(|e| ReadError::Corrupt(e.to_string()))?;
+            views.insert(host, decode(format!("host {id}"), row.get(1))?);
+        }
+        Ok(views)
+    }
+
+    async fn write_changes(
+        tx: &Transaction<'_>,
+        changes: Vec<HostChange>,
+    ) -> Result<(), WriteError> {
+        let puts: Vec<HostRows> = changes.into_iter().map(|HostChange::Put(rows)| *rows).collect();
+        if puts.is_empty() {
+            return Ok(());
+        }
+        let mut states = Vec::with_capacity(puts.len());
+        for rows in &puts {
+            states.push(encode("host", &rows.view)?);
+        }
+        let rows: Vec<_> = puts.iter().map(|r| &r.host).collect();
+        let ids: Vec<&str> = rows.iter().map(|r| r.host_id.as_str()).collect();
+        execute(tx, PUT_VIEWS_SQL, &[&ids, &states]).await?;
+        let host_states: Vec<&str> = rows.iter().map(|r| r.state).collect();
+        let backends: Vec<&str> = rows.iter().map(|r| r.backend).collect();
+        let regions: Vec<Option<&str>> = rows.iter().map(|r| r.region.as_deref()).collect();
+        let urls: Vec<&str> = rows.iter().map(|r| r.url.as_str()).collect();
+        let labels: Vec<&serde_json::Value> = rows.iter().map(|r| &r.labels).collect();
+        let capacity: Vec<&serde_json::Value> = rows.iter().map(|r| &r.capacity).collect();
+        let allocated: Vec<&serde_json::Value> = rows.iter().map(|r| &r.allocated).collect();
+        let headroom: Vec<&serde_json::Value> = rows.iter().map(|r| &r.headroom).collect();
+        let counts: Vec<i64> = rows.iter().map(|r| r.vm_count).collect();
+        let seen: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.last_seen).collect();
+        let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+        let params: [Param<'_>; 12] = [
+            &ids,
+            &host_states,
+            &backends,
+            &regions,
+            &urls,
+            &labels,
+            &capacity,
+            &allocated,
+            &headroom,
+            &counts,
+            &seen,
+            &updated,
+        ];
+        execute(tx, PUT_HOSTS_SQL, &params).await
+    }
+}
+
+/// Placement's catalog of the fleet: every host's working state as the host projection last
+/// wrote it, in one query. It may lag the log; the host's own Reserve decides.
+#[derive(Debug, Clone)]
+pub struct PgHostCatalog {
+    store: PgEventStore,
+}
+
+impl PgHostCatalog {
+    /// The catalog in the database of `store`.
+    pub fn new(store: PgEventStore) -> Self {
+        Self { store }
+    }
+}
+
+impl HostCatalog for PgHostCatalog {
+    async fn hosts(&self) -> Result<Vec<Host>, StoreError> {
+        let client = self.store.client().await?;
+        let endpoint = self.store.endpoint().to_owned();
+        let rows = client
+            .query(ALL_VIEWS_SQL, &[])
+            .await
+            .map_err(|error| crate::store::from_driver(error, &endpoint))?;
+        let mut hosts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: &str = row.get(0);
+            let host =
+                decode::<Host>(format!("host {id}"), row.get(1)).map_err(|error| match error {
+                    ReadError::Corrupt(reason) => StoreError::Corrupt { position: 0, reason },
+                    ReadError::Driver(error) => crate::store::from_driver(error, &endpoint),
+                })?;
+            hosts.push(host);
+        }
+        Ok(hosts)
+    }
+}

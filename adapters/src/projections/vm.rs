@@ -1,0 +1,102 @@
+//! Writing the VM read models: one multi-row statement per table per batch.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{ClientWrapper, Transaction};
+use leasehold_domain::values::fleet::VmId;
+use leasehold_projections::vm::{VmChange, VmProjection, VmRows, VmView};
+use uuid::Uuid;
+
+use super::kind::{PgProjected, ReadError, decode, encode};
+use super::shared::SharedWrites;
+use super::{Param, WriteError, execute};
+
+const VIEWS_SQL: &str = "SELECT vm_id, state FROM vm_view_states WHERE vm_id = ANY($1)";
+
+const PUT_VIEWS_SQL: &str = "INSERT INTO vm_view_states (vm_id, tenant_id, state) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[]) \
+     ON CONFLICT (vm_id) DO UPDATE SET state = excluded.state";
+
+const PUT_VMS_SQL: &str = "INSERT INTO vms (vm_id, tenant_id, task_id, state, task_state, \
+     host_id, url, spec, reason, message, destroy_reason, created_at, updated_at) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::jsonb[], $9::text[], $10::text[], $11::text[], \
+     $12::timestamptz[], $13::timestamptz[]) \
+     ON CONFLICT (vm_id) DO UPDATE SET state = excluded.state, \
+     task_state = excluded.task_state, host_id = excluded.host_id, url = excluded.url, \
+     reason = excluded.reason, message = excluded.message, \
+     destroy_reason = excluded.destroy_reason, updated_at = excluded.updated_at";
+
+impl PgProjected for VmProjection {
+    async fn read_views(
+        client: &ClientWrapper,
+        keys: &[VmId],
+    ) -> Result<HashMap<VmId, VmView>, ReadError> {
+        let ids: Vec<Uuid> = keys.iter().map(|key| key.0).collect();
+        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
+        let mut views = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let vm = VmId(row.get(0));
+            views.insert(vm, decode(format!("VM {vm}"), row.get(1))?);
+        }
+        Ok(views)
+    }
+
+    async fn write_changes(tx: &Transaction<'_>, changes: Vec<VmChange>) -> Result<(), WriteError> {
+        let mut puts = Vec::new();
+        let mut shared = SharedWrites::default();
+        for change in changes {
+            match change {
+                VmChange::Put(rows) => puts.push(*rows),
+                VmChange::Quota(delta) => shared.quota(delta),
+            }
+        }
+        write_puts(tx, &puts).await?;
+        for rows in &puts {
+            shared.workload(rows.workload.clone());
+        }
+        shared.write(tx).await
+    }
+}
+
+async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteError> {
+    if puts.is_empty() {
+        return Ok(());
+    }
+    let mut states = Vec::with_capacity(puts.len());
+    for rows in puts {
+        states.push(encode("VM", &rows.view)?);
+    }
+    let rows: Vec<_> = puts.iter().map(|r| &r.vm).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.vm_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    execute(tx, PUT_VIEWS_SQL, &[&ids, &tenants, &states]).await?;
+    let tasks: Vec<&str> = rows.iter().map(|r| r.task_id.as_str()).collect();
+    let vm_states: Vec<&str> = rows.iter().map(|r| r.state).collect();
+    let task_states: Vec<Option<&str>> = rows.iter().map(|r| r.task_state).collect();
+    let hosts: Vec<Option<&str>> = rows.iter().map(|r| r.host_id.as_deref()).collect();
+    let urls: Vec<Option<&str>> = rows.iter().map(|r| r.url.as_deref()).collect();
+    let specs: Vec<&serde_json::Value> = rows.iter().map(|r| &r.spec).collect();
+    let reasons: Vec<Option<&str>> = rows.iter().map(|r| r.reason.as_deref()).collect();
+    let messages: Vec<Option<&str>> = rows.iter().map(|r| r.message.as_deref()).collect();
+    let destroys: Vec<Option<&str>> = rows.iter().map(|r| r.destroy_reason).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let params: [Param<'_>; 13] = [
+        &ids,
+        &tenants,
+        &tasks,
+        &vm_states,
+        &task_states,
+        &hosts,
+        &urls,
+        &specs,
+        &reasons,
+        &messages,
+        &destroys,
+        &created,
+        &updated,
+    ];
+    execute(tx, PUT_VMS_SQL, &params).await
+}

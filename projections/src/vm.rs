@@ -1,0 +1,231 @@
+//! The VM read models: `vms` (each VM as its tenant sees it), `workloads` and the quota usage.
+//!
+//! The working view of a VM is the aggregate's own state, folded with its own `evolve`. The
+//! `vms` row never holds the VM's credentials' reference, its operations or its boot
+//! failure's operator detail: only the tenant-safe reason and message.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::values::fleet::VmId;
+use leasehold_domain::vm::{Vm, VmEvent, VmOutcome, VmStatus};
+use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::projection::{Projection, ProjectionError};
+use crate::shared::{QuotaDelta, WorkloadRow};
+
+/// The workload kind of VMs in the unified listings.
+pub const VM_KIND: &str = "vm";
+
+/// Projects VM streams into the VM read models.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VmProjection;
+
+/// One VM's working state: its owner and its aggregate state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmView {
+    /// The owning tenant.
+    pub tenant: TenantId,
+    /// The aggregate's state.
+    pub vm: Vm,
+}
+
+/// A change to the VM read models.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VmChange {
+    /// Write every row derived from one VM's view.
+    Put(Box<VmRows>),
+    /// Resources a tenant holds began or stopped counting.
+    Quota(QuotaDelta),
+}
+
+/// Every row derived from one VM's view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmRows {
+    /// The working state, kept for the next batch.
+    pub view: VmView,
+    /// `vms`.
+    pub vm: VmRow,
+    /// `workloads`.
+    pub workload: WorkloadRow,
+}
+
+/// A row of `vms`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0014_fleet.sql.
+pub struct VmRow {
+    pub vm_id: Uuid,
+    pub tenant_id: String,
+    pub task_id: String,
+    pub state: &'static str,
+    pub task_state: Option<&'static str>,
+    pub host_id: Option<String>,
+    pub url: Option<String>,
+    pub spec: serde_json::Value,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub destroy_reason: Option<&'static str>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Revisions of what the VM projection derives from its view; its version adds the state's
+/// schema, so a new `Vm::STATE_SCHEMA` rebuilds it.
+const ROWS_REVISION: u32 = 0;
+
+impl Projection for VmProjection {
+    const NAME: &'static str = "vm_views";
+    const VERSION: u32 = ROWS_REVISION + Vm::STATE_SCHEMA;
+    const STREAM_TYPES: &'static [&'static str] = &[Vm::STREAM_TYPE];
+    type Key = VmId;
+    type View = VmView;
+    type Change = VmChange;
+
+    fn key(&self, event: &RecordedEvent) -> Option<VmId> {
+        (event.stream_type.as_str() == Vm::STREAM_TYPE)
+            .then(|| VmId::of_stream(&event.stream_id))
+            .flatten()
+    }
+
+    fn project(
+        &self,
+        view: Option<&VmView>,
+        event: &RecordedEvent,
+        changes: &mut Vec<VmChange>,
+    ) -> Result<VmView, ProjectionError> {
+        let decoded =
+            VmEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
+                ProjectionError {
+                    projection: Self::NAME,
+                    position: event.cursor.position,
+                    reason: error.to_string(),
+                }
+            })?;
+        let before = view
+            .cloned()
+            .unwrap_or_else(|| VmView { tenant: event.tenant_id.clone(), vm: Vm::initial() });
+        let after =
+            VmView { tenant: before.tenant.clone(), vm: before.vm.clone().evolve(&decoded) };
+        if let Some(delta) = quota_delta(&before, &after) {
+            changes.push(VmChange::Quota(delta));
+        }
+        Ok(after)
+    }
+
+    fn put(&self, _key: &VmId, view: &VmView) -> VmChange {
+        VmChange::Put(Box::new(rows_of(view)))
+    }
+}
+
+/// A VM's state as its tenant reads it: a removed VM reads as how it ended.
+pub fn state_name(vm: &Vm) -> &'static str {
+    match (vm.status, vm.outcome) {
+        (VmStatus::Removed, Some(VmOutcome::Failed)) => "failed",
+        (VmStatus::Removed, _) => "destroyed",
+        (status, _) => status.name(),
+    }
+}
+
+/// What a VM holds of its tenant's quota while its host holds room for it (until the removal
+/// is confirmed): vCPUs, RAM and GPUs, as SKU-like quantities.
+fn held(view: &VmView) -> Vec<(String, i64)> {
+    let holds = matches!(
+        view.vm.status,
+        VmStatus::Provisioning | VmStatus::Running | VmStatus::Draining | VmStatus::Destroying
+    );
+    match (&view.vm.terms, holds) {
+        (Some(terms), true) => {
+            let spec = &terms.spec;
+            let ram = i64::try_from(spec.ram_mb).unwrap_or(i64::MAX);
+            vec![
+                ("vm.cpus".to_owned(), i64::from(spec.cpus)),
+                ("vm.gpus".to_owned(), i64::from(spec.gpus)),
+                ("vm.ram_mb".to_owned(), ram),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn quota_delta(before: &VmView, after: &VmView) -> Option<QuotaDelta> {
+    let (was, is) = (held(before), held(after));
+    if was == is {
+        return None;
+    }
+    let active = i64::from(!is.is_empty()) - i64::from(!was.is_empty());
+    let mut skus: Vec<(String, i64)> = is;
+    skus.extend(was.into_iter().map(|(sku, quantity)| (sku, -quantity)));
+    Some(QuotaDelta { tenant_id: after.tenant.to_string(), kind: VM_KIND, active, skus })
+}
+
+/// Every row of one VM, from its view.
+///
+/// # Panics
+/// When the view has no terms: a VM stream always starts with the event that sets them.
+pub fn rows_of(view: &VmView) -> VmRows {
+    let vm = &view.vm;
+    let terms = vm.terms.as_ref().expect("a VM stream starts by setting its terms");
+    let updated_at = vm.updated_at.unwrap_or(terms.created_at);
+    let spec = serde_json::to_value(&terms.spec).expect("a spec serializes");
+    let state = state_name(vm);
+    let host = vm.host().map(ToString::to_string);
+    let (reason, message) = match &vm.failure {
+        Some(failure) => (Some(failure.reason.to_string()), Some(failure.message.to_string())),
+        None => (None, None),
+    };
+    let spec_ref = &terms.spec;
+    let items = serde_json::json!([
+        { "sku": "vm.cpus", "quantity": spec_ref.cpus },
+        { "sku": "vm.ram_mb", "quantity": spec_ref.ram_mb },
+        { "sku": "vm.gpus", "quantity": spec_ref.gpus },
+    ]);
+    VmRows {
+        view: view.clone(),
+        vm: VmRow {
+            vm_id: terms.id.0,
+            tenant_id: view.tenant.to_string(),
+            task_id: terms.task.to_string(),
+            state,
+            task_state: vm.task.map(task_name),
+            host_id: host.clone(),
+            url: vm.url.as_ref().map(ToString::to_string),
+            spec,
+            reason,
+            message,
+            destroy_reason: vm.destroy_reason.map(destroy_name),
+            created_at: terms.created_at,
+            updated_at,
+        },
+        workload: WorkloadRow {
+            kind: VM_KIND,
+            workload_id: terms.id.0,
+            tenant_id: view.tenant.to_string(),
+            status: state,
+            backend_name: host,
+            items,
+            created_at: terms.created_at,
+            updated_at,
+        },
+    }
+}
+
+fn task_name(task: leasehold_domain::vm::TaskStatus) -> &'static str {
+    use leasehold_domain::vm::TaskStatus as T;
+    match task {
+        T::Assigned => "assigned",
+        T::Running => "running",
+        T::Completed => "completed",
+        T::Failed => "failed",
+    }
+}
+
+fn destroy_name(reason: leasehold_domain::vm::DestroyReason) -> &'static str {
+    use leasehold_domain::vm::DestroyReason as D;
+    match reason {
+        D::Requested => "requested",
+        D::TaskCompleted => "task_completed",
+        D::Stuck => "stuck",
+        D::Idle => "idle",
+        D::Missing => "missing",
+    }
+}
