@@ -60,8 +60,8 @@ use crate::values::{FieldError, OperationId, OperatorDetail, Reason, TenantMessa
 
 pub use events::{KIND, VmEvent};
 pub use values::{
-    BootSource, CredentialRef, Egress, ExposedPort, GuestPath, ImageName, Placement,
-    PlacementPolicy, Protocol, RESERVED_GUEST_DIR, SnapshotRef, VmSpec, VmUrl,
+    CredentialRef, ExposedPort, GuestPath, ImageName, Placement, PlacementPolicy, Protocol,
+    RESERVED_GUEST_DIR, SnapshotRef, VmSpec, VmUrl,
 };
 
 /// Where a VM stands.

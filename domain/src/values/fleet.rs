@@ -214,9 +214,21 @@ impl HostBackend {
 
 /// Placement labels: a host's declared key/value pairs, or a VM's selectors (every pair must
 /// match). At most [`FLEET_LABELS_MAX`] pairs.
+///
+/// Stored as a list of `{key, value}` in key order, so that every label has the same paths
+/// (`labels[].key`) whatever its key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "BTreeMap<LabelKey, LabelValue>", into = "BTreeMap<LabelKey, LabelValue>")]
+#[serde(try_from = "Vec<Label>", into = "Vec<Label>")]
 pub struct Labels(BTreeMap<LabelKey, LabelValue>);
+
+/// One label, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    /// Its key.
+    pub key: LabelKey,
+    /// Its value.
+    pub value: LabelValue,
+}
 
 impl Labels {
     /// Labels from pairs, each checked, `field` naming the input (`labels`).
@@ -266,9 +278,24 @@ impl TryFrom<BTreeMap<LabelKey, LabelValue>> for Labels {
     }
 }
 
-impl From<Labels> for BTreeMap<LabelKey, LabelValue> {
+impl TryFrom<Vec<Label>> for Labels {
+    type Error = Problem;
+
+    fn try_from(labels: Vec<Label>) -> Result<Self, Problem> {
+        let mut map = BTreeMap::new();
+        for label in labels {
+            let key = label.key.to_string();
+            if map.insert(label.key, label.value).is_some() {
+                return Err(Problem::Duplicate { value: key });
+            }
+        }
+        Self::try_from(map)
+    }
+}
+
+impl From<Labels> for Vec<Label> {
     fn from(labels: Labels) -> Self {
-        labels.0
+        labels.0.into_iter().map(|(key, value)| Label { key, value }).collect()
     }
 }
 

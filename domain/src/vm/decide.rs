@@ -3,8 +3,8 @@
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{
-    BootFailure, DestroyReason, Egress, Found, Placement, StrikeReason, Vm, VmCommand, VmError,
-    VmEvent, VmFacts, VmSpec, VmStatus, VmUrl,
+    BootFailure, DestroyReason, Found, Placement, StrikeReason, Vm, VmCommand, VmError, VmEvent,
+    VmFacts, VmSpec, VmStatus, VmUrl,
 };
 use crate::aggregate::Context;
 use crate::limits::VM_ACTIVITY_RECORD_SECONDS;
@@ -88,7 +88,7 @@ fn check_create(spec: &VmSpec, placement: &Placement, facts: &VmFacts) -> Result
     if spec.startup_script_timeout_seconds.is_some_and(|seconds| seconds > max) {
         return Err(VmError::StartupTimeoutTooLarge { max });
     }
-    if matches!(spec.egress, Egress::Proxy { .. }) && !facts.egress_registry {
+    if spec.egress_proxy.is_some() && !facts.egress_registry {
         return Err(VmError::NoEgressRegistry);
     }
     if spec.pin.as_ref().is_some_and(|pin| pin != &placement.host) {

@@ -114,33 +114,6 @@ uuid_type!(
     CredentialRef
 );
 
-/// What a VM boots from: the provider's default base, a named image, or a snapshot in its
-/// host's store (never both an image and a snapshot).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BootSource {
-    /// The provider's default base image.
-    Default,
-    /// A named base image.
-    Image(ImageName),
-    /// A snapshot artifact in the host's store (host-local: the VM is pinned to that host).
-    Seed(SnapshotRef),
-}
-
-/// The VM's outbound networking.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Egress {
-    /// Straight out from its host.
-    Direct,
-    /// Through a proxy of the fleet's egress registry; a proxy that cannot be provisioned
-    /// means no egress, never direct.
-    Proxy {
-        /// The egress provider.
-        provider: ServiceName,
-    },
-}
-
 /// A network protocol of an exposed port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,14 +164,20 @@ pub struct VmSpec {
     /// Seconds without activity after which a running VM counts as idle (none: the
     /// fleet's default).
     pub idle_timeout_seconds: Option<u32>,
-    /// What it boots from.
-    pub boot: BootSource,
+    /// A named base image to boot from (none: the provider's default base). Never with a
+    /// seed snapshot.
+    pub image: Option<ImageName>,
+    /// A snapshot in its host's store to boot from instead (host-local: the VM is pinned to
+    /// that host). Never with an image.
+    pub seed: Option<SnapshotRef>,
     /// Resume the seed's memory instead of cold-booting (live migration only).
     pub resume_seed: bool,
     /// Guest memory on 2 MiB pages (needed for a lazy migration).
     pub huge_pages: bool,
-    /// Its outbound networking.
-    pub egress: Egress,
+    /// The egress proxy provider of the fleet's registry its traffic goes out through (none:
+    /// straight out from its host). A proxy that cannot be provisioned means no egress,
+    /// never direct.
+    pub egress_proxy: Option<ServiceName>,
     /// How long its startup script may run, in seconds (none: the fleet's default).
     pub startup_script_timeout_seconds: Option<u32>,
     /// Where its guest files go (their contents are kept with its credentials).
@@ -231,9 +210,11 @@ impl VmSpec {
                 Problem::BadFormat { expected: "set with gpus" },
             ));
         }
-        if let BootSource::Seed(_) = self.boot
-            && self.pin.is_none()
-        {
+        if self.image.is_some() && self.seed.is_some() {
+            let problem = Problem::BadFormat { expected: "not set with an image" };
+            return Err(FieldError::new("seedSnapshotId", problem));
+        }
+        if self.seed.is_some() && self.pin.is_none() {
             // A seed snapshot is host-local: the VM must land where it is.
             let problem = Problem::BadFormat { expected: "set with a seed snapshot" };
             return Err(FieldError::new("hostId", problem));

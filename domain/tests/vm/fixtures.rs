@@ -5,8 +5,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use leasehold_domain::values::fleet::{HostId, Labels, TaskId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail, Reason, TenantMessage};
 use leasehold_domain::vm::{
-    BootFailure, BootSource, CredentialRef, Egress, Found, Placement, PlacementPolicy, Vm,
-    VmCommand, VmError, VmFacts, VmSpec, VmUrl,
+    BootFailure, CredentialRef, Found, Placement, PlacementPolicy, Vm, VmCommand, VmError, VmFacts,
+    VmSpec, VmUrl,
 };
 use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, TenantId};
 use uuid::Uuid;
@@ -52,10 +52,11 @@ pub fn spec() -> VmSpec {
         labels: Labels::default(),
         max_runtime_seconds: None,
         idle_timeout_seconds: None,
-        boot: BootSource::Default,
+        image: None,
+        seed: None,
         resume_seed: false,
         huge_pages: false,
-        egress: Egress::Direct,
+        egress_proxy: None,
         startup_script_timeout_seconds: None,
         guest_files: Vec::new(),
         expose: Vec::new(),

@@ -8,8 +8,8 @@ use fixtures::*;
 use leasehold_domain::values::fleet::GpuKind;
 use leasehold_domain::values::{FieldError, OperationId, Problem, ServiceName};
 use leasehold_domain::vm::{
-    BootSource, DestroyReason, Egress, Found, GuestPath, SnapshotRef, StrikeReason, TaskStatus,
-    VmCommand as C, VmError, VmFacts, VmOutcome, VmStatus,
+    DestroyReason, Found, GuestPath, SnapshotRef, StrikeReason, TaskStatus, VmCommand as C,
+    VmError, VmFacts, VmOutcome, VmStatus,
 };
 use leasehold_domain::{Refusal, RefusalKind};
 use uuid::Uuid;
@@ -63,9 +63,13 @@ fn create_checks_the_spec() {
     refuse(kind_alone, "gpuKind");
     // A seed snapshot is host-local: it needs a pin.
     let mut seeded = spec();
-    seeded.boot = BootSource::Seed(SnapshotRef::parse("seed", "snap-1-abc").expect("valid"));
+    seeded.seed = Some(SnapshotRef::parse("seed", "snap-1-abc").expect("valid"));
     refuse(seeded.clone(), "hostId");
     seeded.pin = Some(host("agent-1"));
+    let mut both = seeded.clone();
+    both.image =
+        Some(leasehold_domain::vm::ImageName::parse("image", "ubuntu-24.04").expect("valid"));
+    refuse(both, "seedSnapshotId");
     check(
         &[],
         create_with(seeded, placed_on("agent-1")),
@@ -116,8 +120,7 @@ fn create_guards() {
     );
 
     let mut proxied = spec();
-    proxied.egress =
-        Egress::Proxy { provider: ServiceName::parse("egress", "squid").expect("valid") };
+    proxied.egress_proxy = Some(ServiceName::parse("egress", "squid").expect("valid"));
     check(
         &[],
         create_with(proxied.clone(), placed_on("agent-1")),

@@ -10,7 +10,7 @@ use leasehold_commands::vm_service::{StreamCatalog, VmService};
 use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::host::{Allocation, Host, HostCapacity, HostEvent, HostSpec};
 use leasehold_domain::values::fleet::{AgentUrl, Arch, HostBackend, HostId, Labels, TaskId};
-use leasehold_domain::vm::{BootSource, Egress, PlacementPolicy, VmSpec};
+use leasehold_domain::vm::{PlacementPolicy, VmSpec};
 use leasehold_domain::{Actor, Aggregate, DomainEvent, EventStore as _, TenantId};
 use leasehold_tests::TestDb;
 
@@ -97,10 +97,11 @@ pub fn spec() -> VmSpec {
         labels: Labels::default(),
         max_runtime_seconds: None,
         idle_timeout_seconds: None,
-        boot: BootSource::Default,
+        image: None,
+        seed: None,
         resume_seed: false,
         huge_pages: false,
-        egress: Egress::Direct,
+        egress_proxy: None,
         startup_script_timeout_seconds: None,
         guest_files: Vec::new(),
         expose: Vec::new(),
