@@ -20,6 +20,7 @@ mod pipeline;
 mod port;
 mod request;
 mod routing;
+pub mod vm_input;
 pub mod vm_service;
 
 pub use clock::SystemClock;

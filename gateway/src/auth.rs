@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::ProviderId;
+use leasehold_domain::values::fleet::HostId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -73,9 +74,13 @@ pub struct Claims {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<Uuid>,
     /// For `agent` tokens: the explicit grant to report on every provider's leases. An agent
-    /// token carries either this or `provider`, never neither.
+    /// token carries either this or `provider`, or is a host's agent (`host`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub all_providers: bool,
+    /// For a host's agent token: the only host whose VMs it may report on (and whose
+    /// heartbeat it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Expiry, seconds since the Unix epoch.
     pub exp: i64,
     /// Issued at, seconds since the Unix epoch.
@@ -95,6 +100,8 @@ pub struct Principal {
     /// The provider an agent is bound to; `None` for an agent only with the explicit
     /// all-providers grant (and for the other roles, which act for no provider).
     pub provider: Option<ProviderId>,
+    /// The host a host's agent is bound to.
+    pub host: Option<HostId>,
     /// When the token stops being valid.
     pub expires_at: DateTime<Utc>,
 }
@@ -129,8 +136,9 @@ pub enum AuthError {
     /// A tenant token without a valid `tenant` claim.
     #[error("a tenant token needs a valid tenant claim")]
     TenantMissing,
-    /// An agent token that names no provider and does not carry the all-providers grant.
-    #[error("an agent token must name its provider (or carry the all-providers grant)")]
+    /// An agent token that names no provider or host and does not carry the all-providers
+    /// grant.
+    #[error("an agent token must name its provider or host (or carry the all-providers grant)")]
     ProviderMissing,
     /// The signing secret is shorter than [`SECRET_BYTES_MIN`].
     #[error("the JWT secret must be at least {SECRET_BYTES_MIN} bytes")]
@@ -187,6 +195,22 @@ impl JwtSecret {
             tenant: tenant.map(|tenant| tenant.as_str().to_string()),
             provider,
             all_providers: false,
+            host: None,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        })
+    }
+
+    /// A token for the agent of `host`, valid for `ttl`: it reports on that host's VMs only.
+    pub fn mint_host_agent(&self, sub: &str, host: &HostId, ttl: TimeDelta) -> String {
+        let now = Utc::now();
+        self.mint(&Claims {
+            sub: sub.to_string(),
+            role: Role::Agent,
+            tenant: None,
+            provider: None,
+            all_providers: false,
+            host: Some(host.to_string()),
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -202,6 +226,7 @@ impl JwtSecret {
             tenant: None,
             provider: None,
             all_providers: true,
+            host: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -243,19 +268,30 @@ fn principal_of(claims: Claims) -> Result<Principal, AuthError> {
     let tenant = match claims.role {
         Role::Tenant => {
             let raw = claims.tenant.as_deref().ok_or(AuthError::TenantMissing)?;
+            // Tenant ids under `leasehold:` are Leasehold's own (the fleet's hosts).
+            if raw.starts_with(leasehold_domain::values::fleet::RESERVED_TENANT_PREFIX) {
+                return Err(AuthError::TenantMissing);
+            }
             Some(TenantId::parse(raw).map_err(|_| AuthError::TenantMissing)?)
         }
         _ => None,
     };
-    let provider = match (claims.role, claims.provider, claims.all_providers) {
-        (Role::Agent, Some(provider), false) => Some(ProviderId(provider)),
-        (Role::Agent, None, true) => None,
-        (Role::Agent, None, false) => return Err(AuthError::ProviderMissing),
-        (Role::Agent, Some(_), true) => return Err(AuthError::Invalid),
+    let host = match (claims.role, claims.host.as_deref()) {
+        (Role::Agent, Some(raw)) => {
+            Some(HostId::parse("host", raw).map_err(|_| AuthError::Invalid)?)
+        }
+        (_, Some(_)) => return Err(AuthError::Invalid),
+        _ => None,
+    };
+    let provider = match (claims.role, claims.provider, claims.all_providers, &host) {
+        (Role::Agent, Some(provider), false, None) => Some(ProviderId(provider)),
+        (Role::Agent, None, true, None) | (Role::Agent, None, false, Some(_)) => None,
+        (Role::Agent, None, false, None) => return Err(AuthError::ProviderMissing),
+        (Role::Agent, _, _, _) => return Err(AuthError::Invalid),
         _ => None,
     };
     let expires_at = DateTime::from_timestamp(claims.exp, 0).ok_or(AuthError::Invalid)?;
-    Ok(Principal { subject: claims.sub, role: claims.role, tenant, provider, expires_at })
+    Ok(Principal { subject: claims.sub, role: claims.role, tenant, provider, host, expires_at })
 }
 
 /// A fresh random secret, hex-encoded (64 characters), for a data directory's secret file.
@@ -316,6 +352,7 @@ mod tests {
             tenant: None,
             provider: Some(provider),
             all_providers: true,
+            host: None,
             exp: Utc::now().timestamp() + 60,
             iat: Utc::now().timestamp(),
         });

@@ -162,6 +162,7 @@ async fn the_protocol_closes_with_the_codes_clients_expect() {
         tenant: Some("acme".into()),
         provider: None,
         all_providers: false,
+        host: None,
         exp: chrono::Utc::now().timestamp() + 1,
         iat: chrono::Utc::now().timestamp(),
     });
