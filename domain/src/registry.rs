@@ -54,7 +54,7 @@ impl AggregateKind {
 }
 
 /// Every registered kind.
-pub const KINDS: &[&AggregateKind] = &[&crate::lease::KIND];
+pub const KINDS: &[&AggregateKind] = &[&crate::lease::KIND, &crate::vm::KIND, &crate::host::KIND];
 
 /// The kind whose streams have type `stream_type`.
 pub fn kind(stream_type: &str) -> Option<&'static AggregateKind> {

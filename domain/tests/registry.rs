@@ -146,6 +146,142 @@ fn every_event_type_is_registered_once_across_every_kind() {
     assert!(registry::kind("lease").is_some());
 }
 
+/// One event of every VM event type, every optional field present.
+fn vm_samples() -> Vec<(&'static str, serde_json::Value)> {
+    use leasehold_domain::values::fleet::{
+        Arch, GpuKind, HostId, Labels, MigProfile, Region, TaskId, VmId,
+    };
+    use leasehold_domain::vm::{
+        CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Placement,
+        PlacementPolicy, Protocol, SnapshotRef, StrikeReason, VmEvent as V, VmSpec, VmUrl,
+    };
+    let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
+    let host = HostId::parse("h", "agent-1").expect("valid");
+    let spec = VmSpec {
+        cpus: 2,
+        ram_mb: 2_048,
+        storage_gb: 10,
+        region: Some(Region::parse("r", "eu-west-1").expect("valid")),
+        arch: Some(Arch::amd64()),
+        gpus: 1,
+        gpu_kind: Some(GpuKind::parse("g", "a100").expect("valid")),
+        gpu_profile: Some(MigProfile::parse("p", "1g.10gb").expect("valid")),
+        pin: Some(host.clone()),
+        labels: Labels::parse("l", [("zone", "a")]).expect("valid"),
+        max_runtime_seconds: Some(3_600),
+        idle_timeout_seconds: Some(600),
+        image: Some(ImageName::parse("i", "ubuntu-24.04").expect("valid")),
+        seed: Some(SnapshotRef::parse("s", "snap-1-abc").expect("valid")),
+        resume_seed: false,
+        huge_pages: true,
+        egress_proxy: Some(ServiceName::parse("e", "squid").expect("valid")),
+        startup_script_timeout_seconds: Some(30),
+        guest_files: vec![GuestPath::parse("f", "/etc/app.conf").expect("valid")],
+        expose: vec![ExposedPort {
+            port: 8080,
+            name: ServiceName::parse("n", "web").expect("valid"),
+            protocol: Protocol::Tcp,
+        }],
+    };
+    let placement = Placement {
+        host,
+        policy: PlacementPolicy::Spread,
+        candidates: 3,
+        headroom_cpus: 6,
+        headroom_ram_mb: 1_024,
+        artifact_local: true,
+        retries: 1,
+    };
+    let operation = OperationId(Uuid::from_u128(8));
+    let task = TaskId::parse("t", "build-1").expect("valid");
+    let reason = || Reason::parse("r", "BootFailed").expect("valid");
+    let events = vec![
+        V::VmProvisioning {
+            vm: VmId(Uuid::from_u128(1)),
+            task: task.clone(),
+            spec: Box::new(spec),
+            credentials: CredentialRef(Uuid::from_u128(2)),
+            at,
+        },
+        V::TaskAssigned { task, at },
+        V::VmScheduled { placement, operation, generation: 1, at },
+        V::VmRunning { url: VmUrl::parse("u", "10.0.0.5:19551").expect("valid"), at },
+        V::TaskRunning { at },
+        V::VmProvisionFailed {
+            reason: reason(),
+            message: TenantMessage::parse("m", "could not boot").expect("valid"),
+            detail: OperatorDetail::new("500 no free VM index"),
+            at,
+        },
+        V::TaskFailed { reason: reason(), at },
+        V::TaskCompleted { at },
+        V::VmDraining { at },
+        V::VmDestroying { reason: DestroyReason::Stuck, operation, generation: 2, at },
+        V::VmRemoved { at },
+        V::VmStruck { reason: StrikeReason::Idle, strikes: 1, at },
+        V::VmStrikesCleared { at },
+        V::VmRecovered { running: true, at },
+        V::VmActive { at },
+    ];
+    events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
+}
+
+/// One event of every host event type, every optional field present.
+fn host_samples() -> Vec<(&'static str, serde_json::Value)> {
+    use leasehold_domain::host::{HostCapacity, HostEvent as H, HostSpec, Reservation};
+    use leasehold_domain::values::fleet::{
+        AgentUrl, Arch, GpuKind, HostBackend, HostId, Labels, MigInstance, MigProfile, Region, VmId,
+    };
+    let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
+    let profile = MigProfile::parse("p", "1g.10gb").expect("valid");
+    let spec = HostSpec {
+        url: AgentUrl::parse("u", "https://agent-1.local:8443").expect("valid"),
+        region: Some(Region::parse("r", "eu-west-1").expect("valid")),
+        backend: HostBackend::Qemu,
+        labels: Labels::parse("l", [("zone", "a")]).expect("valid"),
+        capacity: HostCapacity {
+            cpus: 16,
+            ram_mb: 65_536,
+            storage_gb: 1_000,
+            vm_count: 4,
+            arch: Arch::amd64(),
+            gpus: 2,
+            gpu_kind: Some(GpuKind::parse("g", "a100").expect("valid")),
+            mig_profiles: [(profile.clone(), 2)].into(),
+            mig_instances: vec![MigInstance {
+                uuid: "MIG-a".into(),
+                profile: profile.clone(),
+                kind: GpuKind::parse("g", "a100").expect("valid"),
+            }],
+        },
+    };
+    let reservation = Reservation {
+        cpus: 2,
+        ram_mb: 2_048,
+        storage_gb: 10,
+        gpus: 1,
+        mig: Some((profile, 1)),
+        mig_instances: vec!["MIG-a".into()],
+    };
+    let vm = VmId(Uuid::from_u128(1));
+    let events = vec![
+        H::HostRegistered {
+            host: HostId::parse("h", "agent-1").expect("valid"),
+            spec: spec.clone(),
+            at,
+        },
+        H::HostRefreshed { spec, at },
+        H::HostHeartbeat { at },
+        H::HostCordoned { at },
+        H::HostDraining { at },
+        H::HostUncordoned { at },
+        H::HostRemoved { at },
+        H::HostCapacityReserved { vm, reservation: reservation.clone(), at },
+        H::HostCapacityReleased { vm, reservation, at },
+    ];
+    events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
+}
+
 /// One stored payload of every event type of the kind `stream_type`, by event type; `None`
 /// for a kind this test has no samples of yet (which fails it: add them here).
 fn samples_of(stream_type: &str) -> Option<Vec<(&'static str, serde_json::Value)>> {
@@ -153,6 +289,8 @@ fn samples_of(stream_type: &str) -> Option<Vec<(&'static str, serde_json::Value)
         "lease" => Some(
             lease_samples().iter().map(|event| (event.event_type(), event.to_payload())).collect(),
         ),
+        "vm" => Some(vm_samples()),
+        "host" => Some(host_samples()),
         _ => None,
     }
 }

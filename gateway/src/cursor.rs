@@ -37,6 +37,8 @@ pub enum CursorKind {
     Leases,
     /// A position in the `workloads` list.
     Workloads,
+    /// A position in the `vms` list.
+    Vms,
 }
 
 impl CursorKind {
@@ -45,6 +47,7 @@ impl CursorKind {
             Self::Log => b"log",
             Self::Leases => b"leases",
             Self::Workloads => b"workloads",
+            Self::Vms => b"vms",
         }
     }
 }

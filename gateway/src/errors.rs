@@ -95,6 +95,11 @@ impl ApiError {
         Self::new(Code::BadUserInput, message)
     }
 
+    /// Malformed input, naming the field.
+    pub fn from_field(error: leasehold_domain::values::FieldError) -> Self {
+        Self::bad_input(format!("invalid input: {error}"))
+    }
+
     /// Logs `detail` under a fresh request id and returns an error that carries only the id.
     pub fn internal(detail: &dyn std::fmt::Display) -> Self {
         let request_id = uuid::Uuid::now_v7();

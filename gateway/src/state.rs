@@ -55,6 +55,8 @@ pub struct GatewayConfig {
     /// How long a released lease's data is kept after the lease was created (its
     /// `retained_until`); `None`: no deadline.
     pub retention_max_age: Option<chrono::TimeDelta>,
+    /// How VMs are placed among the hosts that fit.
+    pub placement_policy: leasehold_domain::vm::PlacementPolicy,
 }
 
 impl Default for GatewayConfig {
@@ -73,6 +75,7 @@ impl Default for GatewayConfig {
             retention_max_age: None,
             ws_send_wait: Duration::from_secs(10),
             ws_subscriptions_max: 100,
+            placement_policy: leasehold_domain::vm::PlacementPolicy::Spread,
         }
     }
 }
@@ -90,6 +93,11 @@ pub(crate) struct Inner {
     pub(crate) read_models: PgReadModels,
     /// Every lease command runs through it (resolvers and callbacks alike).
     pub(crate) leases: LeaseService<PgEventStore>,
+    /// Every VM command runs through it, over the same pipeline.
+    pub(crate) vms:
+        leasehold_commands::vm_service::VmService<PgEventStore, leasehold_adapters::PgHostCatalog>,
+    /// Every host command runs through it, over the same pipeline.
+    pub(crate) hosts: leasehold_commands::host_service::HostService<PgEventStore>,
     pub(crate) jwt: JwtSecret,
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
@@ -163,10 +171,17 @@ impl AppState {
         let cursors = CursorKey::derive(jwt_secret.trim_ascii());
         let (stopping, stopped) = watch::channel(false);
         let hub = Hub::start(store.clone(), config.live_poll, stopped);
+        let catalog = leasehold_adapters::PgHostCatalog::new(store.clone());
         let sockets = Gauge::default();
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
+            vms: leasehold_commands::vm_service::VmService::new(
+                pipeline.clone(),
+                catalog,
+                config.placement_policy,
+            ),
+            hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
             jwt,

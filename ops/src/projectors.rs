@@ -3,7 +3,9 @@
 
 use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_gateway::ProjectionProgress;
+use leasehold_projections::host::HostProjection;
 use leasehold_projections::lease::LeaseProjection;
+use leasehold_projections::vm::VmProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -43,7 +45,7 @@ macro_rules! projections {
     };
 }
 
-projections!(LeaseProjection);
+projections!(LeaseProjection, VmProjection, HostProjection);
 
 impl Projectors {
     fn spawn<P>(

@@ -61,16 +61,36 @@ pub(crate) async fn answer(
     Ok(result_of(ctx, principal, lease.0, outcome))
 }
 
+/// Answers a command's result on the aggregate `id` to the caller, whatever its kind.
+pub(crate) async fn answer_on<E: leasehold_domain::Refusal>(
+    ctx: &Context<'_>,
+    id: String,
+    run: impl std::future::Future<Output = Result<CommandOutcome, CommandError<E>>>,
+) -> ApiResult<CommandResult> {
+    let principal = caller(ctx)?;
+    let outcome = run.await?;
+    Ok(result_with_id(ctx, principal, id, outcome))
+}
+
 fn result_of(
     ctx: &Context<'_>,
     principal: &Principal,
     id: Uuid,
     outcome: CommandOutcome,
 ) -> CommandResult {
+    result_with_id(ctx, principal, id.to_string(), outcome)
+}
+
+fn result_with_id(
+    ctx: &Context<'_>,
+    principal: &Principal,
+    id: String,
+    outcome: CommandOutcome,
+) -> CommandResult {
     let cursors = &shared(ctx).cursors;
     let scope = principal.cursor_scope();
     CommandResult {
-        id: ID(id.to_string()),
+        id: ID(id),
         stream_id: outcome.stream_id.as_str().to_string(),
         version: outcome.version,
         cursor: outcome.cursor.map(|at| cursors.seal(CursorKind::Log, &scope, &at.to_string())),

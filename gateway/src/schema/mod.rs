@@ -6,10 +6,12 @@
 mod backends;
 pub(crate) mod command;
 mod events;
+pub(crate) mod host;
 pub(crate) mod lease;
 mod projections;
 mod query;
 mod subscription;
+pub(crate) mod vm;
 mod workloads;
 
 use async_graphql::{Context, MergedObject, MergedSubscription, Schema};
@@ -40,7 +42,11 @@ macro_rules! kinds {
     };
 }
 
-kinds!(lease::{LeaseQuery, LeaseMutation});
+kinds!(
+    lease::{LeaseQuery, LeaseMutation},
+    vm::{VmQuery, VmMutation},
+    host::{HostQuery, HostMutation},
+);
 
 // Every subscription.
 #[derive(Debug, Default, MergedSubscription)]

@@ -6,6 +6,7 @@ mod backend_reads;
 mod callbacks;
 mod clients;
 mod dispatch;
+mod fleet;
 mod inventory;
 mod leases;
 mod limits;

@@ -1,0 +1,21 @@
+//! The VM kind in GraphQL: tenants create, drain, destroy and complete their VMs and read
+//! them; host agents report on the VMs of their own host. Merged into the roots
+//! (`schema/mod.rs`).
+
+mod mutation;
+mod query;
+mod types;
+
+pub use mutation::VmMutation;
+pub use query::VmQuery;
+pub use types::*;
+
+use crate::reads::KindReads;
+
+/// What the VM's root query fields read: `vm` and `vms` the VM projection's `vms`.
+pub(crate) const READS: KindReads = KindReads {
+    stream_type: <leasehold_domain::vm::Vm as leasehold_domain::Aggregate>::STREAM_TYPE,
+    projection: "vm_views",
+    projection_fields: &["vm", "vms"],
+    log_fields: &[],
+};

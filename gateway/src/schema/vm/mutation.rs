@@ -1,0 +1,172 @@
+//! Mutations on VMs: tenants create, drain, destroy and complete theirs; a host's agent
+//! reports on the VMs of its own host (its token names the host), fenced by the operation.
+
+use async_graphql::{Context, Object};
+use leasehold_commands::vm_input::{self, VmInput};
+use leasehold_domain::values::fleet::{HostId, VmId};
+use leasehold_domain::values::{OperationId, OperatorDetail, Reason, TenantMessage};
+use leasehold_domain::vm::{BootFailure, VmUrl};
+
+use super::types::{CreateVmInput, VmOperationInput, VmReportInput};
+use crate::auth::Role;
+use crate::errors::{ApiError, ApiResult};
+use crate::schema::command::{CommandResult, answer_on, caller_of};
+use crate::schema::query::uuid_arg;
+use crate::schema::{require, shared, tenant_of};
+
+/// The VM's mutations.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct VmMutation;
+
+fn input_of(input: CreateVmInput) -> VmInput {
+    VmInput {
+        task_id: input.task_id,
+        cpus: input.cpus,
+        ram_mb: input.ram_mb,
+        storage_gb: input.storage_gb,
+        region: input.region,
+        arch: input.arch,
+        gpus: input.gpus.unwrap_or(0),
+        gpu_kind: input.gpu_kind,
+        gpu_profile: input.gpu_profile,
+        host_id: input.host_id,
+        labels: input.labels.unwrap_or_default().into_iter().map(|l| (l.key, l.value)).collect(),
+        max_runtime_seconds: input.max_runtime_seconds,
+        idle_timeout_seconds: input.idle_timeout_seconds,
+        image: input.image,
+        seed_snapshot_id: input.seed_snapshot_id,
+        resume_seed: false,
+        huge_pages: input.huge_pages.unwrap_or(false),
+        egress_proxy: input.egress_proxy,
+        startup_script_timeout_seconds: input.startup_script_timeout_seconds,
+        guest_files: input.guest_files.unwrap_or_default(),
+        expose: input
+            .expose
+            .unwrap_or_default()
+            .into_iter()
+            .map(|port| (port.port, port.name, port.protocol))
+            .collect(),
+    }
+}
+
+/// The host a host agent's token names.
+fn agent_host<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a HostId> {
+    let principal = require(ctx, &[Role::Agent], what)?;
+    principal.host.as_ref().ok_or_else(|| ApiError::forbidden(what))
+}
+
+#[Object]
+impl VmMutation {
+    /// Creates a VM for a task, placed on a host of the fleet that fits it (its room is held
+    /// in the same append). No host fitting is `INVALID_STATE`, naming the gate.
+    async fn create_vm(&self, ctx: &Context<'_>, input: CreateVmInput) -> ApiResult<CommandResult> {
+        let principal = require(ctx, &[Role::Tenant], "create VMs")?;
+        tenant_of(ctx, "create VMs")?;
+        let key = input.operation_key.clone();
+        let (task, spec) = vm_input::vm(&input_of(input)).map_err(ApiError::from_field)?;
+        let caller = caller_of(principal, None);
+        let created = shared(ctx).vms.create(&caller, &key, &task, spec).await?;
+        answer_on::<leasehold_domain::vm::VmError>(ctx, created.vm.0.to_string(), async {
+            Ok(created.outcome)
+        })
+        .await
+    }
+
+    /// Destroys one of your VMs (idempotent). Its host's room is held until the host's agent
+    /// confirms the VM gone.
+    async fn destroy_vm(
+        &self,
+        ctx: &Context<'_>,
+        input: VmOperationInput,
+    ) -> ApiResult<CommandResult> {
+        let principal = require(ctx, &[Role::Tenant], "destroy VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let caller = caller_of(principal, None);
+        let run = shared(ctx).vms.destroy(&caller, &input.operation_key, vm);
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+
+    /// Drains one of your running VMs: it takes no new work (there is no undrain).
+    async fn drain_vm(
+        &self,
+        ctx: &Context<'_>,
+        input: VmOperationInput,
+    ) -> ApiResult<CommandResult> {
+        let principal = require(ctx, &[Role::Tenant], "drain VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let caller = caller_of(principal, None);
+        let run = shared(ctx).vms.drain(&caller, &input.operation_key, vm);
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+
+    /// Your VM's task is done: the VM is destroyed.
+    async fn complete_vm_task(
+        &self,
+        ctx: &Context<'_>,
+        input: VmOperationInput,
+    ) -> ApiResult<CommandResult> {
+        let principal = require(ctx, &[Role::Tenant], "complete VM tasks")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let caller = caller_of(principal, None);
+        let run = shared(ctx).vms.complete_task(&caller, &input.operation_key, vm);
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+
+    /// A host agent reports a VM of its host booted (`url`) or failed to (`reason`,
+    /// `message`, `detail`): a failure gives the VM's room back.
+    async fn report_vm_boot(
+        &self,
+        ctx: &Context<'_>,
+        input: VmReportInput,
+    ) -> ApiResult<CommandResult> {
+        let host = agent_host(ctx, "report on VMs")?;
+        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
+        let caller = caller_of(principal, None);
+        let vms = &shared(ctx).vms;
+        let key = input.operation_key.as_str();
+        let run = async {
+            match (&input.url, &input.reason) {
+                (Some(url), None) => {
+                    let url = VmUrl::parse("url", url.as_str()).map_err(ApiError::from_field)?;
+                    Ok(vms.report_booted(&caller, host, key, vm, (operation, url)).await?)
+                }
+                (None, Some(reason)) => {
+                    let failure = BootFailure {
+                        reason: Reason::parse("reason", reason.as_str())
+                            .map_err(ApiError::from_field)?,
+                        message: TenantMessage::parse(
+                            "message",
+                            input.message.clone().unwrap_or_default(),
+                        )
+                        .map_err(ApiError::from_field)?,
+                        detail: OperatorDetail::new(input.detail.as_deref().unwrap_or_default()),
+                    };
+                    Ok(vms.report_boot_failed(&caller, host, key, vm, (operation, failure)).await?)
+                }
+                _ => Err(ApiError::bad_input("url or reason: exactly one of them")),
+            }
+        };
+        let done: Result<_, ApiError> = run.await;
+        let outcome = done?.outcome;
+        answer_on::<leasehold_domain::vm::VmError>(ctx, vm.0.to_string(), async { Ok(outcome) })
+            .await
+    }
+
+    /// A host agent confirms a VM of its host gone after its destroy: its room is given back.
+    async fn confirm_vm_removed(
+        &self,
+        ctx: &Context<'_>,
+        input: VmReportInput,
+    ) -> ApiResult<CommandResult> {
+        let host = agent_host(ctx, "report on VMs")?;
+        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
+        let caller = caller_of(principal, None);
+        let run =
+            shared(ctx).vms.confirm_removed(&caller, host, &input.operation_key, (vm, operation));
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+}

@@ -1,0 +1,157 @@
+//! The VM's GraphQL types.
+
+use async_graphql::{ID, InputObject, Json, SimpleObject};
+use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::VmSummary;
+
+/// A VM as its tenant sees it. Never its credentials, their reference, its operations or
+/// operator detail.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct Vm {
+    /// Its id.
+    pub id: ID,
+    /// The task it runs (one VM per task).
+    pub task_id: String,
+    /// `provisioning`, `running`, `draining`, `destroying`, `destroyed` or `failed`.
+    pub state: String,
+    /// Its task: `assigned`, `running`, `completed` or `failed`.
+    pub task_state: Option<String>,
+    /// The host it is placed on.
+    pub host_id: Option<String>,
+    /// Where it is reached, once running.
+    pub url: Option<String>,
+    /// What was asked of it.
+    pub spec: Json<serde_json::Value>,
+    /// Why its boot failed (tenant-safe).
+    pub reason: Option<String>,
+    /// What went wrong, for you (tenant-safe).
+    pub message: Option<String>,
+    /// Why it is being destroyed.
+    pub destroy_reason: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<VmSummary> for Vm {
+    fn from(vm: VmSummary) -> Self {
+        Self {
+            id: ID(vm.vm_id.to_string()),
+            task_id: vm.task_id,
+            state: vm.state,
+            task_state: vm.task_state,
+            host_id: vm.host_id,
+            url: vm.url,
+            spec: Json(vm.spec),
+            reason: vm.reason,
+            message: vm.message,
+            destroy_reason: vm.destroy_reason,
+            created_at: vm.created_at,
+            updated_at: vm.updated_at,
+        }
+    }
+}
+
+/// Which VMs to list.
+#[derive(Debug, Clone, Default, InputObject)]
+pub struct VmFilter {
+    /// Only VMs in this state.
+    pub state: Option<String>,
+}
+
+/// A placement label (a host's, or a VM's selector).
+#[derive(Debug, Clone, InputObject)]
+pub struct LabelInput {
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// A port a VM publishes.
+#[derive(Debug, Clone, InputObject)]
+pub struct ExposeInput {
+    /// The guest's port.
+    pub port: i64,
+    /// Its name.
+    #[graphql(name = "as")]
+    pub name: String,
+    /// `tcp` (default) or `udp`.
+    pub protocol: Option<String>,
+}
+
+/// `createVm`.
+#[derive(Debug, Clone, InputObject)]
+pub struct CreateVmInput {
+    /// Your idempotency key: a retry with the same key and input answers the first result.
+    pub operation_key: String,
+    /// The task the VM runs (one VM per task).
+    pub task_id: String,
+    /// vCPUs.
+    pub cpus: i64,
+    /// RAM in MiB.
+    pub ram_mb: i64,
+    /// Disk in GiB.
+    pub storage_gb: i64,
+    /// A region.
+    pub region: Option<String>,
+    /// Only hosts of this architecture (`amd64`, `arm64`).
+    pub arch: Option<String>,
+    /// Whole GPUs, or MIG instances with `gpuProfile`.
+    pub gpus: Option<i64>,
+    /// The GPU model.
+    pub gpu_kind: Option<String>,
+    /// A MIG profile (`1g.10gb`).
+    pub gpu_profile: Option<String>,
+    /// The host it must run on (a hard gate).
+    pub host_id: Option<String>,
+    /// Every label must be among the host's.
+    pub labels: Option<Vec<LabelInput>>,
+    /// Seconds after which a running VM counts as stuck (default: the fleet's, 2 h).
+    pub max_runtime_seconds: Option<i64>,
+    /// Seconds without activity after which it counts as idle.
+    pub idle_timeout_seconds: Option<i64>,
+    /// A base image (never with a seed snapshot).
+    pub image: Option<String>,
+    /// A snapshot in the pinned host's store to boot from.
+    pub seed_snapshot_id: Option<String>,
+    /// Guest memory on 2 MiB pages.
+    pub huge_pages: Option<bool>,
+    /// The egress proxy provider (none: direct).
+    pub egress_proxy: Option<String>,
+    /// How long its startup script may run, in seconds.
+    pub startup_script_timeout_seconds: Option<i64>,
+    /// Where its guest files go (never under `/fuse`).
+    pub guest_files: Option<Vec<String>>,
+    /// Ports it publishes.
+    pub expose: Option<Vec<ExposeInput>>,
+}
+
+/// A command on one of your VMs that needs nothing else.
+#[derive(Debug, Clone, InputObject)]
+pub struct VmOperationInput {
+    /// The VM.
+    pub vm_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+}
+
+/// A host agent's report on one operation of a VM of its host.
+#[derive(Debug, Clone, InputObject)]
+pub struct VmReportInput {
+    /// The VM.
+    pub vm_id: ID,
+    /// Your idempotency key.
+    pub operation_key: String,
+    /// The operation reported on (a report on a superseded one is `FENCED`).
+    pub operation_id: ID,
+    /// Where the VM is reached (a boot report).
+    pub url: Option<String>,
+    /// Why it failed (a failure report): a tenant-safe reason (`BootFailed`).
+    pub reason: Option<String>,
+    /// A tenant-safe message (a failure report).
+    pub message: Option<String>,
+    /// Operator detail (a failure report), never shown to the tenant.
+    pub detail: Option<String>,
+}

@@ -1,0 +1,197 @@
+//! The fleet through a real `leasehold serve`: an operator registers hosts, a tenant creates
+//! and reads its VMs, the host's agent reports on them with a token bound to its host, and no
+//! tenant reaches another's VM by id, in `vms`, in `workloads` or on the event feed.
+
+use chrono::TimeDelta;
+use leasehold_domain::values::fleet::HostId;
+use leasehold_gateway::Role;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+const REGISTER: &str =
+    "mutation($input: RegisterHostInput!) { registerHost(input: $input) { id version } }";
+const CREATE: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id version cursor events { type } } }";
+const VM: &str =
+    "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message } }";
+const REPORT: &str =
+    "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { id version } }";
+
+fn host_agent(host: &str) -> String {
+    secret().mint_host_agent(
+        "agent-1",
+        &HostId::parse("host", host).expect("valid"),
+        TimeDelta::hours(1),
+    )
+}
+
+async fn register(server: &Server, host: &str, vm_count: i64) -> Value {
+    let operator = role_token(Role::Operator, None);
+    let input = json!({ "input": {
+        "operationKey": format!("reg-{host}"), "hostId": host, "url": "http://127.0.0.1:9",
+        "cpus": 16, "ramMb": 65536, "storageGb": 1000, "vmCount": vm_count,
+        "labels": [{ "key": "zone", "value": "a" }],
+    }});
+    let answer = server.graphql(&operator, REGISTER, input).await;
+    data(&answer)["registerHost"].clone()
+}
+
+fn create_input(key: &str, task: &str) -> Value {
+    json!({ "input": { "operationKey": key, "taskId": task, "cpus": 2, "ramMb": 2048, "storageGb": 10 } })
+}
+
+/// Waits (bounded) until the host projection has the host: placement reads its catalog.
+async fn wait_for_host(server: &Server, host: &str) {
+    let operator = role_token(Role::Operator, None);
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let answer =
+                server.graphql(&operator, "{ hosts { id state vmCount } }", json!({})).await;
+            if data(&answer)["hosts"]
+                .as_array()
+                .is_some_and(|hosts| hosts.iter().any(|h| h["id"] == host))
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the host is projected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_creates_reads_and_destroys_its_vm_and_the_agent_reports_on_it() {
+    let server = Server::start().await;
+    register(&server, "agent-1", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let created = data(&created)["createVm"].clone();
+    assert_eq!(
+        created["events"],
+        json!([{ "type": "VmProvisioning" }, { "type": "TaskAssigned" }, { "type": "VmScheduled" }])
+    );
+    let read = server
+        .graphql_with(&acme, json!({ "query": VM, "variables": { "id": created["id"] }, "extensions": { "minCursor": created["cursor"] } }))
+        .await;
+    let vm = &data(&read)["vm"];
+    assert_eq!(
+        (vm["state"].as_str(), vm["hostId"].as_str(), vm["taskState"].as_str()),
+        (Some("provisioning"), Some("agent-1"), Some("assigned")),
+        "{read}"
+    );
+    assert_eq!(vm["spec"]["cpus"], 2);
+
+    // The agent of another host does not find it; its own host's agent reports the boot,
+    // and a report naming another operation is fenced.
+    let operation = current_boot(&server, &created["id"]).await;
+    let server = &server;
+    let report = |token: String, op: String, key: &str| {
+        let input = json!({ "input": { "vmId": created["id"], "operationKey": key, "operationId": op, "url": "127.0.0.1:19551" } });
+        async move { server.graphql(&token, REPORT, input).await }
+    };
+    let elsewhere = report(host_agent("agent-2"), operation.clone(), "b-0").await;
+    assert_eq!(code(&elsewhere), Some("NOT_FOUND"), "{elsewhere}");
+    let stale = report(host_agent("agent-1"), uuid::Uuid::nil().to_string(), "b-1").await;
+    assert_eq!(code(&stale), Some("FENCED"), "{stale}");
+    let booted = report(host_agent("agent-1"), operation, "b-2").await;
+    assert_eq!(data(&booted)["reportVmBoot"]["version"], 5, "{booted}");
+    // A tenant token is not an agent's.
+    let forged = server.graphql(&acme, REPORT, json!({ "input": { "vmId": created["id"], "operationKey": "b-3", "operationId": uuid::Uuid::nil().to_string(), "url": "x:1" } })).await;
+    assert_eq!(code(&forged), Some("FORBIDDEN"), "{forged}");
+
+    let destroyed = server
+        .graphql(
+            &acme,
+            "mutation($input: VmOperationInput!) { destroyVm(input: $input) { events { type } } }",
+            json!({ "input": { "vmId": created["id"], "operationKey": "d-1" } }),
+        )
+        .await;
+    assert_eq!(
+        data(&destroyed)["destroyVm"]["events"],
+        json!([{ "type": "VmDestroying" }, { "type": "TaskFailed" }])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_vm_is_not_found_anywhere() {
+    let server = Server::start().await;
+    register(&server, "agent-1", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let created = data(&created)["createVm"].clone();
+    // Wait until acme reads its own VM, so that what globex sees is the projection's answer.
+    let own = server
+        .graphql_with(&acme, json!({ "query": VM, "variables": { "id": created["id"] }, "extensions": { "minCursor": created["cursor"] } }))
+        .await;
+    assert_eq!(data(&own)["vm"]["id"], created["id"]);
+    let theirs = server.graphql(&globex, VM, json!({ "id": created["id"] })).await;
+    assert_eq!(code(&theirs), Some("NOT_FOUND"), "{theirs}");
+    let list = server
+        .graphql(
+            &globex,
+            "{ vms { edges { node { id } } } workloads { edges { node { id kind } } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(data(&list)["vms"]["edges"], json!([]), "{list}");
+    assert_eq!(data(&list)["workloads"]["edges"], json!([]), "{list}");
+    let destroy = server
+        .graphql(
+            &globex,
+            "mutation($input: VmOperationInput!) { destroyVm(input: $input) { id } }",
+            json!({ "input": { "vmId": created["id"], "operationKey": "d-1" } }),
+        )
+        .await;
+    assert_eq!(code(&destroy), Some("NOT_FOUND"), "{destroy}");
+    let events = server
+        .graphql(&globex, "{ events(first: 50) { edges { node { streamType type } } } }", json!({}))
+        .await;
+    assert_eq!(data(&events)["events"]["edges"], json!([]), "{events}");
+    // acme's own workloads list its VM.
+    let mine = server
+        .graphql(&acme, "{ workloads { edges { node { id kind status } } } }", json!({}))
+        .await;
+    assert_eq!(data(&mine)["workloads"]["edges"][0]["node"]["kind"], "vm", "{mine}");
+    // A token naming the fleet's reserved tenant is refused outright.
+    let fleet = tenant_token("leasehold:fleet");
+    let refused = server.graphql(&fleet, "{ vms { edges { node { id } } } }", json!({})).await;
+    assert_eq!(code(&refused), Some("UNAUTHENTICATED"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_refusals_name_their_gate() {
+    let server = Server::start().await;
+    register(&server, "agent-1", 1).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let first = server.graphql(&acme, CREATE, create_input("c-1", "t-1")).await;
+    assert!(data(&first)["createVm"]["id"].is_string(), "{first}");
+    let full = server.graphql(&acme, CREATE, create_input("c-2", "t-2")).await;
+    assert_eq!(code(&full), Some("INVALID_STATE"), "{full}");
+    assert!(full.to_string().contains("vm_count"), "{full}");
+    let mut labelled = create_input("c-3", "t-3");
+    labelled["input"]["labels"] = json!([{ "key": "zone", "value": "b" }]);
+    let gated = server.graphql(&acme, CREATE, labelled).await;
+    assert!(gated.to_string().contains("labels"), "{gated}");
+    let mut bad = create_input("c-4", "t-4");
+    bad["input"]["guestFiles"] = json!(["/fuse/secrets.json"]);
+    let refused = server.graphql(&acme, CREATE, bad).await;
+    assert_eq!(code(&refused), Some("BAD_USER_INPUT"), "{refused}");
+    assert!(refused.to_string().contains("guestFiles[0]"), "{refused}");
+}
+
+/// The VM's current operation, as its stream holds it.
+async fn current_boot(server: &Server, id: &Value) -> String {
+    let client = server.db.client().await;
+    let row = client
+        .query_one(
+            "SELECT payload->>'operation' FROM events WHERE stream_id = 'vm-' || $1 AND event_type = 'VmScheduled'",
+            &[&id.as_str().expect("an id")],
+        )
+        .await
+        .expect("scheduled");
+    row.get(0)
+}
