@@ -23,8 +23,12 @@ pub struct TokenArgs {
     provider: Option<Uuid>,
     /// For agents: grant reporting on every provider's leases (a separate, explicit grant,
     /// for a control-plane component rather than one provider's agent).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "host")]
     all_providers: bool,
+    /// For a host's agent: the host (its id) whose VMs the token may report on, and whose
+    /// heartbeat it sends.
+    #[arg(long, conflicts_with = "provider")]
+    host: Option<String>,
     /// The subject (default: the role, or the tenant's name with `-user`).
     #[arg(long)]
     sub: Option<String>,
@@ -49,10 +53,16 @@ pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
         Some(tenant) => format!("{}-user", tenant.as_str()),
         None => args.role.as_str().to_string(),
     });
+    if let Some(host) = &args.host {
+        anyhow::ensure!(args.role == Role::Agent, "--host is only for --role agent");
+        let host = leasehold_domain::values::fleet::HostId::parse("--host", host.as_str())?;
+        println!("{}", secret.mint_host_agent(&sub, &host, args.ttl));
+        return Ok(());
+    }
     let token = match (args.role, args.provider, args.all_providers) {
-        (Role::Agent, None, false) => {
-            anyhow::bail!("--role agent needs --provider UUID (or the explicit --all-providers)")
-        }
+        (Role::Agent, None, false) => anyhow::bail!(
+            "--role agent needs --provider UUID, --host ID (or the explicit --all-providers)"
+        ),
         (Role::Agent, None, true) => secret.mint_agent_for_all_providers(&sub, args.ttl),
         (_, _, true) => anyhow::bail!("--all-providers is only for --role agent"),
         (role, provider, false) => secret.mint_for(&sub, role, tenant.as_ref(), provider, args.ttl),

@@ -411,4 +411,14 @@ async fn an_agent_token_names_its_provider_or_is_granted_all_providers_explicitl
     assert!(all.status.success(), "{}", String::from_utf8_lossy(&all.stderr));
     let both = token(&["--all-providers", "--provider", "00000000-0000-0000-0000-000000000007"]);
     assert!(!both.await.status.success());
+    // A host's agent names its host instead, and the token says so.
+    let host = token(&["--host", "agent-1"]).await;
+    assert!(host.status.success(), "{}", String::from_utf8_lossy(&host.stderr));
+    let secret = leasehold_gateway::JwtSecret::new(b"cli-test-secret-0123456789abcdef0123456789")
+        .expect("long enough");
+    let minted = String::from_utf8_lossy(&host.stdout).trim().to_string();
+    let principal = secret.verify(&minted).expect("a valid token");
+    assert_eq!(principal.host.map(|host| host.to_string()), Some("agent-1".to_string()));
+    assert!(!token(&["--host", "Not A Host"]).await.status.success());
+    assert!(!token(&["--host", "agent-1", "--all-providers"]).await.status.success());
 }
