@@ -24,3 +24,6 @@ pub use migrations::{MigrateError, MigrationReport, migrate};
 pub use projections::{PgHostCatalog, PgProjectionStore};
 pub use read_models::PgReadModels;
 pub use store::{PgEventStore, StoreConfig};
+
+#[cfg(test)]
+mod fleet_golden;

@@ -150,6 +150,21 @@ async fn another_tenants_vm_is_not_found_anywhere() {
         .graphql(&globex, "{ events(first: 50) { edges { node { streamType type } } } }", json!({}))
         .await;
     assert_eq!(data(&events)["events"]["edges"], json!([]), "{events}");
+    // acme's own feed shows its VM's events, through the tenant views: no credentials'
+    // reference, no operation; and no host event (the fleet's) at all.
+    let feed = server
+        .graphql(&acme, "{ events(first: 50, filter: { streamTypes: [\"vm\", \"host\"] }) { edges { node { streamType type payload } } } }", json!({}))
+        .await;
+    let edges = data(&feed)["events"]["edges"].as_array().expect("a list").clone();
+    let types: Vec<&str> = edges.iter().filter_map(|e| e["node"]["type"].as_str()).collect();
+    assert_eq!(types, ["VmProvisioning", "TaskAssigned", "VmScheduled"], "{feed}");
+    assert!(edges.iter().all(|e| e["node"]["streamType"] == "vm"));
+    assert!(edges[0]["node"]["payload"].get("credentials").is_none(), "{feed}");
+    assert!(edges[2]["node"]["payload"].get("operation").is_none(), "{feed}");
+    assert_eq!(
+        edges[2]["node"]["payload"]["placement"],
+        json!({ "host": "agent-1", "policy": "spread" })
+    );
     // acme's own workloads list its VM.
     let mine = server
         .graphql(&acme, "{ workloads { edges { node { id kind status } } } }", json!({}))

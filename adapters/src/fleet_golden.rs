@@ -1,0 +1,163 @@
+//! Golden bytes of the fleet's stored states (snapshots and projection views are postcard,
+//! which is positional): a change of `Vm`'s or `Host`'s shape fails here until its
+//! `STATE_SCHEMA` is bumped and the new version's bytes are recorded beside the old.
+
+use chrono::{TimeZone as _, Utc};
+use leasehold_domain::host::{Allocation, Host, HostCapacity, HostSpec, HostStatus, Reservation};
+use leasehold_domain::values::fleet::{
+    AgentUrl, Arch, GpuKind, HostBackend, HostId, Labels, MigInstance, MigProfile, Region, TaskId,
+    VmId,
+};
+use leasehold_domain::values::{OperationId, OperatorDetail, Reason, ServiceName, TenantMessage};
+use leasehold_domain::vm::{
+    BootFailure, CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Placement,
+    PlacementPolicy, Protocol, SnapshotRef, StrikeReason, TaskStatus, Vm, VmOutcome, VmSpec,
+    VmStatus, VmTerms, VmUrl,
+};
+use leasehold_domain::{Aggregate, TenantId};
+use uuid::Uuid;
+
+const VM_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/vm_state_v1.hex"))];
+const HOST_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/host_state_v1.hex"))];
+
+fn at(seconds: i64) -> chrono::DateTime<Utc> {
+    Utc.timestamp_opt(1_800_000_000 + seconds, 0).single().expect("valid")
+}
+
+fn host_id() -> HostId {
+    HostId::parse("host", "agent-1").expect("valid")
+}
+
+fn vm() -> (TenantId, Vm) {
+    let spec = VmSpec {
+        cpus: 2,
+        ram_mb: 2_048,
+        storage_gb: 10,
+        region: Some(Region::parse("r", "eu-west-1").expect("valid")),
+        arch: Some(Arch::amd64()),
+        gpus: 1,
+        gpu_kind: Some(GpuKind::parse("g", "a100").expect("valid")),
+        gpu_profile: Some(MigProfile::parse("p", "1g.10gb").expect("valid")),
+        pin: Some(host_id()),
+        labels: Labels::parse("l", [("zone", "a")]).expect("valid"),
+        max_runtime_seconds: Some(3_600),
+        idle_timeout_seconds: Some(600),
+        image: Some(ImageName::parse("i", "ubuntu-24.04").expect("valid")),
+        seed: Some(SnapshotRef::parse("s", "snap-1-abc").expect("valid")),
+        resume_seed: true,
+        huge_pages: true,
+        egress_proxy: Some(ServiceName::parse("e", "squid").expect("valid")),
+        startup_script_timeout_seconds: Some(30),
+        guest_files: vec![GuestPath::parse("f", "/etc/app.conf").expect("valid")],
+        expose: vec![ExposedPort {
+            port: 8080,
+            name: ServiceName::parse("n", "web").expect("valid"),
+            protocol: Protocol::Udp,
+        }],
+    };
+    let state = Vm {
+        status: VmStatus::Removed,
+        outcome: Some(VmOutcome::Failed),
+        terms: Some(VmTerms {
+            id: VmId(Uuid::from_u128(1)),
+            task: TaskId::parse("t", "build-1").expect("valid"),
+            spec,
+            credentials: CredentialRef(Uuid::from_u128(2)),
+            created_at: at(0),
+        }),
+        task: Some(TaskStatus::Failed),
+        placement: Some(Placement {
+            host: host_id(),
+            policy: PlacementPolicy::Pack,
+            candidates: 3,
+            headroom_cpus: -1,
+            headroom_ram_mb: 1_024,
+            artifact_local: true,
+            retries: 2,
+        }),
+        url: Some(VmUrl::parse("u", "10.0.0.5:19551").expect("valid")),
+        operation: Some(OperationId(Uuid::from_u128(3))),
+        generation: 2,
+        destroy_reason: Some(DestroyReason::Idle),
+        failure: Some(BootFailure {
+            reason: Reason::parse("r", "BootFailed").expect("valid"),
+            message: TenantMessage::parse("m", "could not boot").expect("valid"),
+            detail: OperatorDetail::new("500"),
+        }),
+        strikes: Some((StrikeReason::Stuck, 1)),
+        running_since: Some(at(1)),
+        last_activity: Some(at(2)),
+        updated_at: Some(at(3)),
+    };
+    (TenantId::parse("acme").expect("valid"), state)
+}
+
+fn host() -> (TenantId, Host) {
+    let profile = MigProfile::parse("p", "1g.10gb").expect("valid");
+    let reservation = Reservation {
+        cpus: 2,
+        ram_mb: 2_048,
+        storage_gb: 10,
+        gpus: 1,
+        mig: Some((profile.clone(), 1)),
+        mig_instances: vec!["MIG-a".into()],
+    };
+    let state = Host {
+        status: HostStatus::Cordoned,
+        id: Some(host_id()),
+        spec: Some(HostSpec {
+            url: AgentUrl::parse("u", "https://agent-1.local:8443").expect("valid"),
+            region: Some(Region::parse("r", "eu-west-1").expect("valid")),
+            backend: HostBackend::Qemu,
+            labels: Labels::parse("l", [("zone", "a")]).expect("valid"),
+            capacity: HostCapacity {
+                cpus: 16,
+                ram_mb: 65_536,
+                storage_gb: 1_000,
+                vm_count: 4,
+                arch: Arch::amd64(),
+                gpus: 2,
+                gpu_kind: Some(GpuKind::parse("g", "a100").expect("valid")),
+                mig_profiles: [(profile.clone(), 2)].into(),
+                mig_instances: vec![MigInstance {
+                    uuid: "MIG-a".into(),
+                    profile,
+                    kind: GpuKind::parse("g", "a100").expect("valid"),
+                }],
+            },
+        }),
+        allocated: Allocation::of([&reservation]),
+        reservations: [(VmId(Uuid::from_u128(1)), reservation)].into(),
+        last_seen: Some(at(4)),
+        updated_at: Some(at(5)),
+    };
+    (leasehold_domain::values::fleet::fleet_tenant(), state)
+}
+
+fn check<T>(name: &str, schema: u32, golden: &[(u32, &str)], value: &T)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let encoded = hex::encode(postcard::to_stdvec(value).expect("encodes"));
+    let recorded = golden.iter().find(|(version, _)| *version == schema).map(|(_, b)| b.trim());
+    assert_eq!(
+        recorded,
+        Some(encoded.as_str()),
+        "the stored shape of {name} changed (or schema {schema} has no golden bytes): bump its \
+         STATE_SCHEMA and add adapters/src/golden/{}_state_v<N>.hex with these bytes, keeping \
+         the old file",
+        name.to_lowercase()
+    );
+    let decoded: T = postcard::from_bytes(&hex::decode(&encoded).expect("hex")).expect("decodes");
+    assert_eq!(&decoded, value);
+}
+
+#[test]
+fn the_vm_state_keeps_its_stored_shape_for_its_schema() {
+    check("Vm", Vm::STATE_SCHEMA, VM_STATE_GOLDEN, &vm());
+}
+
+#[test]
+fn the_host_state_keeps_its_stored_shape_for_its_schema() {
+    check("Host", Host::STATE_SCHEMA, HOST_STATE_GOLDEN, &host());
+}
