@@ -17,6 +17,7 @@ pub mod read_models;
 pub mod retention;
 pub mod snapshots;
 pub mod store;
+pub mod vault;
 pub mod verify;
 
 pub use database::{DatabaseUrl, DatabaseUrlError};

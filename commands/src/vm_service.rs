@@ -10,6 +10,10 @@
 //! is read again and placement runs again, at most [`PLACEMENT_TRIES_MAX`] times. A boot
 //! failure and a confirmed removal give the room back the same way (the host's Release).
 //!
+//! A VM's credentials (the auth token minted for it, its tenant's secrets) go to a
+//! [`CredentialVault`] before the VM is created; its events carry only their reference. A
+//! failed boot's report is redacted of every one of those values before it is recorded.
+//!
 //! Ids a retry must see again are minted from the tenant and the task or operation key: the
 //! VM (one per task), its credentials' reference, its boot and destroy operations. A retry of
 //! a create hashes the caller's request (task and spec), not the placement it was decided
@@ -49,6 +53,56 @@ pub trait HostCatalog: Send + Sync {
     fn hosts(&self) -> impl Future<Output = std::result::Result<Vec<Host>, StoreError>> + Send;
 }
 
+/// A VM's credentials, as the vault gives them back. Its `Debug` shows none of them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct VmCredentials {
+    /// The token callers present to reach the VM (minted for it).
+    pub auth_token: String,
+    /// Its tenant's secrets, by name.
+    pub secrets: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for VmCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmCredentials")
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl VmCredentials {
+    /// `text` with every credential value in it replaced by `[redacted]`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut values: Vec<&str> = self.secrets.values().map(String::as_str).collect();
+        values.push(&self.auth_token);
+        // Longer values first, so that a value containing another is redacted whole.
+        values.sort_by_key(|value| std::cmp::Reverse(value.len()));
+        values
+            .into_iter()
+            .filter(|value| !value.is_empty())
+            .fold(text.to_owned(), |text, value| text.replace(value, "[redacted]"))
+    }
+}
+
+/// Where VMs' credentials are kept: sealed, apart from the log (`adapters::vault`).
+pub trait CredentialVault: Send + Sync {
+    /// Keeps the credentials of `reference` (minting the VM's auth token); the first write of
+    /// a reference wins, so a retried create keeps the first token and secrets.
+    fn keep(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+        secrets: &std::collections::BTreeMap<String, String>,
+    ) -> impl Future<Output = std::result::Result<(), StoreError>> + Send;
+
+    /// The credentials of `reference`, if its tenant kept any.
+    fn open(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+    ) -> impl Future<Output = std::result::Result<Option<VmCredentials>, StoreError>> + Send;
+}
+
 /// A VM command's result, with the VM it ran on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmOutcome {
@@ -62,9 +116,10 @@ pub struct VmOutcome {
 
 /// Runs VM commands.
 #[derive(Debug, Clone)]
-pub struct VmService<S, C> {
+pub struct VmService<S, C, V> {
     pipeline: CommandPipeline<S>,
     catalog: C,
+    vault: V,
     policy: PlacementPolicy,
     facts: VmFacts,
 }
@@ -76,14 +131,20 @@ struct CreateRequest<'a> {
     spec: &'a VmSpec,
 }
 
-impl<S, C> VmService<S, C>
+impl<S, C, V> VmService<S, C, V>
 where
     S: CommandStore + Clone + Send + Sync + 'static,
     C: HostCatalog,
+    V: CredentialVault,
 {
-    /// A service placing VMs by `policy` over the hosts of `catalog`.
-    pub fn new(pipeline: CommandPipeline<S>, catalog: C, policy: PlacementPolicy) -> Self {
-        Self { pipeline, catalog, policy, facts: VmFacts::default() }
+    /// A service placing VMs by `policy` over the hosts of `catalog`, keeping their
+    /// credentials in `vault`.
+    pub fn new(
+        pipeline: CommandPipeline<S>,
+        (catalog, vault): (C, V),
+        policy: PlacementPolicy,
+    ) -> Self {
+        Self { pipeline, catalog, vault, policy, facts: VmFacts::default() }
     }
 
     /// The same service with the fleet's configuration `facts`.
@@ -98,7 +159,10 @@ where
         &self.pipeline
     }
 
-    /// A tenant creates a VM for `task`, placed on a host of the fleet.
+    /// A tenant creates a VM for `task`, placed on a host of the fleet, with `secrets` kept
+    /// in the vault. The secrets are not part of the request's identity: a retry answers the
+    /// first outcome and keeps the first secrets (they are never hashed into the ledger,
+    /// where a short one could be guessed back).
     ///
     /// # Errors
     /// [`CommandError`]: no host fits (`NoHostFits`, naming the gate), the VM's refusal, a
@@ -107,13 +171,14 @@ where
         &self,
         caller: &Caller,
         key: &str,
-        task: &TaskId,
-        spec: VmSpec,
+        (task, spec): (&TaskId, VmSpec),
+        secrets: &std::collections::BTreeMap<String, String>,
     ) -> Result<VmOutcome> {
         let tenant = own_tenant(caller)?;
         let vm = vm_of(tenant, task);
         let hash = caller_hash("vm", &vm.stream_id(), &CreateRequest { task, spec: &spec });
         let credentials = CredentialRef(minted_id("vm-credentials", tenant, key));
+        self.vault.keep(credentials, tenant, secrets).await?;
         let operation = OperationId(minted_id("vm-boot", tenant, key));
         let make = |placement| VmCommand::Create {
             vm,
@@ -233,6 +298,7 @@ where
         (operation, failure): (OperationId, BootFailure),
     ) -> Result<VmOutcome> {
         let owner = self.on_host(host, vm).await?;
+        let failure = self.redacted(&owner, vm, failure).await?;
         let command = VmCommand::ReportBootFailed { operation, failure };
         let release = release_on(host, vm);
         self.run(caller, owner, vm, key, command, release).await
@@ -298,6 +364,28 @@ where
         let found = self.pipeline.state::<Vm>(&vm.stream_id()).await?;
         let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
         Ok((owner, stored))
+    }
+
+    /// `failure` with the VM's credential values redacted from its text.
+    async fn redacted(
+        &self,
+        owner: &TenantId,
+        vm: VmId,
+        failure: BootFailure,
+    ) -> Result<BootFailure> {
+        let (_, stored) = self.owned(vm).await?;
+        let Some(terms) = stored.terms else { return Ok(failure) };
+        let Some(credentials) = self.vault.open(terms.credentials, owner).await? else {
+            return Ok(failure);
+        };
+        let message = credentials.redact(failure.message.as_str());
+        Ok(BootFailure {
+            reason: failure.reason,
+            message: leasehold_domain::values::TenantMessage::parse("message", message)?,
+            detail: leasehold_domain::values::OperatorDetail::new(
+                &credentials.redact(failure.detail.as_str()),
+            ),
+        })
     }
 
     /// The owner of `vm`, if it is placed on `host` (an agent sees only its own host's VMs).

@@ -80,6 +80,14 @@ impl Default for GatewayConfig {
     }
 }
 
+/// The VM service as the gateway runs it: placement over the host projection's catalog,
+/// credentials in the sealed vault.
+pub(crate) type VmService = leasehold_commands::vm_service::VmService<
+    PgEventStore,
+    leasehold_adapters::PgHostCatalog,
+    leasehold_adapters::vault::PgCredentialVault,
+>;
+
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -94,8 +102,7 @@ pub(crate) struct Inner {
     /// Every lease command runs through it (resolvers and callbacks alike).
     pub(crate) leases: LeaseService<PgEventStore>,
     /// Every VM command runs through it, over the same pipeline.
-    pub(crate) vms:
-        leasehold_commands::vm_service::VmService<PgEventStore, leasehold_adapters::PgHostCatalog>,
+    pub(crate) vms: VmService,
     /// Every host command runs through it, over the same pipeline.
     pub(crate) hosts: leasehold_commands::host_service::HostService<PgEventStore>,
     pub(crate) jwt: JwtSecret,
@@ -172,15 +179,14 @@ impl AppState {
         let (stopping, stopped) = watch::channel(false);
         let hub = Hub::start(store.clone(), config.live_poll, stopped);
         let catalog = leasehold_adapters::PgHostCatalog::new(store.clone());
+        // Until `with_vm_credentials_key` names the vault's own key, one derived from the JWT
+        // secret (a domain of its own: the vault derives its AES key from it again).
+        let vault = leasehold_adapters::vault::PgCredentialVault::new(store.clone(), jwt_secret);
         let sockets = Gauge::default();
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
-            vms: leasehold_commands::vm_service::VmService::new(
-                pipeline.clone(),
-                catalog,
-                config.placement_policy,
-            ),
+            vms: VmService::new(pipeline.clone(), (catalog, vault), config.placement_policy),
             hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
@@ -207,6 +213,18 @@ impl AppState {
     /// the process just wrote needs no read of it.
     pub fn pipeline(&self) -> &CommandPipeline<PgEventStore> {
         self.inner.leases.pipeline()
+    }
+
+    /// Seals VMs' credentials under a key derived from `secret` (kept outside the database,
+    /// apart from the JWT secret). Call before [`crate::app`].
+    #[must_use]
+    pub fn with_vm_credentials_key(mut self, secret: &[u8]) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
+        let vault = leasehold_adapters::vault::PgCredentialVault::new(inner.store.clone(), secret);
+        let catalog = leasehold_adapters::PgHostCatalog::new(inner.store.clone());
+        let pipeline = inner.leases.pipeline().clone();
+        inner.vms = VmService::new(pipeline, (catalog, vault), inner.config.placement_policy);
+        self
     }
 
     /// Enables backend callbacks, verified with `secret`. Call before [`crate::app`].

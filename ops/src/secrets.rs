@@ -17,6 +17,9 @@ const JWT_SECRET_FILE: &str = "jwt-secret";
 /// The callback secret's file name inside the data directory.
 const CALLBACK_SECRET_FILE: &str = "callback-secret";
 
+/// The VM credentials' key's file name inside the data directory.
+const VM_CREDENTIALS_KEY_FILE: &str = "vm-credentials-key";
+
 /// Where the JWT secret is.
 #[derive(Debug, Clone, Args)]
 pub struct SecretArgs {
@@ -37,6 +40,10 @@ pub struct SecretArgs {
         hide = true
     )]
     pub callback_secret: Option<String>,
+    /// A file holding the key VMs' credentials are sealed under (at least 32 bytes; AES-256-GCM
+    /// with a key derived from it). Lose it and the sealed credentials are lost with it.
+    #[arg(long, env = "LEASEHOLD_VM_CREDENTIALS_KEY_FILE")]
+    pub vm_credentials_key_file: Option<PathBuf>,
     /// Where `serve` keeps what it needs between runs (the generated secret, a private
     /// PostgreSQL cluster). Default: $XDG_DATA_HOME/leasehold or ~/.local/share/leasehold.
     #[arg(long, env = "LEASEHOLD_DATA_DIR")]
@@ -65,6 +72,13 @@ impl SecretArgs {
     pub fn callback(&self) -> anyhow::Result<Vec<u8>> {
         let (file, value) = (&self.callback_secret_file, &self.callback_secret);
         self.resolve(file, value, "--callback-secret-file", CALLBACK_SECRET_FILE)
+    }
+
+    /// The VM credentials' key's bytes, likewise (the data directory's `vm-credentials-key`
+    /// when no file is named).
+    pub fn vm_credentials_key(&self) -> anyhow::Result<Vec<u8>> {
+        let file = &self.vm_credentials_key_file;
+        self.resolve(file, &None, "--vm-credentials-key-file", VM_CREDENTIALS_KEY_FILE)
     }
 
     /// Whether the JWT secret is the data directory's (no set-up).

@@ -166,6 +166,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
         .context("the callback secret")?
+        .with_vm_credentials_key(&args.secret.vm_credentials_key()?)
         .with_callback_base(&base)
         .with_manifests(manifests.clone());
     if let Some((backends, order)) = &backends {

@@ -66,8 +66,11 @@ async fn a_tenant_creates_reads_and_destroys_its_vm_and_the_agent_reports_on_it(
     register(&server, "agent-1", 4).await;
     wait_for_host(&server, "agent-1").await;
     let acme = tenant_token("acme");
-    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
-    let created = data(&created)["createVm"].clone();
+    let mut input = create_input("c-1", "build-1");
+    input["input"]["secrets"] = json!([{ "name": "API_KEY", "value": "s3cr3t-gql-91d2" }]);
+    let answer = server.graphql(&acme, CREATE, input).await;
+    assert!(!answer.to_string().contains("s3cr3t-gql-91d2"), "{answer}");
+    let created = data(&answer)["createVm"].clone();
     assert_eq!(
         created["events"],
         json!([{ "type": "VmProvisioning" }, { "type": "TaskAssigned" }, { "type": "VmScheduled" }])
@@ -82,6 +85,7 @@ async fn a_tenant_creates_reads_and_destroys_its_vm_and_the_agent_reports_on_it(
         "{read}"
     );
     assert_eq!(vm["spec"]["cpus"], 2);
+    assert!(!read.to_string().contains("s3cr3t-gql-91d2"), "{read}");
 
     // The agent of another host does not find it; its own host's agent reports the boot,
     // and a report naming another operation is fenced.

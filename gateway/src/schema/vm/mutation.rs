@@ -49,6 +49,33 @@ fn input_of(input: CreateVmInput) -> VmInput {
     }
 }
 
+/// A VM's secrets by name: names unique, at most 64, values at most 64 KiB.
+fn secrets_of(
+    secrets: Vec<super::types::SecretInput>,
+) -> ApiResult<std::collections::BTreeMap<String, String>> {
+    if secrets.len() > 64 {
+        return Err(ApiError::bad_input("secrets: at most 64"));
+    }
+    let mut named = std::collections::BTreeMap::new();
+    for (n, secret) in secrets.into_iter().enumerate() {
+        let bad_name = secret.name.is_empty()
+            || secret.name.len() > 128
+            || !secret.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if bad_name {
+            return Err(ApiError::bad_input(format!(
+                "secrets[{n}].name: 1-128 letters, digits, '.', '_' or '-'"
+            )));
+        }
+        if secret.value.len() > 64 * 1024 {
+            return Err(ApiError::bad_input(format!("secrets[{n}].value: at most 64 KiB")));
+        }
+        if named.insert(secret.name, secret.value).is_some() {
+            return Err(ApiError::bad_input(format!("secrets[{n}].name: repeated")));
+        }
+    }
+    Ok(named)
+}
+
 /// The host a host agent's token names.
 fn agent_host<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a HostId> {
     let principal = require(ctx, &[Role::Agent], what)?;
@@ -63,9 +90,10 @@ impl VmMutation {
         let principal = require(ctx, &[Role::Tenant], "create VMs")?;
         tenant_of(ctx, "create VMs")?;
         let key = input.operation_key.clone();
+        let secrets = secrets_of(input.secrets.clone().unwrap_or_default())?;
         let (task, spec) = vm_input::vm(&input_of(input)).map_err(ApiError::from_field)?;
         let caller = caller_of(principal, None);
-        let created = shared(ctx).vms.create(&caller, &key, &task, spec).await?;
+        let created = shared(ctx).vms.create(&caller, &key, (&task, spec), &secrets).await?;
         answer_on::<leasehold_domain::vm::VmError>(ctx, created.vm.0.to_string(), async {
             Ok(created.outcome)
         })

@@ -126,6 +126,19 @@ pub struct CreateVmInput {
     pub guest_files: Option<Vec<String>>,
     /// Ports it publishes.
     pub expose: Option<Vec<ExposeInput>>,
+    /// Secrets for the VM, by name: kept sealed apart from the log, never in an event, a read
+    /// model, a log line or an answer; a retry keeps the first ones.
+    pub secrets: Option<Vec<SecretInput>>,
+}
+
+/// One secret of a VM.
+#[derive(Debug, Clone, InputObject)]
+pub struct SecretInput {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    #[graphql(secret)]
+    pub value: String,
 }
 
 /// A command on one of your VMs that needs nothing else.

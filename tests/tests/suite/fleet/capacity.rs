@@ -21,7 +21,12 @@ async fn sixteen_creates_on_a_host_with_room_for_ten_schedule_exactly_ten() {
         let service = service(&db, &["agent-1"], PlacementPolicy::Pack);
         async move {
             service
-                .create(&tenant("acme"), &format!("create-{n}"), &task(&format!("t-{n}")), spec())
+                .create(
+                    &tenant("acme"),
+                    &format!("create-{n}"),
+                    (&task(&format!("t-{n}")), spec()),
+                    &no_secrets(),
+                )
                 .await
         }
     });
@@ -59,7 +64,12 @@ async fn sixteen_creates_spread_over_three_hosts_all_fit() {
         let service = service(&db, &hosts, PlacementPolicy::Spread);
         async move {
             service
-                .create(&tenant("acme"), &format!("create-{n}"), &task(&format!("t-{n}")), spec())
+                .create(
+                    &tenant("acme"),
+                    &format!("create-{n}"),
+                    (&task(&format!("t-{n}")), spec()),
+                    &no_secrets(),
+                )
                 .await
         }
     });
@@ -112,7 +122,8 @@ async fn each_gate_refuses_by_name_and_appends_nothing() {
             .enumerate()
     {
         let name = task(&format!("gated-{n}"));
-        let refused = vms.create(&tenant("acme"), &format!("gated-{n}"), &name, spec).await;
+        let refused =
+            vms.create(&tenant("acme"), &format!("gated-{n}"), (&name, spec), &no_secrets()).await;
         assert!(
             matches!(&refused, Err(CommandError::Refused(VmError::NoHostFits { gate: got })) if *got == gate),
             "{gate}: {refused:?}"

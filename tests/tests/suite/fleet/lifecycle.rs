@@ -31,10 +31,16 @@ async fn a_boot_failure_gives_back_exactly_what_was_reserved() {
     let db = TestDb::migrated().await;
     register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
     let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
-    let kept = vms.create(&tenant("acme"), "c-1", &task("kept"), spec()).await.expect("placed");
+    let kept = vms
+        .create(&tenant("acme"), "c-1", (&task("kept"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     let mut big = spec();
     big.cpus = 8;
-    let failing = vms.create(&tenant("acme"), "c-2", &task("failing"), big).await.expect("placed");
+    let failing = vms
+        .create(&tenant("acme"), "c-2", (&task("failing"), big), &no_secrets())
+        .await
+        .expect("placed");
     let (host, _) = replay_host(&db, "agent-1").await;
     assert_eq!((host.allocated.cpus, host.allocated.vm_count), (10, 2));
     let (_, stored) = vms.owned(failing.vm).await.expect("stored");
@@ -63,7 +69,10 @@ async fn a_destroy_keeps_capacity_charged_until_the_agent_confirms() {
     register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
     let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
     let hosts = HostService::new(CommandPipeline::new(db.store(), PipelineConfig::default()));
-    let created = vms.create(&tenant("acme"), "c-1", &task("t"), spec()).await.expect("placed");
+    let created = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     let host1 = host_id("agent-1");
     let boot = vms.owned(created.vm).await.expect("stored").1.operation.expect("a boot");
     vms.report_booted(&agent(), &host1, "b-1", created.vm, (boot, url())).await.expect("booted");
@@ -91,7 +100,10 @@ async fn reports_are_bound_to_their_host_and_tenants_to_their_own_vms() {
     register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
     register(&db, "agent-2", host_spec(HostBackend::Firecracker, 16, 4)).await;
     let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
-    let created = vms.create(&tenant("acme"), "c-1", &task("t"), spec()).await.expect("placed");
+    let created = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     let boot = vms.owned(created.vm).await.expect("stored").1.operation.expect("a boot");
     let elsewhere =
         vms.report_booted(&agent(), &host_id("agent-2"), "b-1", created.vm, (boot, url())).await;
@@ -110,7 +122,10 @@ async fn reports_are_bound_to_their_host_and_tenants_to_their_own_vms() {
         assert!(matches!(attempt, Err(CommandError::NotFound)), "another tenant's VM: {attempt:?}");
     }
     // The same task name in another tenant is another VM.
-    let theirs = vms.create(&tenant("globex"), "c-1", &task("t"), spec()).await.expect("placed");
+    let theirs = vms
+        .create(&tenant("globex"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     assert_ne!(theirs.vm, created.vm);
 }
 
@@ -119,17 +134,23 @@ async fn a_retried_create_answers_its_first_outcome_whatever_the_fleet_is_now() 
     let db = TestDb::migrated().await;
     register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 1)).await;
     let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
-    let first = vms.create(&tenant("acme"), "c-1", &task("t"), spec()).await.expect("placed");
+    let first = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     // The host is full now; the retry is still the same request.
-    let again = vms.create(&tenant("acme"), "c-1", &task("t"), spec()).await.expect("a retry");
+    let again = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("a retry");
     assert!(again.outcome.duplicate);
     assert_eq!(again.outcome.cursor, first.outcome.cursor);
     // Another key for the same task: the task has its VM.
-    let other = vms.create(&tenant("acme"), "c-2", &task("t"), spec()).await;
+    let other = vms.create(&tenant("acme"), "c-2", (&task("t"), spec()), &no_secrets()).await;
     assert!(matches!(other, Err(CommandError::Refused(VmError::TaskAlreadyAssigned))), "{other:?}");
     // The same key with another spec is not a retry.
     let mut bigger = spec();
     bigger.cpus = 4;
-    let changed = vms.create(&tenant("acme"), "c-1", &task("t"), bigger).await;
+    let changed = vms.create(&tenant("acme"), "c-1", (&task("t"), bigger), &no_secrets()).await;
     assert!(matches!(changed, Err(CommandError::IdempotencyConflict)), "{changed:?}");
 }

@@ -5,4 +5,5 @@
 mod capacity;
 mod lifecycle;
 mod read_models;
+mod secrets;
 mod support;

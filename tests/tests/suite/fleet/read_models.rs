@@ -5,6 +5,7 @@
 
 use futures_util::future::join_all;
 use leasehold_adapters::PgHostCatalog;
+use leasehold_adapters::vault::PgCredentialVault;
 use leasehold_commands::vm_service::VmService;
 use leasehold_commands::{CommandError, CommandPipeline, PipelineConfig};
 use leasehold_domain::host::Gate;
@@ -32,10 +33,16 @@ async fn hosts_and_vms_are_projected_and_vms_show_each_tenant_its_own() {
     let db = TestDb::migrated().await;
     register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
     let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
-    let mine = vms.create(&tenant("acme"), "c-1", &task("mine"), spec()).await.expect("placed");
+    let mine = vms
+        .create(&tenant("acme"), "c-1", (&task("mine"), spec()), &no_secrets())
+        .await
+        .expect("placed");
     let mut big = spec();
     big.cpus = 6;
-    let theirs = vms.create(&tenant("globex"), "c-1", &task("theirs"), big).await.expect("placed");
+    let theirs = vms
+        .create(&tenant("globex"), "c-1", (&task("theirs"), big), &no_secrets())
+        .await
+        .expect("placed");
     let (_, stored) = vms.owned(mine.vm).await.expect("stored");
     let credentials = stored.terms.expect("created").credentials;
     project(&db).await;
@@ -96,9 +103,16 @@ async fn a_lagging_catalog_still_never_over_commits_a_host() {
     // create below places on what it said before any of them.
     let creates = (0..16).map(|n| {
         let pipeline = CommandPipeline::new(db.store(), PipelineConfig::default());
-        let vms = VmService::new(pipeline, PgHostCatalog::new(db.store()), PlacementPolicy::Spread);
+        let ports = (PgHostCatalog::new(db.store()), PgCredentialVault::new(db.store(), VAULT_KEY));
+        let vms = VmService::new(pipeline, ports, PlacementPolicy::Spread);
         async move {
-            vms.create(&tenant("acme"), &format!("c-{n}"), &task(&format!("t-{n}")), spec()).await
+            vms.create(
+                &tenant("acme"),
+                &format!("c-{n}"),
+                (&task(&format!("t-{n}")), spec()),
+                &no_secrets(),
+            )
+            .await
         }
     });
     let outcomes = join_all(creates).await;

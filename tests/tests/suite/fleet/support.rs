@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use leasehold_adapters::PgEventStore;
+use leasehold_adapters::vault::PgCredentialVault;
 use leasehold_commands::host_service::{HostCaller, HostService};
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::vm_service::{StreamCatalog, VmService};
@@ -14,7 +15,10 @@ use leasehold_domain::vm::{PlacementPolicy, VmSpec};
 use leasehold_domain::{Actor, Aggregate, DomainEvent, EventStore as _, TenantId};
 use leasehold_tests::TestDb;
 
-pub type Service = VmService<PgEventStore, StreamCatalog<PgEventStore>>;
+pub type Service = VmService<PgEventStore, StreamCatalog<PgEventStore>, PgCredentialVault>;
+
+/// The key the tests' vaults seal VM credentials under.
+pub const VAULT_KEY: &[u8] = b"test-vm-credentials-key-0123456789abcdef";
 
 pub fn host_id(name: &str) -> HostId {
     HostId::parse("host", name).expect("valid")
@@ -79,7 +83,13 @@ pub async fn register(db: &TestDb, name: &str, spec: HostSpec) {
 pub fn service(db: &TestDb, hosts: &[&str], policy: PlacementPolicy) -> Service {
     let pipeline = CommandPipeline::new(db.store(), PipelineConfig::default());
     let catalog = StreamCatalog::new(pipeline.clone(), hosts.iter().map(|h| host_id(h)).collect());
-    VmService::new(pipeline, catalog, policy)
+    let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+    VmService::new(pipeline, (catalog, vault), policy)
+}
+
+/// No secrets for a VM.
+pub fn no_secrets() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::new()
 }
 
 /// 2 vCPUs, 2 GiB, 10 GB, no GPU, booting the default image.

@@ -1,0 +1,130 @@
+//! The VM credentials' vault: each VM's auth token (minted here, 32 random bytes) and its
+//! tenant's secrets, sealed with AES-256-GCM in `vm_credentials`, one row per credentials'
+//! reference. The first write of a reference wins (a retried create keeps the first token).
+//! The key never enters the database; the sealed row is bound to its reference and tenant.
+
+use std::collections::BTreeMap;
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use leasehold_commands::vm_service::{CredentialVault, VmCredentials};
+use leasehold_domain::vm::CredentialRef;
+use leasehold_domain::{StoreError, TenantId};
+use sha2::{Digest as _, Sha256};
+
+use crate::store::{PgEventStore, from_driver};
+
+/// The vault over the database of its store.
+#[derive(Clone)]
+pub struct PgCredentialVault {
+    store: PgEventStore,
+    cipher: Aes256Gcm,
+}
+
+impl std::fmt::Debug for PgCredentialVault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgCredentialVault(..)")
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Sealed {
+    auth_token: String,
+    secrets: BTreeMap<String, String>,
+}
+
+impl PgCredentialVault {
+    /// A vault whose AES-256 key is derived from `secret` (at least 32 bytes, kept outside
+    /// the database).
+    pub fn new(store: PgEventStore, secret: &[u8]) -> Self {
+        let mut derived = Sha256::new();
+        derived.update(b"leasehold vm credentials v1\n");
+        derived.update(secret);
+        let key: [u8; 32] = derived.finalize().into();
+        Self { store, cipher: Aes256Gcm::new(&key.into()) }
+    }
+
+    fn associated(reference: CredentialRef, tenant: &TenantId) -> Vec<u8> {
+        format!("{}\n{}", reference.0, tenant.as_str()).into_bytes()
+    }
+
+    fn seal(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+        credentials: &Sealed,
+    ) -> Result<([u8; 12], Vec<u8>), StoreError> {
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).map_err(|error| StoreError::Database {
+            reason: format!("no randomness for a nonce: {error}"),
+        })?;
+        let plain = serde_json::to_vec(credentials).expect("credentials serialize");
+        let aad = Self::associated(reference, tenant);
+        let sealed = self
+            .cipher
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg: &plain, aad: &aad })
+            .map_err(|_| StoreError::Database { reason: "sealing VM credentials failed".into() })?;
+        Ok((nonce, sealed))
+    }
+}
+
+fn token() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|error| StoreError::Database {
+        reason: format!("no randomness for a VM token: {error}"),
+    })?;
+    Ok(hex::encode(bytes))
+}
+
+impl CredentialVault for PgCredentialVault {
+    async fn keep(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+        secrets: &BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        let credentials = Sealed { auth_token: token()?, secrets: secrets.clone() };
+        let (nonce, sealed) = self.seal(reference, tenant, &credentials)?;
+        let client = self.store.client().await?;
+        client
+            .execute(
+                "INSERT INTO vm_credentials (reference, tenant_id, nonce, sealed) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO NOTHING",
+                &[&reference.0, &tenant.as_str(), &nonce.as_slice(), &sealed],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.store.endpoint()))?;
+        Ok(())
+    }
+
+    async fn open(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+    ) -> Result<Option<VmCredentials>, StoreError> {
+        let client = self.store.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT nonce, sealed FROM vm_credentials WHERE reference = $1 AND tenant_id = $2",
+                &[&reference.0, &tenant.as_str()],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.store.endpoint()))?;
+        let Some(row) = row else { return Ok(None) };
+        let (nonce, sealed): (Vec<u8>, Vec<u8>) = (row.get(0), row.get(1));
+        let aad = Self::associated(reference, tenant);
+        let corrupt = || StoreError::Corrupt {
+            position: 0,
+            reason: format!("the credentials of {} do not open under this key", reference.0),
+        };
+        if nonce.len() != 12 {
+            return Err(corrupt());
+        }
+        let plain = self
+            .cipher
+            .decrypt(Nonce::from_slice(&nonce), Payload { msg: &sealed, aad: &aad })
+            .map_err(|_| corrupt())?;
+        let opened: Sealed = serde_json::from_slice(&plain).map_err(|_| corrupt())?;
+        Ok(Some(VmCredentials { auth_token: opened.auth_token, secrets: opened.secrets }))
+    }
+}
