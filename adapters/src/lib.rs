@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod chain;
 pub mod database;
 pub mod dispatch;
+pub mod hosts;
 pub mod inventory;
 pub mod limits;
 pub mod migrations;

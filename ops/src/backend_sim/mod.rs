@@ -14,6 +14,7 @@
 //! budget, list without tenants, never complete a listing); `--orphan` holds a provision
 //! nobody asked for. Logs, releases and custom domains follow.
 
+pub mod host_agent;
 mod maintenance;
 mod routes;
 mod tls;
@@ -37,9 +38,19 @@ pub struct SimArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     /// File holding the secret shared with the control plane (at least 32 bytes): requests
-    /// must be signed with it, callbacks are.
+    /// must be signed with it, callbacks are. (Not for `--host-agent`.)
+    #[arg(long, required_unless_present = "host_agent")]
+    pub secret_file: Option<PathBuf>,
+    /// Be a host agent instead (fuse's contract: `POST /v1/vm` and the rest), wanting the
+    /// bearer token in `--token-file`.
+    #[arg(long, requires = "token_file")]
+    pub host_agent: bool,
+    /// For `--host-agent`: the file holding the bearer token callers must present.
     #[arg(long)]
-    pub secret_file: PathBuf,
+    pub token_file: Option<PathBuf>,
+    /// For `--host-agent`: every boot fails (500, rolled back), as a broken host.
+    #[arg(long)]
+    pub fail_boots: bool,
     /// The backend's name, sent in callbacks.
     #[arg(long, default_value = "sim-1")]
     pub name: String,
@@ -178,8 +189,12 @@ impl Sim {
 
 /// Serves until SIGINT or SIGTERM.
 pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.secret_file)
-        .with_context(|| format!("reading --secret-file {}", args.secret_file.display()))?;
+    if args.host_agent {
+        return run_host_agent(args).await;
+    }
+    let secret_file = args.secret_file.as_ref().context("--secret-file is required")?;
+    let bytes = std::fs::read(secret_file)
+        .with_context(|| format!("reading --secret-file {}", secret_file.display()))?;
     let secret = SigningSecret::new(&bytes).context("--secret-file")?;
     let sim = Sim::new(&args.name, secret, Duration::from_millis(args.callback_delay_ms))?;
     let sim = Sim {
@@ -201,6 +216,27 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     }
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, routes::router(sim))
+        .with_graceful_shutdown(async {
+            if let Err(error) = crate::serve::stop_signal().await {
+                tracing::warn!(%error, "backend-sim stops");
+            }
+        })
+        .await
+        .context("serving")
+}
+
+/// `--host-agent`: serves fuse's host agent contract until SIGINT or SIGTERM.
+async fn run_host_agent(args: &SimArgs) -> anyhow::Result<()> {
+    let file = args.token_file.as_ref().context("--host-agent needs --token-file")?;
+    let token = std::fs::read_to_string(file)
+        .with_context(|| format!("reading --token-file {}", file.display()))?;
+    let token = token.trim();
+    anyhow::ensure!(!token.is_empty(), "--token-file is empty");
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, host_agent::router(host_agent::HostAgent::new(token, args.fail_boots)))
         .with_graceful_shutdown(async {
             if let Err(error) = crate::serve::stop_signal().await {
                 tracing::warn!(%error, "backend-sim stops");
