@@ -68,6 +68,72 @@ impl PgCredentialVault {
     }
 }
 
+impl PgCredentialVault {
+    /// Keeps `token` as the bearer token of `host`'s agent (replacing any before it).
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn keep_host_token(
+        &self,
+        host: &leasehold_domain::values::fleet::HostId,
+        token: &str,
+    ) -> Result<(), StoreError> {
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).map_err(|error| StoreError::Database {
+            reason: format!("no randomness for a nonce: {error}"),
+        })?;
+        let aad = format!("host\n{host}").into_bytes();
+        let sealed = self
+            .cipher
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg: token.as_bytes(), aad: &aad })
+            .map_err(|_| StoreError::Database { reason: "sealing a host token failed".into() })?;
+        let client = self.store.client().await?;
+        client
+            .execute(
+                "INSERT INTO host_tokens (host_id, nonce, sealed) VALUES ($1, $2, $3) \
+                 ON CONFLICT (host_id) DO UPDATE SET nonce = excluded.nonce, \
+                 sealed = excluded.sealed, updated_at = now()",
+                &[&host.as_str(), &nonce.as_slice(), &sealed],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.store.endpoint()))?;
+        Ok(())
+    }
+
+    /// The bearer token of `host`'s agent, if one was registered.
+    ///
+    /// # Errors
+    /// A store failure, or a token that does not open under this key.
+    pub async fn host_token(
+        &self,
+        host: &leasehold_domain::values::fleet::HostId,
+    ) -> Result<Option<String>, StoreError> {
+        let client = self.store.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT nonce, sealed FROM host_tokens WHERE host_id = $1",
+                &[&host.as_str()],
+            )
+            .await
+            .map_err(|error| from_driver(error, self.store.endpoint()))?;
+        let Some(row) = row else { return Ok(None) };
+        let (nonce, sealed): (Vec<u8>, Vec<u8>) = (row.get(0), row.get(1));
+        let corrupt = || StoreError::Corrupt {
+            position: 0,
+            reason: format!("the token of host {host} does not open under this key"),
+        };
+        if nonce.len() != 12 {
+            return Err(corrupt());
+        }
+        let aad = format!("host\n{host}").into_bytes();
+        let plain = self
+            .cipher
+            .decrypt(Nonce::from_slice(&nonce), Payload { msg: &sealed, aad: &aad })
+            .map_err(|_| corrupt())?;
+        String::from_utf8(plain).map(Some).map_err(|_| corrupt())
+    }
+}
+
 fn token() -> Result<String, StoreError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|error| StoreError::Database {

@@ -82,7 +82,7 @@ impl Default for GatewayConfig {
 
 /// The VM service as the gateway runs it: placement over the host projection's catalog,
 /// credentials in the sealed vault.
-pub(crate) type VmService = leasehold_commands::vm_service::VmService<
+pub type VmService = leasehold_commands::vm_service::VmService<
     PgEventStore,
     leasehold_adapters::PgHostCatalog,
     leasehold_adapters::vault::PgCredentialVault,
@@ -103,6 +103,8 @@ pub(crate) struct Inner {
     pub(crate) leases: LeaseService<PgEventStore>,
     /// Every VM command runs through it, over the same pipeline.
     pub(crate) vms: VmService,
+    /// The vault VM credentials and host tokens are sealed in (the VM service's own).
+    pub(crate) vault: leasehold_adapters::vault::PgCredentialVault,
     /// Every host command runs through it, over the same pipeline.
     pub(crate) hosts: leasehold_commands::host_service::HostService<PgEventStore>,
     pub(crate) jwt: JwtSecret,
@@ -186,7 +188,12 @@ impl AppState {
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
-            vms: VmService::new(pipeline.clone(), (catalog, vault), config.placement_policy),
+            vms: VmService::new(
+                pipeline.clone(),
+                (catalog, vault.clone()),
+                config.placement_policy,
+            ),
+            vault,
             hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
@@ -223,8 +230,20 @@ impl AppState {
         let vault = leasehold_adapters::vault::PgCredentialVault::new(inner.store.clone(), secret);
         let catalog = leasehold_adapters::PgHostCatalog::new(inner.store.clone());
         let pipeline = inner.leases.pipeline().clone();
-        inner.vms = VmService::new(pipeline, (catalog, vault), inner.config.placement_policy);
+        inner.vms =
+            VmService::new(pipeline, (catalog, vault.clone()), inner.config.placement_policy);
+        inner.vault = vault;
         self
+    }
+
+    /// The VM service the gateway's VM commands go through (the VM dispatcher shares it).
+    pub fn vms(&self) -> &VmService {
+        &self.inner.vms
+    }
+
+    /// The vault VM credentials and host agents' tokens are sealed in.
+    pub fn vault(&self) -> &leasehold_adapters::vault::PgCredentialVault {
+        &self.inner.vault
     }
 
     /// Enables backend callbacks, verified with `secret`. Call before [`crate::app`].

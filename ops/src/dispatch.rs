@@ -137,6 +137,30 @@ pub fn start(
     ]
 }
 
+/// Starts the VM dispatcher: boots and destroys sent to host agents over fuse's contract,
+/// through `vms` (the gateway's VM service), with each host's token from `vault`. It stops
+/// when `stopped` turns true.
+///
+/// # Errors
+/// The host agents' HTTP client cannot be built.
+pub fn start_vm_dispatcher(
+    vms: &leasehold_gateway::VmService,
+    vault: &leasehold_adapters::vault::PgCredentialVault,
+    timeout: std::time::Duration,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
+        .context("the host agents' HTTP client")?;
+    let kind = leasehold_adapters::dispatch::VmDispatch::new(
+        vms.clone(),
+        (agents, timeout),
+        vault.clone(),
+    );
+    let store = vms.pipeline().store();
+    let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
+    Ok(run(dispatcher, store, stopped))
+}
+
 /// Starts the retention reaper, when the policy reaps anything.
 pub fn start_reaper(
     pipeline: &CommandPipeline<PgEventStore>,

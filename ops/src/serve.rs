@@ -20,6 +20,10 @@ use tokio::sync::watch;
 use crate::secrets::SecretArgs;
 use crate::{cluster, database};
 
+/// How long one exchange with a host agent may take: fuse's agent answers a boot once the VM
+/// booted, within its own 60-second request timeout.
+const HOST_AGENT_TIMEOUT_SECONDS: u64 = 90;
+
 /// How long a stop waits for the projectors and the gateway to finish.
 const STOP_WAIT_SECONDS: u64 = 30;
 
@@ -198,6 +202,15 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
+    // Hosts are registered through the gateway, each with its agent's URL and token: the VM
+    // dispatcher always runs.
+    let agent_timeout = std::time::Duration::from_secs(HOST_AGENT_TIMEOUT_SECONDS);
+    reconcilers.push(crate::dispatch::start_vm_dispatcher(
+        state.vms(),
+        state.vault(),
+        agent_timeout,
+        &stopped,
+    )?);
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

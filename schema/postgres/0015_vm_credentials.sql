@@ -10,3 +10,12 @@ CREATE TABLE vm_credentials (
     sealed     bytea NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Each host agent's bearer token (fuse's `token` of a host's registration), sealed the same
+-- way, bound to the host's id; a registration that names a token replaces it.
+CREATE TABLE host_tokens (
+    host_id    text COLLATE "C" PRIMARY KEY,
+    nonce      bytea NOT NULL,
+    sealed     bytea NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);

@@ -30,6 +30,7 @@
 pub mod lease;
 mod manifests;
 mod outbox;
+pub mod vm;
 
 use std::future::Future;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub(crate) use lease::wire_items;
 pub use lease::{Backends, CALLBACK_DEADLINE, CallbackUrls, LeaseDispatch};
 pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};
+pub use vm::VmDispatch;
 
 use crate::limits::{
     DISPATCH_CLAIM_ROWS_MAX, DISPATCH_CONCURRENCY_MAX, DISPATCH_RETRY_FIRST_MILLISECONDS,

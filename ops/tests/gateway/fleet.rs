@@ -26,9 +26,18 @@ fn host_agent(host: &str) -> String {
 }
 
 async fn register(server: &Server, host: &str, vm_count: i64) -> Value {
+    register_at(server, host, vm_count, ("http://127.0.0.1:9", None)).await
+}
+
+async fn register_at(
+    server: &Server,
+    host: &str,
+    vm_count: i64,
+    (url, token): (&str, Option<&str>),
+) -> Value {
     let operator = role_token(Role::Operator, None);
     let input = json!({ "input": {
-        "operationKey": format!("reg-{host}"), "hostId": host, "url": "http://127.0.0.1:9",
+        "operationKey": format!("reg-{host}"), "hostId": host, "url": url, "token": token,
         "cpus": 16, "ramMb": 65536, "storageGb": 1000, "vmCount": vm_count,
         "labels": [{ "key": "zone", "value": "a" }],
     }});
@@ -213,4 +222,128 @@ async fn current_boot(server: &Server, id: &Value) -> String {
         .await
         .expect("scheduled");
     row.get(0)
+}
+
+const AGENT_TOKEN: &str = "fc-agent-token-for-the-fleet-tests";
+
+/// `leasehold backend-sim --host-agent`, running until dropped.
+struct Agent {
+    url: String,
+    _child: tokio::process::Child,
+    _dir: TempDir,
+}
+
+async fn start_agent(extra: &[&str]) -> Agent {
+    use tokio::io::AsyncBufReadExt as _;
+    let dir = TempDir(std::env::temp_dir().join(format!("lh-agent-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).expect("a directory");
+    let token_file = dir.0.join("token");
+    std::fs::write(&token_file, AGENT_TOKEN).expect("written");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["backend-sim", "--host-agent", "--token-file"])
+        .arg(&token_file)
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("piped");
+    let mut line = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::io::BufReader::new(stdout).read_line(&mut line),
+    )
+    .await
+    .expect("the agent says where it listens")
+    .expect("a line");
+    let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
+    Agent { url, _child: child, _dir: dir }
+}
+
+/// Waits (bounded) until the tenant's VM is in `state`; its last answer.
+async fn wait_for_state(server: &Server, token: &str, id: &Value, state: &str) -> Value {
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let answer = server.graphql(token, VM, json!({ "id": id })).await;
+            if answer["data"]["vm"]["state"] == state {
+                return answer;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    outcome.unwrap_or_else(|_| panic!("the VM never became {state}"))
+}
+
+async fn agent_vms(agent: &Agent) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/v1/vm?prefix=lh-", agent.url))
+        .bearer_auth(AGENT_TOKEN)
+        .send()
+        .await
+        .expect("the agent answers")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatcher_boots_and_destroys_vms_on_their_hosts_agent() {
+    let agent = start_agent(&[]).await;
+    let server = Server::start().await;
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    let running = wait_for_state(&server, &acme, &id, "running").await;
+    assert_eq!(running["data"]["vm"]["taskState"], "running");
+    assert!(running["data"]["vm"]["url"].as_str().is_some_and(|url| url.starts_with("127.0.0.1:")));
+    let name = format!("lh-{}", id.as_str().expect("an id"));
+    assert_eq!(agent_vms(&agent).await["vms"][0]["vm_id"], name.as_str());
+
+    let destroy = "mutation($input: VmOperationInput!) { destroyVm(input: $input) { id } }";
+    let input = json!({ "input": { "vmId": id, "operationKey": "d-1" } });
+    data(&server.graphql(&acme, destroy, input).await);
+    wait_for_state(&server, &acme, &id, "destroyed").await;
+    assert_eq!(agent_vms(&agent).await["vms"], json!([]), "the agent no longer has it");
+    // Its room is given back once the agent confirmed it gone.
+    let operator = role_token(Role::Operator, None);
+    let released = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let hosts = server.graphql(&operator, "{ hosts { id vmCount } }", json!({})).await;
+            if data(&hosts)["hosts"][0]["vmCount"] == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    released.await.expect("the host's room is released");
+    // The host's token is nowhere in the log or the read models.
+    let client = server.db.client().await;
+    let leaks: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM events WHERE payload::text LIKE '%' || $1 || '%') \
+             + (SELECT count(*) FROM hosts h WHERE row_to_json(h)::text LIKE '%' || $1 || '%')",
+            &[&AGENT_TOKEN],
+        )
+        .await
+        .expect("readable")
+        .get(0);
+    assert_eq!(leaks, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_the_agent_fails_fails_the_vm_and_gives_its_room_back() {
+    let agent = start_agent(&["--fail-boots"]).await;
+    let server = Server::start().await;
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    let failed = wait_for_state(&server, &acme, &id, "failed").await;
+    assert_eq!(failed["data"]["vm"]["reason"], "BootFailed");
+    assert_eq!(failed["data"]["vm"]["message"], "the host could not boot the VM");
+    assert!(!failed.to_string().contains("firecracker"), "operator detail stays with operators");
 }

@@ -77,6 +77,12 @@ impl HostMutation {
                 .collect(),
         };
         let (host, spec) = vm_input::host(&host_input).map_err(ApiError::from_field)?;
+        if let Some(token) = input.token.as_deref() {
+            if token.is_empty() || token.len() > 4096 || token.chars().any(char::is_control) {
+                return Err(ApiError::bad_input("token: 1 to 4096 characters, none a control"));
+            }
+            shared(ctx).vault.keep_host_token(&host, token).await?;
+        }
         let caller = host_caller(principal);
         let run = shared(ctx).hosts.register(&caller, &input.operation_key, &host, spec);
         answer_on::<HostError>(ctx, result_id(&host), run).await

@@ -72,6 +72,10 @@ pub struct RegisterHostInput {
     pub host_id: String,
     /// Its agent's base URL (no credentials in it).
     pub url: String,
+    /// Its agent's bearer token (fuse's `FC_AGENT_TOKEN`): sealed apart from the log, never
+    /// in an event, a read model or an answer. Absent: the one registered before is kept.
+    #[graphql(secret)]
+    pub token: Option<String>,
     /// Its region.
     pub region: Option<String>,
     /// `firecracker` (default) or `qemu`.
