@@ -37,6 +37,20 @@ pub enum VmChange {
     Put(Box<VmRows>),
     /// Resources a tenant holds began or stopped counting.
     Quota(QuotaDelta),
+    /// A reconciler tore a VM down (stuck, idle): a dead letter for operators.
+    DeadLetter(DeadLetterRow),
+}
+
+/// A row of `dead_letters` (operators only).
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of 0014_fleet.sql.
+pub struct DeadLetterRow {
+    pub kind: &'static str,
+    pub entity_id: String,
+    pub task_id: Option<String>,
+    pub reason: String,
+    pub payload: serde_json::Value,
+    pub at: DateTime<Utc>,
 }
 
 /// Every row derived from one VM's view.
@@ -109,12 +123,40 @@ impl Projection for VmProjection {
         if let Some(delta) = quota_delta(&before, &after) {
             changes.push(VmChange::Quota(delta));
         }
+        if let Some(letter) = dead_letter(&after, &decoded) {
+            changes.push(VmChange::DeadLetter(letter));
+        }
         Ok(after)
     }
 
     fn put(&self, _key: &VmId, view: &VmView) -> VmChange {
         VmChange::Put(Box::new(rows_of(view)))
     }
+}
+
+/// A VM torn down for being stuck or idle is a dead letter (fuse's `stuck_task`,
+/// `idle_timeout`).
+fn dead_letter(view: &VmView, event: &VmEvent) -> Option<DeadLetterRow> {
+    use leasehold_domain::vm::DestroyReason;
+    let VmEvent::VmDestroying { reason, at, generation, .. } = event else { return None };
+    let (kind, why) = match reason {
+        DestroyReason::Stuck => ("stuck_task", "running past its maximum runtime on two sweeps"),
+        DestroyReason::Idle => ("idle_timeout", "idle past its timeout on two sweeps"),
+        _ => return None,
+    };
+    let terms = view.vm.terms.as_ref()?;
+    Some(DeadLetterRow {
+        kind,
+        entity_id: terms.id.to_string(),
+        task_id: Some(terms.task.to_string()),
+        reason: why.to_owned(),
+        payload: serde_json::json!({
+            "tenant": view.tenant.as_str(),
+            "host": view.vm.host().map(ToString::to_string),
+            "generation": generation,
+        }),
+        at: *at,
+    })
 }
 
 /// A VM's state as its tenant reads it: a removed VM reads as how it ended.

@@ -49,3 +49,17 @@ CREATE TABLE vms (
 );
 
 CREATE INDEX vms_by_tenant ON vms (tenant_id, created_at DESC, vm_id DESC);
+
+-- Operators only: what the fleet's reconcilers gave up on or tore down, one row per kind and
+-- entity (a stuck task, an idle VM; an orphan destroy that kept failing).
+CREATE TABLE dead_letters (
+    kind        text COLLATE "C" NOT NULL,
+    entity_id   text COLLATE "C" NOT NULL,
+    task_id     text COLLATE "C",
+    reason      text NOT NULL,
+    retry_count integer NOT NULL,
+    payload     jsonb NOT NULL,
+    first_seen  timestamptz NOT NULL,
+    last_seen   timestamptz NOT NULL,
+    PRIMARY KEY (kind, entity_id)
+);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{ClientWrapper, Transaction};
 use leasehold_domain::values::fleet::VmId;
-use leasehold_projections::vm::{VmChange, VmProjection, VmRows, VmView};
+use leasehold_projections::vm::{DeadLetterRow, VmChange, VmProjection, VmRows, VmView};
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
@@ -28,6 +28,11 @@ const PUT_VMS_SQL: &str = "INSERT INTO vms (vm_id, tenant_id, task_id, state, ta
      reason = excluded.reason, message = excluded.message, \
      destroy_reason = excluded.destroy_reason, updated_at = excluded.updated_at";
 
+const PUT_DEAD_LETTER_SQL: &str = "INSERT INTO dead_letters (kind, entity_id, task_id, reason, \
+     retry_count, payload, first_seen, last_seen) VALUES ($1, $2, $3, $4, 1, $5, $6, $6) \
+     ON CONFLICT (kind, entity_id) DO UPDATE SET retry_count = dead_letters.retry_count + 1, \
+     reason = excluded.reason, payload = excluded.payload, last_seen = excluded.last_seen";
+
 impl PgProjected for VmProjection {
     async fn read_views(
         client: &ClientWrapper,
@@ -46,18 +51,39 @@ impl PgProjected for VmProjection {
     async fn write_changes(tx: &Transaction<'_>, changes: Vec<VmChange>) -> Result<(), WriteError> {
         let mut puts = Vec::new();
         let mut shared = SharedWrites::default();
+        let mut letters = Vec::new();
         for change in changes {
             match change {
                 VmChange::Put(rows) => puts.push(*rows),
                 VmChange::Quota(delta) => shared.quota(delta),
+                VmChange::DeadLetter(letter) => letters.push(letter),
             }
         }
         write_puts(tx, &puts).await?;
+        write_dead_letters(tx, &letters).await?;
         for rows in &puts {
             shared.workload(rows.workload.clone());
         }
         shared.write(tx).await
     }
+}
+
+async fn write_dead_letters(
+    tx: &Transaction<'_>,
+    letters: &[DeadLetterRow],
+) -> Result<(), WriteError> {
+    for letter in letters {
+        let params: [Param<'_>; 6] = [
+            &letter.kind,
+            &letter.entity_id,
+            &letter.task_id,
+            &letter.reason,
+            &letter.payload,
+            &letter.at,
+        ];
+        execute(tx, PUT_DEAD_LETTER_SQL, &params).await?;
+    }
+    Ok(())
 }
 
 async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteError> {

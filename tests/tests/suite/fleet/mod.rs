@@ -5,5 +5,6 @@
 mod capacity;
 mod lifecycle;
 mod read_models;
+mod reaper;
 mod secrets;
 mod support;
