@@ -161,6 +161,17 @@ pub fn start_vm_dispatcher(
     Ok(run(dispatcher, store, stopped))
 }
 
+/// Starts the VM reaper: stuck and idle VMs struck, and destroyed on a second strike.
+pub fn start_vm_reaper(
+    vms: &leasehold_gateway::VmService,
+    policy: leasehold_adapters::vm_reaper::VmReapPolicy,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let store = vms.pipeline().store();
+    let reaper = leasehold_adapters::vm_reaper::VmReaper::new(vms.clone(), store.clone(), policy);
+    run(reaper, store, stopped)
+}
+
 /// Starts the retention reaper, when the policy reaps anything.
 pub fn start_reaper(
     pipeline: &CommandPipeline<PgEventStore>,

@@ -115,6 +115,20 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_REAP_EVERY", default_value = "60s",
           value_parser = crate::token::parse_ttl)]
     reap_every: TimeDelta,
+    /// How often the VM reaper sweeps the running VMs for stuck and idle ones (fuse's
+    /// reconcile interval).
+    #[arg(long, env = "LEASEHOLD_VM_SWEEP_EVERY", default_value = "30s",
+          value_parser = crate::token::parse_ttl)]
+    vm_sweep_every: TimeDelta,
+    /// A running VM older than this (unless it asks for its own `maxRuntimeSeconds`) is stuck;
+    /// on two sweeps in a row it is destroyed. A leak-detection ceiling, not a liveness check.
+    #[arg(long, env = "LEASEHOLD_VM_STUCK_AFTER", default_value = "2h",
+          value_parser = crate::token::parse_ttl)]
+    vm_stuck_after: TimeDelta,
+    /// A running VM with no exec or attach this long (unless it asks for its own
+    /// `idleTimeoutSeconds`) is idle; default: only VMs that ask are.
+    #[arg(long, env = "LEASEHOLD_VM_IDLE_AFTER", value_parser = crate::token::parse_ttl)]
+    vm_idle_after: Option<TimeDelta>,
 }
 
 impl ServeArgs {
@@ -211,6 +225,12 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         agent_timeout,
         &stopped,
     )?);
+    let vm_reaping = leasehold_adapters::vm_reaper::VmReapPolicy {
+        sweep_every: args.vm_sweep_every,
+        stuck_after: args.vm_stuck_after,
+        idle_after: args.vm_idle_after,
+    };
+    reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

@@ -56,6 +56,20 @@ pub struct HostSummary {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A dead letter, as operators see it.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // The columns of `dead_letters`.
+pub struct DeadLetter {
+    pub kind: String,
+    pub entity_id: String,
+    pub task_id: Option<String>,
+    pub reason: String,
+    pub retry_count: i32,
+    pub payload: serde_json::Value,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+}
+
 const VM_COLUMNS: &str = "vm_id, task_id, state, task_state, host_id, url, spec, reason, \
      message, destroy_reason, created_at, updated_at";
 
@@ -95,6 +109,33 @@ impl PgReadModels {
             [&tenant.as_str(), &listing.state, &after_at, &after_id, &limit];
         let rows = self.query(&sql, &params).await?;
         Ok(rows.iter().map(vm_of).collect())
+    }
+
+    /// The dead letters, newest first (operators), at most 500.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT kind, entity_id, task_id, reason, retry_count, payload, first_seen, \
+                 last_seen FROM dead_letters ORDER BY last_seen DESC, kind, entity_id LIMIT 500",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| DeadLetter {
+                kind: row.get(0),
+                entity_id: row.get(1),
+                task_id: row.get(2),
+                reason: row.get(3),
+                retry_count: row.get(4),
+                payload: row.get(5),
+                first_seen: row.get(6),
+                last_seen: row.get(7),
+            })
+            .collect())
     }
 
     /// Every host, by id (operators).

@@ -15,7 +15,7 @@ use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 mod fleet;
 mod workloads;
 
-pub use fleet::{HostSummary, VmListing, VmSummary};
+pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
 
 /// The read models' queries, and the projections' progress: everything a reader asks of the

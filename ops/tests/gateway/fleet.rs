@@ -347,3 +347,40 @@ async fn a_boot_the_agent_fails_fails_the_vm_and_gives_its_room_back() {
     assert_eq!(failed["data"]["vm"]["message"], "the host could not boot the VM");
     assert!(!failed.to_string().contains("firecracker"), "operator detail stays with operators");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_vm_is_torn_down_on_the_second_sweep_and_operators_see_its_dead_letter() {
+    let agent = start_agent(&[]).await;
+    let server = Server::start_with(&["--vm-stuck-after", "1s", "--vm-sweep-every", "1s"]).await;
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    let destroyed = wait_for_state(&server, &acme, &id, "destroyed").await;
+    assert_eq!(destroyed["data"]["vm"]["taskState"], "failed");
+    let operator = role_token(Role::Operator, None);
+    let letters = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let answer = server
+                .graphql(
+                    &operator,
+                    "{ deadLetters { kind entityId taskId retryCount } }",
+                    json!({}),
+                )
+                .await;
+            if data(&answer)["deadLetters"].as_array().is_some_and(|letters| !letters.is_empty()) {
+                return answer;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a dead letter");
+    assert_eq!(
+        data(&letters)["deadLetters"][0],
+        json!({ "kind": "stuck_task", "entityId": id, "taskId": "build-1", "retryCount": 1 })
+    );
+    let refused = server.graphql(&acme, "{ deadLetters { kind } }", json!({})).await;
+    assert_eq!(code(&refused), Some("FORBIDDEN"));
+}

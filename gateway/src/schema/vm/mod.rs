@@ -12,10 +12,11 @@ pub use types::*;
 
 use crate::reads::KindReads;
 
-/// What the VM's root query fields read: `vm` and `vms` the VM projection's `vms`.
+/// What the VM's root query fields read: `vm` and `vms` the VM projection's `vms`,
+/// `deadLetters` its `dead_letters`.
 pub(crate) const READS: KindReads = KindReads {
     stream_type: <leasehold_domain::vm::Vm as leasehold_domain::Aggregate>::STREAM_TYPE,
     projection: "vm_views",
-    projection_fields: &["vm", "vms"],
+    projection_fields: &["vm", "vms", "deadLetters"],
     log_fields: &[],
 };

@@ -7,11 +7,12 @@ use leasehold_adapters::read_models::VmListing;
 use leasehold_domain::values::fleet::VmId;
 use uuid::Uuid;
 
-use super::types::{Vm, VmFilter};
+use super::types::{DeadLetter, Vm, VmFilter};
+use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
 use crate::schema::query::{page_rows, uuid_arg};
-use crate::schema::{caller, shared, tenant_of};
+use crate::schema::{caller, require, shared, tenant_of};
 
 /// The VM's queries.
 #[derive(Debug, Default, Clone, Copy)]
@@ -25,6 +26,13 @@ impl VmQuery {
         let vm = VmId(uuid_arg("id", &id)?);
         let found = shared(ctx).read_models.vm(tenant, vm).await?;
         found.map(Vm::from).ok_or_else(|| ApiError::not_found("VM"))
+    }
+
+    /// What the fleet's reconcilers gave up on or tore down, newest first (operators).
+    async fn dead_letters(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeadLetter>> {
+        require(ctx, &[Role::Operator], "read dead letters")?;
+        let letters = shared(ctx).read_models.dead_letters().await?;
+        Ok(letters.into_iter().map(DeadLetter::from).collect())
     }
 
     /// Your VMs, newest first.

@@ -53,6 +53,42 @@ impl From<VmSummary> for Vm {
     }
 }
 
+/// Something the fleet's reconcilers gave up on or tore down (operators).
+#[derive(Debug, Clone, SimpleObject)]
+pub struct DeadLetter {
+    /// `stuck_task`, `idle_timeout` or `orphan_destroy`.
+    pub kind: String,
+    /// The VM (or orphan) it is about.
+    pub entity_id: String,
+    /// Its task.
+    pub task_id: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// How many times it happened.
+    pub retry_count: i32,
+    /// What else is known (tenant, host, generation).
+    pub payload: Json<serde_json::Value>,
+    /// When it first happened.
+    pub first_seen: DateTime<Utc>,
+    /// When it last happened.
+    pub last_seen: DateTime<Utc>,
+}
+
+impl From<leasehold_adapters::read_models::DeadLetter> for DeadLetter {
+    fn from(letter: leasehold_adapters::read_models::DeadLetter) -> Self {
+        Self {
+            kind: letter.kind,
+            entity_id: letter.entity_id,
+            task_id: letter.task_id,
+            reason: letter.reason,
+            retry_count: letter.retry_count,
+            payload: Json(letter.payload),
+            first_seen: letter.first_seen,
+            last_seen: letter.last_seen,
+        }
+    }
+}
+
 /// Which VMs to list.
 #[derive(Debug, Clone, Default, InputObject)]
 pub struct VmFilter {
