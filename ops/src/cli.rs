@@ -32,7 +32,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Migrate, then run the projectors and the GraphQL gateway until SIGINT/SIGTERM.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Print a token signed with the secret `serve` uses.
     Token(token::TokenArgs),
     /// Apply the schema migrations (creating the database if it is missing).
@@ -47,7 +47,8 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run a simulated lease backend that speaks the backends' protocol (fred's), in memory:
-    /// signed requests, signed callbacks after a delay. For tests and demos.
+    /// signed requests, signed callbacks after a delay; or, with --host-agent, a host agent
+    /// speaking fuse's. For tests and demos.
     BackendSim(crate::backend_sim::SimArgs),
 }
 
