@@ -66,6 +66,14 @@ impl StateCache {
             inner.entries.remove(&oldest);
         }
     }
+
+    /// Forgets what is remembered of `stream` (an append found it moved on: the next
+    /// decision reads it as stored).
+    pub fn forget(&self, stream: &StreamId) {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.entries.retain(|key, _| &key.1 != stream);
+        inner.order.retain(|key| &key.1 != stream);
+    }
 }
 
 #[cfg(test)]

@@ -119,6 +119,52 @@ pub trait Link<S>: Send + Sync {
     ) -> Decided<'a>;
 }
 
+/// The link's stream as stored now.
+async fn stored<S, B>(
+    pipeline: &CommandPipeline<S>,
+    stream: &StreamId,
+) -> Result<Cached<B>, LinkError>
+where
+    S: CommandStore + Send + Sync,
+    B: Aggregate + Send + Sync + 'static,
+{
+    pipeline.load::<B>(stream).await.map_err(|error| match error {
+        crate::CommandError::Store(error) => LinkError::Store(error),
+        _ => LinkError::NotFound,
+    })
+}
+
+impl<B: Aggregate> LinkedCommand<B>
+where
+    B::Facts: Clone,
+{
+    /// The link's events decided on `before`, as `owner`'s; the owner check first.
+    fn decide_on(
+        &self,
+        before: &Cached<B>,
+        owner: &TenantId,
+        origin: &Origin<'_>,
+    ) -> Result<Vec<B::Event>, LinkError> {
+        match &before.tenant {
+            Some(stored) if stored != owner => return Err(LinkError::NotFound),
+            None if !B::is_creation(&self.command) => return Err(LinkError::NotFound),
+            _ => {}
+        }
+        let ctx = Context {
+            now: origin.now,
+            tenant: owner.clone(),
+            actor: origin.actor.clone(),
+            new_ids: (0..B::NEW_IDS_PER_COMMAND).map(|_| uuid::Uuid::now_v7()).collect(),
+            facts: self.facts.clone(),
+        };
+        before.state.decide(&self.command, &ctx).map_err(|refusal| LinkError::Refused {
+            stream: self.stream.clone(),
+            kind: refusal.kind(),
+            reason: refusal.to_string(),
+        })
+    }
+}
+
 impl<S, B> Link<S> for LinkedCommand<B>
 where
     S: CommandStore + Send + Sync,
@@ -159,30 +205,22 @@ where
             if !is_kind {
                 return Err(LinkError::NotFound);
             }
-            // Always the stored state: a refusal here must not come from a stale belief.
-            let before = pipeline.load::<B>(&self.stream).await.map_err(|error| match error {
-                crate::CommandError::Store(error) => LinkError::Store(error),
-                _ => LinkError::NotFound,
-            })?;
+            // Decided on what this process remembers of the stream, if anything: the append's
+            // expected version checks that belief. A refusal or a no-op must not come from a
+            // stale belief, so either is decided again on the stored state.
             let owner = self.owner.as_ref().unwrap_or(origin.tenant);
-            match &before.tenant {
-                Some(stored) if stored != owner => return Err(LinkError::NotFound),
-                None if !B::is_creation(&self.command) => return Err(LinkError::NotFound),
-                _ => {}
-            }
-            let ctx = Context {
-                now: origin.now,
-                tenant: owner.clone(),
-                actor: origin.actor.clone(),
-                new_ids: (0..B::NEW_IDS_PER_COMMAND).map(|_| uuid::Uuid::now_v7()).collect(),
-                facts: self.facts.clone(),
+            let remembered = pipeline.cache.get::<B>(&self.stream);
+            let believed = remembered.is_some();
+            let mut before = match remembered {
+                Some(cached) => cached,
+                None => stored(pipeline, &self.stream).await?,
             };
-            let events =
-                before.state.decide(&self.command, &ctx).map_err(|refusal| LinkError::Refused {
-                    stream: self.stream.clone(),
-                    kind: refusal.kind(),
-                    reason: refusal.to_string(),
-                })?;
+            let mut decided = self.decide_on(&before, owner, origin);
+            if believed && !matches!(&decided, Ok(events) if !events.is_empty()) {
+                before = stored(pipeline, &self.stream).await?;
+                decided = self.decide_on(&before, owner, origin);
+            }
+            let events = decided?;
             if events.is_empty() {
                 return Ok(None);
             }

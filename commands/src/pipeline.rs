@@ -57,6 +57,9 @@ pub struct CommandPipeline<S> {
     pub(crate) cache: Arc<StateCache>,
     /// The time every command is decided at (the system clock unless a test controls it).
     clock: Arc<dyn Clock>,
+    /// Commands decided again, by every clone of this pipeline: a race lost, or a belief
+    /// the stored state contradicted.
+    decided_again: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What one attempt came to.
@@ -72,7 +75,14 @@ impl<S: CommandStore> CommandPipeline<S> {
     /// A pipeline over `store`.
     pub fn new(store: S, config: PipelineConfig) -> Self {
         let cache = Arc::new(StateCache::new(config.cache_streams_max));
-        Self { store, config, cache, clock: Arc::new(SystemClock) }
+        let decided_again = Arc::default();
+        Self { store, config, cache, clock: Arc::new(SystemClock), decided_again }
+    }
+
+    /// How many times commands run through this pipeline (and its clones) were decided
+    /// again: a race lost on a stream's version, or a remembered state found stale.
+    pub fn decided_again(&self) -> u64 {
+        self.decided_again.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same pipeline deciding at `clock`'s time (tests hand in a controlled clock, shared
@@ -169,6 +179,7 @@ impl<S: CommandStore> CommandPipeline<S> {
             match self.attempt(&request, links, &ledger, loaded).await? {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Again(cached) => {
+                    self.decided_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     loaded = Loaded {
                         cached: self.refresh(&request.stream, cached).await?,
                         fresh: true,
@@ -311,6 +322,8 @@ impl<S: CommandStore> CommandPipeline<S> {
                 Ok(Attempt::Done(done))
             }
             Err(StoreError::WrongExpectedVersion { stream, actual, .. }) => {
+                // Whatever this process remembered of that stream is behind it now.
+                self.cache.forget(&stream);
                 match request.expected_version {
                     Some(expected) if stream == request.stream => {
                         let conflict = CommandError::ConcurrencyConflict { expected, actual };

@@ -198,6 +198,14 @@ where
             return Ok(VmOutcome { vm, outcome, replacements: 0 });
         }
         let mut hosts = self.catalog.hosts().await?;
+        // What this process appended last is fresher than the catalog, which lags the log.
+        for host in &mut hosts {
+            let fresher =
+                host.id.as_ref().and_then(|id| self.pipeline.cache.get::<Host>(&id.stream_id()));
+            if let Some(cached) = fresher {
+                *host = cached.state;
+            }
+        }
         let demand = spec.demand();
         let artifact_hosts = BTreeSet::new();
         let excluded = BTreeSet::new();
@@ -209,6 +217,7 @@ where
                 artifact_hosts: &artifact_hosts,
                 excluded: &excluded,
                 retries,
+                tie_break: tie_break(vm),
             };
             let placement = place(&hosts, &ask)
                 .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
@@ -218,8 +227,12 @@ where
             let link: Box<dyn Link<S>> = Box::new(host_link(&host, reserve));
             match self.pipeline.execute_linked(request.hashed_as(hash), &[link]).await {
                 Ok(outcome) => return Ok(VmOutcome { vm, outcome, replacements: retries }),
-                Err(CommandError::LinkedRefused { kind: RefusalKind::InvalidState, .. }) => {
-                    // Placement read the host stale: read it as stored and place again.
+                // Placement read the host stale (its Reserve refused), or kept losing races on
+                // it: read it as stored and place again.
+                Err(
+                    CommandError::LinkedRefused { kind: RefusalKind::InvalidState, .. }
+                    | CommandError::RetriesExhausted { .. },
+                ) => {
                     refresh(&self.pipeline, &mut hosts, &host).await?;
                 }
                 Err(error) => return Err(error),
@@ -232,6 +245,7 @@ where
             artifact_hosts: &artifact_hosts,
             excluded: &excluded,
             retries: PLACEMENT_TRIES_MAX,
+            tie_break: tie_break(vm),
         };
         let gate = place(&hosts, &last).err().unwrap_or(leasehold_domain::host::Gate::HostActive);
         Err(CommandError::Refused(VmError::NoHostFits { gate }))
@@ -461,6 +475,12 @@ async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
         hosts.push(stored);
     }
     Ok(())
+}
+
+/// The VM's own order of equal hosts (its id's low bits).
+fn tie_break(vm: VmId) -> u64 {
+    let bytes = vm.0.as_bytes();
+    u64::from_le_bytes(bytes[8..16].try_into().expect("eight bytes"))
 }
 
 /// The VM a tenant's task runs on (one per task).

@@ -103,6 +103,9 @@ enum BenchCommand {
     /// backend-sim and the gateway's callbacks at 16 clients, beside the pipeline's
     /// commands/s; and the p99 from request to ready.
     Dispatch(bench::dispatch::DispatchBenchArgs),
+    /// VM creates per second through placement over 100 hosts at 16 clients, spread and
+    /// pack, with the retries per create, beside the lease request's commands/s.
+    Fleet(bench::fleet::FleetBenchArgs),
 }
 
 /// Where the database is.
@@ -150,6 +153,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
         Command::Bench(BenchCommand::Gateway(args)) => bench::gateway::run(&args).await,
         Command::Bench(BenchCommand::Dispatch(args)) => bench::dispatch::run(&args).await,
+        Command::Bench(BenchCommand::Fleet(args)) => bench::fleet::run(&args).await,
     }
 }
 

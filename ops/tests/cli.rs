@@ -360,6 +360,31 @@ async fn bench_dispatch_prints_one_json_object_per_measure() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_fleet_prints_one_json_object_per_measure() {
+    let db = TestDb::empty().await;
+    let url = url_of(&db);
+    let args =
+        ["bench", "fleet", "--database-url", &url, "--json", "--seconds", "1", "--hosts", "10"];
+    let output = leasehold(&args).await;
+    assert!(output.status.success(), "{output:?}");
+    let lines = json_lines(&output);
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "vm_creates_spread_16_clients",
+            "vm_create_retries_spread",
+            "vm_creates_pack_16_clients",
+            "vm_create_retries_pack"
+        ]
+    );
+    for line in lines.iter().filter(|l| l["unit"] == "creates/s") {
+        assert!(line["value"].as_f64().unwrap() > 0.0, "{line}");
+        assert!(line["baseline"].as_f64().unwrap() > 0.0, "{line}");
+    }
+}
+
 #[tokio::test]
 async fn projections_status_reports_each_projection_and_the_horizon() {
     let db = TestDb::migrated().await;

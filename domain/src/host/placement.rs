@@ -28,6 +28,10 @@ pub struct PlacementRequest<'a> {
     pub excluded: &'a BTreeSet<HostId>,
     /// Placements decided before this one for the same VM.
     pub retries: u32,
+    /// What ties are broken by, after the policy and locality: a value of the VM's own (its
+    /// id's bits), so that concurrent creates over equal hosts spread over them instead of
+    /// all taking the first by id, and the same VM always gets the same answer.
+    pub tie_break: u64,
 }
 
 /// The host `request` goes on among `hosts`, or the gate that kept it off every host: the
@@ -79,7 +83,16 @@ fn further(a: Gate, b: Gate) -> Gate {
     if (b as u8) > (a as u8) { b } else { a }
 }
 
-/// The best of the hosts that pass, by the policy, then locality, then id.
+/// A host's place among equals for one VM: FNV-1a of its id, mixed with the VM's value.
+fn rank(host: &Host, tie_break: u64) -> u64 {
+    let id = host.id.as_ref().map_or("", |id| id.as_str());
+    id.bytes().fold(0xcbf2_9ce4_8422_2325 ^ tie_break, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The best of the hosts that pass, by the policy, then locality, then the VM's own order
+/// of equals, then id.
 fn choose<'h>(passing: &[&'h Host], request: &PlacementRequest<'_>) -> Option<&'h Host> {
     let room = |host: &Host| {
         let headroom = host.headroom().expect("a registered host");
@@ -92,6 +105,9 @@ fn choose<'h>(passing: &[&'h Host], request: &PlacementRequest<'_>) -> Option<&'
             PlacementPolicy::Spread => room(b).cmp(&room(a)),
             PlacementPolicy::Pack => room(a).cmp(&room(b)),
         };
-        by_room.then_with(|| local(b).cmp(&local(a))).then_with(|| a.id.cmp(&b.id))
+        by_room
+            .then_with(|| local(b).cmp(&local(a)))
+            .then_with(|| rank(a, request.tie_break).cmp(&rank(b, request.tie_break)))
+            .then_with(|| a.id.cmp(&b.id))
     })
 }

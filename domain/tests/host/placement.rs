@@ -30,7 +30,15 @@ fn request<'a>(
     local: &'a BTreeSet<HostId>,
     excluded: &'a BTreeSet<HostId>,
 ) -> PlacementRequest<'a> {
-    PlacementRequest { demand, pin, policy, artifact_hosts: local, excluded, retries: 0 }
+    PlacementRequest {
+        demand,
+        pin,
+        policy,
+        artifact_hosts: local,
+        excluded,
+        retries: 0,
+        tie_break: 0,
+    }
 }
 
 #[test]
@@ -52,7 +60,10 @@ fn locality_only_breaks_ties_and_never_passes_a_gate() {
     let demand = small();
     let plain = place(&hosts, &request(&demand, None, PlacementPolicy::Spread, &none, &none))
         .expect("placed");
-    assert_eq!(plain.host.as_str(), "a", "ties go by id");
+    let tied = plain.host.clone();
+    let again = place(&hosts, &request(&demand, None, PlacementPolicy::Spread, &none, &none))
+        .expect("placed");
+    assert_eq!(again.host, tied, "the same VM gets the same answer");
     let on_b: BTreeSet<HostId> = [named("b")].into();
     let local = place(&hosts, &request(&demand, None, PlacementPolicy::Spread, &on_b, &none))
         .expect("placed");
@@ -123,4 +134,21 @@ fn hosts_refused_by_their_own_reserve_are_skipped() {
     let again = place(&hosts, &request(&demand, None, PlacementPolicy::Spread, &none, &tried))
         .expect("placed");
     assert_eq!(again.host.as_str(), "a");
+}
+
+#[test]
+fn equal_hosts_are_spread_over_by_the_vms_own_order() {
+    let hosts: Vec<Host> = (0..10).map(|n| host(&format!("h{n}"), 8, &[])).collect();
+    let none = BTreeSet::new();
+    let demand = small();
+    let chosen: BTreeSet<String> = (0..32u64)
+        .map(|vm| {
+            let ask = PlacementRequest {
+                tie_break: vm.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ..request(&demand, None, PlacementPolicy::Spread, &none, &none)
+            };
+            place(&hosts, &ask).expect("placed").host.to_string()
+        })
+        .collect();
+    assert!(chosen.len() >= 5, "32 VMs over 10 equal hosts use many of them: {chosen:?}");
 }

@@ -2,6 +2,7 @@
 //! same run on the same database, reported as ratios.
 
 pub mod dispatch;
+pub mod fleet;
 pub mod gateway;
 pub mod log;
 pub mod pipeline;
