@@ -31,3 +31,22 @@ pub struct QuotaDelta {
     /// Quantities by SKU.
     pub skus: Vec<(String, i64)>,
 }
+
+impl QuotaDelta {
+    /// The change from a workload holding `was` to holding `is` (quantities by SKU; empty:
+    /// holding nothing), if there is one.
+    pub fn between(
+        tenant_id: String,
+        kind: &'static str,
+        was: Vec<(String, i64)>,
+        is: Vec<(String, i64)>,
+    ) -> Option<Self> {
+        if was == is {
+            return None;
+        }
+        let active = i64::from(!is.is_empty()) - i64::from(!was.is_empty());
+        let mut skus = is;
+        skus.extend(was.into_iter().map(|(sku, quantity)| (sku, -quantity)));
+        Some(Self { tenant_id, kind, active, skus })
+    }
+}

@@ -190,14 +190,7 @@ fn held(view: &VmView) -> Vec<(String, i64)> {
 }
 
 fn quota_delta(before: &VmView, after: &VmView) -> Option<QuotaDelta> {
-    let (was, is) = (held(before), held(after));
-    if was == is {
-        return None;
-    }
-    let active = i64::from(!is.is_empty()) - i64::from(!was.is_empty());
-    let mut skus: Vec<(String, i64)> = is;
-    skus.extend(was.into_iter().map(|(sku, quantity)| (sku, -quantity)));
-    Some(QuotaDelta { tenant_id: after.tenant.to_string(), kind: VM_KIND, active, skus })
+    QuotaDelta::between(after.tenant.to_string(), VM_KIND, held(before), held(after))
 }
 
 /// Every row of one VM, from its view.
