@@ -95,6 +95,21 @@ pub(crate) fn tenant_of<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a Tena
     }
 }
 
+/// Refuses callers outside `roles`, and host agents: a host's agent token reports on that
+/// host's VMs only, never on leases (its `provider` is none, which on a lease agent would
+/// be the all-providers grant).
+pub(crate) fn require_lease<'a>(
+    ctx: &Context<'a>,
+    roles: &[Role],
+    what: &str,
+) -> ApiResult<&'a Principal> {
+    let principal = require(ctx, roles, what)?;
+    if principal.host.is_some() {
+        return Err(ApiError::forbidden(what));
+    }
+    Ok(principal)
+}
+
 /// Refuses callers outside `roles`.
 pub(crate) fn require<'a>(
     ctx: &Context<'a>,

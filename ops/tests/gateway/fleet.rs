@@ -384,3 +384,22 @@ async fn a_stuck_vm_is_torn_down_on_the_second_sweep_and_operators_see_its_dead_
     let refused = server.graphql(&acme, "{ deadLetters { kind } }", json!({})).await;
     assert_eq!(code(&refused), Some("FORBIDDEN"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_agents_token_reaches_no_lease() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let host = host_agent("agent-1");
+    let work = server
+        .graphql(
+            &host,
+            "query($id: ID!) { leaseWork(id: $id) { operationId } }",
+            json!({ "id": lease["id"] }),
+        )
+        .await;
+    assert_eq!(code(&work), Some("FORBIDDEN"), "{work}");
+    let input = report_input(&server, &lease["id"], "up-1").await;
+    let reported = server.graphql(&host, REPORT_PROVISIONED, input).await;
+    assert_eq!(code(&reported), Some("FORBIDDEN"), "{reported}");
+}

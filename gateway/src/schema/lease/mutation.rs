@@ -14,7 +14,7 @@ use crate::auth::Role;
 use crate::errors::{ApiError, ApiResult};
 use crate::schema::command::{CommandResult, answer, caller_of};
 use crate::schema::query::uuid_arg;
-use crate::schema::{require, shared, tenant_of};
+use crate::schema::{require, require_lease, shared, tenant_of};
 
 /// One item of a request or a restore.
 #[derive(Debug, Clone, InputObject)]
@@ -262,7 +262,7 @@ impl LeaseMutation {
         ctx: &Context<'_>,
         input: LeaseReportInput,
     ) -> ApiResult<CommandResult> {
-        require(ctx, &[Role::Agent], "report on leases")?;
+        require_lease(ctx, &[Role::Agent], "report on leases")?;
         let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
         let command = LeaseCommand::ReportProvisioned { operation };
         owner_call(ctx, &input.lease_id, &input.operation_key, command).await
@@ -274,7 +274,7 @@ impl LeaseMutation {
         ctx: &Context<'_>,
         input: ReportLeaseFailedInput,
     ) -> ApiResult<CommandResult> {
-        require(ctx, &[Role::Agent], "report on leases")?;
+        require_lease(ctx, &[Role::Agent], "report on leases")?;
         let detail = input.detail.as_deref().unwrap_or_default();
         let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
         let reason = input.reason.as_deref();
@@ -289,7 +289,7 @@ impl LeaseMutation {
         ctx: &Context<'_>,
         input: ReportLeaseMaintenanceCompletedInput,
     ) -> ApiResult<CommandResult> {
-        require(ctx, &[Role::Agent], "report on leases")?;
+        require_lease(ctx, &[Role::Agent], "report on leases")?;
         let maintenance_id = MaintenanceId(uuid_arg("maintenanceId", &input.maintenance_id)?);
         let command = LeaseCommand::CompleteMaintenance {
             maintenance_id,

@@ -13,7 +13,7 @@ use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
 use crate::schema::command::caller_of;
 use crate::schema::query::{page_rows, uuid_arg};
-use crate::schema::{caller, require, shared, tenant_of};
+use crate::schema::{caller, require_lease, shared, tenant_of};
 
 /// The lease's queries.
 #[derive(Debug, Default, Clone, Copy)]
@@ -25,7 +25,7 @@ impl LeaseReadQuery {
     /// reports must name, with the callback path for it, and a pending restart or update's
     /// fence. An agent bound to a provider finds only that provider's leases.
     async fn lease_work(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseWork> {
-        let principal = require(ctx, &[Role::Agent, Role::Operator], "read lease work")?;
+        let principal = require_lease(ctx, &[Role::Agent, Role::Operator], "read lease work")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
         let caller = caller_of(principal, None);
         let work = shared(ctx).leases.current_work(&caller, lease).await?;

@@ -25,7 +25,7 @@ use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult, Code};
 use crate::live::feed::{Feed, Scope};
 use crate::schema::events::after_of;
-use crate::schema::{require, shared};
+use crate::schema::{require_lease, shared};
 use crate::state::Inner;
 
 /// The lease events that start backend work.
@@ -71,7 +71,7 @@ impl LeaseSubscription {
         backend: String,
         after: Option<String>,
     ) -> Result<impl Stream<Item = Result<WorkItem, ApiError>> + use<>, ApiError> {
-        let principal = require(ctx, &[Role::Agent], "subscribe to backend work")?.clone();
+        let principal = require_lease(ctx, &[Role::Agent], "subscribe to backend work")?.clone();
         let state = shared(ctx);
         let called = state.router.as_ref().is_some_and(|router| {
             router.backends().iter().any(|b| b.name() == backend && !b.config().subscribes)
