@@ -1,6 +1,7 @@
 //! The VM credentials' vault: each VM's auth token (minted here, 32 random bytes) and its
 //! tenant's secrets, sealed with AES-256-GCM in `vm_credentials`, one row per credentials'
-//! reference. The first write of a reference wins (a retried create keeps the first token).
+//! reference. The VM service writes a reference until its VM exists, never after (a retried
+//! create keeps the first token).
 //! The key never enters the database; the sealed row is bound to its reference and tenant.
 
 use std::collections::BTreeMap;
@@ -155,7 +156,9 @@ impl CredentialVault for PgCredentialVault {
         client
             .execute(
                 "INSERT INTO vm_credentials (reference, tenant_id, nonce, sealed) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO NOTHING",
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO UPDATE \
+                 SET nonce = excluded.nonce, sealed = excluded.sealed \
+                 WHERE vm_credentials.tenant_id = excluded.tenant_id",
                 &[&reference.0, &tenant.as_str(), &nonce.as_slice(), &sealed],
             )
             .await

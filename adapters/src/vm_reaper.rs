@@ -134,13 +134,17 @@ where
                 None => "clear",
             };
             let key = format!("vm-reaper:{}:{decided_on}:{what}", vm.0);
+            // One VM's failure never ends the sweep (and never makes the next one come early:
+            // strikes must be a sweep apart).
             match self.vms.strike(&reaper(), &key, vm, reason).await {
                 // Moved on since the projection wrote it (destroyed, drained): nothing to do.
                 Ok(_)
                 | Err(
                     CommandError::Refused(VmError::InvalidState { .. }) | CommandError::NotFound,
                 ) => {}
-                Err(error) => return Err(retry("strike a VM", &error)),
+                Err(error) => {
+                    tracing::warn!(vm = %vm.0, %error, "a VM's strike was not recorded; the next sweep looks again");
+                }
             }
         }
         Ok(())
@@ -165,9 +169,11 @@ where
         if scheduled.is_some_and(|at| seen.now < at) {
             return Ok(scheduled);
         }
-        self.sweep(seen.now).await?;
+        // The next sweep is set before this one runs: a sweep that fails part way is not
+        // repeated at once, which would give its first strikes their second too soon.
         let next = seen.now + self.policy.sweep_every;
         *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
+        self.sweep(seen.now).await?;
         Ok(Some(next))
     }
 }

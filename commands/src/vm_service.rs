@@ -86,8 +86,9 @@ impl VmCredentials {
 
 /// Where VMs' credentials are kept: sealed, apart from the log (`adapters::vault`).
 pub trait CredentialVault: Send + Sync {
-    /// Keeps the credentials of `reference` (minting the VM's auth token); the first write of
-    /// a reference wins, so a retried create keeps the first token and secrets.
+    /// Keeps the credentials of `reference` (minting the VM's auth token), replacing what a
+    /// refused create under the same key kept; never called once the VM exists, so a retry of
+    /// a create that succeeded keeps its first token and secrets.
     fn keep(
         &self,
         reference: CredentialRef,
@@ -160,9 +161,9 @@ where
     }
 
     /// A tenant creates a VM for `task`, placed on a host of the fleet, with `secrets` kept
-    /// in the vault. The secrets are not part of the request's identity: a retry answers the
-    /// first outcome and keeps the first secrets (they are never hashed into the ledger,
-    /// where a short one could be guessed back).
+    /// in the vault. The secrets are not part of the request's identity: a retry of a create
+    /// that succeeded answers the first outcome and keeps the first secrets (they are never
+    /// hashed into the ledger, where a short one could be guessed back).
     ///
     /// # Errors
     /// [`CommandError`]: no host fits (`NoHostFits`, naming the gate), the VM's refusal, a
@@ -178,7 +179,6 @@ where
         let vm = vm_of(tenant, task);
         let hash = caller_hash("vm", &vm.stream_id(), &CreateRequest { task, spec: &spec });
         let credentials = CredentialRef(minted_id("vm-credentials", tenant, key));
-        self.vault.keep(credentials, tenant, secrets).await?;
         let operation = OperationId(minted_id("vm-boot", tenant, key));
         let make = |placement| VmCommand::Create {
             vm,
@@ -197,6 +197,9 @@ where
             let outcome = self.pipeline.execute(request.hashed_as(hash)).await?;
             return Ok(VmOutcome { vm, outcome, replacements: 0 });
         }
+        // No VM yet: its credentials are kept (again: a create refused before, retried with
+        // other secrets, keeps the latest).
+        self.vault.keep(credentials, tenant, secrets).await?;
         let mut hosts = self.catalog.hosts().await?;
         // What this process appended last is fresher than the catalog, which lags the log.
         for host in &mut hosts {

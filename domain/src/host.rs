@@ -13,7 +13,7 @@
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
 //! | none, removed | Register | active | HostRegistered | GPUs, a GPU model and MIG profiles or instances only on qemu (`GpuNeedsQemu`) |
-//! | active, cordoned, draining | Register (upsert) | unchanged | HostRefreshed (url, region, labels, capacity), or — when nothing changed | as above; the backend changes only while no VM is bound (`BackendChangeWithVms`) |
+//! | active, cordoned, draining | Register (upsert) | unchanged | HostRefreshed (url, region, labels, capacity), or, when nothing changed, as Heartbeat | as above; the backend changes only while no VM is bound (`BackendChangeWithVms`) |
 //! | active, cordoned, draining | Heartbeat | unchanged | HostHeartbeat, or — within 60 s of the last recorded one | — |
 //! | active | Cordon | cordoned | HostCordoned | VMs bound keep running |
 //! | cordoned | Cordon | cordoned | — (idempotent) | — |
@@ -26,6 +26,9 @@
 //! | active | Reserve(vm, demand) | active | HostCapacityReserved (the VM's reservation, with any MIG instances bound) | every gate of [`fit`] in order, else `DoesNotFit` naming the first that failed; the VM already holding a reservation: — when it asks for the same, else `ReservationMismatch` |
 //! | cordoned, draining, removed | Reserve | unchanged | refused | `DoesNotFit(host_active)` |
 //! | any but none | Release(vm) | unchanged | HostCapacityReleased, or — when the VM holds none (idempotent) | — |
+//!
+//! A registration and a refresh count as the host being seen (`last_seen`): fuse's agents
+//! send no heartbeat, and are seen when their installer registers them.
 //!
 //! Capacity refreshed below what is allocated is recorded as reported: the headroom is then
 //! negative and nothing more fits until VMs leave.

@@ -27,7 +27,8 @@
 //! | provisioning | ReportBootFailed | removed (failed) | VmProvisionFailed, TaskFailed; linked: Release on the host | — |
 //! | running | Drain | draining | VmDraining | — |
 //! | draining | Drain | draining | — (idempotent; there is no undrain) | — |
-//! | provisioning, running, draining | Destroy | destroying | VmDestroying (requested), TaskFailed (force destroyed) | — |
+//! | running, draining | Destroy | destroying | VmDestroying (requested), TaskFailed (force destroyed) | — |
+//! | provisioning | Destroy | unchanged | refused | `InvalidState`: its boot is in flight, and a delete racing it could find nothing and free room the boot then takes; once it settles (running, or failed and removed), destroy it |
 //! | destroying, removed | Destroy | unchanged | — (idempotent) | — |
 //! | running, draining | CompleteTask | destroying | TaskCompleted, VmDestroying (task completed) | — |
 //! | destroying | ConfirmRemoved | removed (destroyed) | VmRemoved; linked: Release on the host | — |

@@ -184,7 +184,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .context("the JWT secret")?
         .with_callback_secret(&args.secret.callback()?)
         .context("the callback secret")?
-        .with_vm_credentials_key(&args.secret.vm_credentials_key()?)
+        .with_vm_credentials_key(&vm_credentials_key(args)?)
         .with_callback_base(&base)
         .with_manifests(manifests.clone());
     if let Some((backends, order)) = &backends {
@@ -394,4 +394,14 @@ async fn log_lag(store: PgEventStore, mut stopped: watch::Receiver<bool>) {
             Err(error) => tracing::warn!(%error, "projection lag unavailable"),
         }
     }
+}
+
+/// The key VMs' credentials are sealed under: at least 32 bytes, as every secret.
+fn vm_credentials_key(args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
+    let key = args.secret.vm_credentials_key()?;
+    anyhow::ensure!(
+        key.trim_ascii().len() >= 32,
+        "the VM credentials' key (--vm-credentials-key-file) must be at least 32 bytes"
+    );
+    Ok(key)
 }

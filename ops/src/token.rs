@@ -56,6 +56,8 @@ pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
     if let Some(host) = &args.host {
         anyhow::ensure!(args.role == Role::Agent, "--host is only for --role agent");
         let host = leasehold_domain::values::fleet::HostId::parse("--host", host.as_str())?;
+        // Each host's agent its own subject by default: its own keys and cursors.
+        let sub = args.sub.clone().unwrap_or_else(|| format!("host-{host}"));
         println!("{}", secret.mint_host_agent(&sub, &host, args.ttl));
         return Ok(());
     }

@@ -105,11 +105,14 @@ where
         let request: CreateVmRequest = serde_json::from_value(work.request["agent"].clone())
             .map_err(|error| retry("decode a boot request", &error))?;
         let answer = match self.agents.create(agent, &request).await {
-            // Sent before, its answer lost: the VM is there, read it back.
+            // Sent before, its answer lost: the VM is there, read it back. Anything but the
+            // VM itself is no answer (the VM may well be running): tried again later.
             Err(AgentError::Exists) => match self.agents.get(agent, &request.name).await {
                 Ok(Some(found)) => Ok(found),
-                Ok(None) => Err(AgentError::NotFound),
-                Err(error) => Err(error),
+                Ok(None) => {
+                    return Ok(Sent::Failed { detail: "the agent had the VM, then not".into() });
+                }
+                Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
             },
             other => other,
         };
@@ -125,7 +128,12 @@ where
                 recorded.await.map_err(|error| retry("record a boot", &error))?;
                 Ok(Sent::Delivered)
             }
-            Err(AgentError::Failed { message, .. } | AgentError::Refused { message, .. }) => {
+            // fuse's agent answers 500 when the boot failed and was rolled back, and refuses a
+            // request it cannot take (4xx): either is a definite failure. A 502, 503 or 504
+            // (a proxy, an overloaded agent) says nothing of the VM: tried again.
+            Err(
+                AgentError::Failed { status: 500, message } | AgentError::Refused { message, .. },
+            ) => {
                 let failure = BootFailure {
                     reason: Reason::parse("reason", "BootFailed").expect("a valid reason"),
                     message: TenantMessage::parse("message", "the host could not boot the VM")

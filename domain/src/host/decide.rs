@@ -56,7 +56,8 @@ fn register(
     }
     let before = host.spec.as_ref().expect("a member host has a spec");
     if before == spec {
-        return Ok(Vec::new());
+        // An unchanged upsert is a heartbeat (fuse's hosts are seen only when registered).
+        return Ok(heartbeat(host, at));
     }
     if before.backend != spec.backend && !host.reservations.is_empty() {
         return Err(HostError::BackendChangeWithVms);

@@ -13,10 +13,12 @@ pub(super) fn evolve(mut host: Host, event: &HostEvent) -> Host {
             // A host registered again after its removal starts with nothing bound.
             host.reservations.clear();
             host.allocated = Allocation::default();
+            host.last_seen = Some(*at);
             host.updated_at = Some(*at);
         }
         E::HostRefreshed { spec, at } => {
             host.spec = Some(spec.clone());
+            host.last_seen = Some(*at);
             host.updated_at = Some(*at);
         }
         E::HostHeartbeat { at } => host.last_seen = Some(*at),

@@ -54,7 +54,7 @@ pub(super) fn decide(vm: &Vm, command: &VmCommand, ctx: &Context<VmFacts>) -> De
         (S::Provisioning, C::ReportBootFailed { failure, .. }) => Ok(boot_failed(failure, at)),
         (S::Running, C::Drain) => Ok(vec![VmEvent::VmDraining { at }]),
         (S::Draining, C::Drain) => Ok(Vec::new()),
-        (S::Provisioning | S::Running | S::Draining, C::Destroy { operation }) => {
+        (S::Running | S::Draining, C::Destroy { operation }) => {
             let reason = Reason::parse("reason", "ForceDestroyed").expect("a valid reason");
             let mut events = destroying(vm, DestroyReason::Requested, *operation, at);
             events.push(VmEvent::TaskFailed { reason, at });

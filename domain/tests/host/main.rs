@@ -22,6 +22,7 @@ fn invalid(status: &'static str, command: &'static str) -> Expect {
 fn registering() {
     let host = check(&[], register(spec()), Events(&["HostRegistered"]));
     assert_eq!(host.status, HostStatus::Active);
+    assert_eq!(host.last_seen, Some(t(30)), "registering is being seen");
     assert_eq!(host.id, Some(host_id()));
     // A removed host may come back, with nothing bound.
     let host = check(&removed(), register(spec()), Events(&["HostRegistered"]));
@@ -32,7 +33,11 @@ fn registering() {
 fn register_again_is_an_upsert() {
     for given in [active(), cordoned(), draining()] {
         let status = replay(&given).status;
-        check(&given, register(spec()), NoChange);
+        // Unchanged, it is a heartbeat: seen, at most once a minute.
+        let seen = check(&given, register(spec()), Events(&["HostHeartbeat"]));
+        assert_eq!(seen.last_seen, Some(t(30)));
+        let again = [given.clone(), vec![(register(spec()), 30)]].concat();
+        check_at(&again, register(spec()), 30, NoChange);
         let mut more = spec();
         more.capacity.cpus = 64;
         let host = check(&given, register(more), Events(&["HostRefreshed"]));

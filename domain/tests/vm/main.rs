@@ -191,7 +191,8 @@ fn drain() {
 #[test]
 fn destroy() {
     let destroy = C::Destroy { operation: DESTROY };
-    for given in [provisioning(), running(), draining()] {
+    check(&provisioning(), destroy.clone(), invalid("provisioning", "destroy"));
+    for given in [running(), draining()] {
         let vm = check(&given, destroy.clone(), Events(&["VmDestroying", "TaskFailed"]));
         assert_eq!(
             (vm.status, vm.destroy_reason),

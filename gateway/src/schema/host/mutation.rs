@@ -77,15 +77,20 @@ impl HostMutation {
                 .collect(),
         };
         let (host, spec) = vm_input::host(&host_input).map_err(ApiError::from_field)?;
-        if let Some(token) = input.token.as_deref() {
-            if token.is_empty() || token.len() > 4096 || token.chars().any(char::is_control) {
-                return Err(ApiError::bad_input("token: 1 to 4096 characters, none a control"));
-            }
-            shared(ctx).vault.keep_host_token(&host, token).await?;
+        let token = input.token.clone();
+        if let Some(token) = token.as_deref()
+            && (token.is_empty() || token.len() > 4096 || token.chars().any(char::is_control))
+        {
+            return Err(ApiError::bad_input("token: 1 to 4096 characters, none a control"));
         }
         let caller = host_caller(principal);
-        let run = shared(ctx).hosts.register(&caller, &input.operation_key, &host, spec);
-        answer_on::<HostError>(ctx, result_id(&host), run).await
+        let registered = shared(ctx).hosts.register(&caller, &input.operation_key, &host, spec);
+        let outcome = registered.await?;
+        // Kept only once the registration is decided: a refused one changes nothing.
+        if let Some(token) = token.as_deref() {
+            shared(ctx).vault.keep_host_token(&host, token).await?;
+        }
+        answer_on::<HostError>(ctx, result_id(&host), async { Ok(outcome) }).await
     }
 
     /// Takes no new VMs on the host; those bound keep running.

@@ -118,3 +118,26 @@ async fn a_vms_secrets_and_token_stay_in_the_vault() {
     assert_eq!(rows_holding(&db, &opened.auth_token).await, [], "nor the VM's token");
     assert_eq!(rows_holding(&db, "another").await, [], "nor the secrets of the retry");
 }
+
+#[tokio::test]
+async fn a_create_refused_then_retried_with_other_secrets_keeps_the_latest() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
+    let first: BTreeMap<String, String> =
+        [("API_KEY".to_string(), "first-secret".to_string())].into();
+    let mut huge = spec();
+    huge.cpus = 64;
+    let refused = vms.create(&tenant("acme"), "c-1", (&task("t"), huge), &first).await;
+    assert!(refused.is_err(), "no host fits 64 vCPUs");
+    let second: BTreeMap<String, String> =
+        [("API_KEY".to_string(), "second-secret".to_string())].into();
+    let created =
+        vms.create(&tenant("acme"), "c-1", (&task("t"), spec()), &second).await.expect("placed");
+    let (_, stored) = vms.owned(created.vm).await.expect("stored");
+    let reference = stored.terms.expect("created").credentials;
+    let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+    let acme = TenantId::parse("acme").expect("valid");
+    let opened = vault.open(reference, &acme).await.expect("readable").expect("kept");
+    assert_eq!(opened.secrets, second, "the refused create's secrets are not the VM's");
+}
