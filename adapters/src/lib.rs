@@ -20,6 +20,7 @@ pub mod snapshots;
 pub mod store;
 pub mod vault;
 pub mod verify;
+pub mod vm_inventory;
 pub mod vm_reaper;
 
 pub use database::{DatabaseUrl, DatabaseUrlError};

@@ -45,6 +45,11 @@ impl PgCredentialVault {
         Self { store, cipher: Aes256Gcm::new(&key.into()) }
     }
 
+    /// The store whose database the vault is in.
+    pub fn store(&self) -> &PgEventStore {
+        &self.store
+    }
+
     fn associated(reference: CredentialRef, tenant: &TenantId) -> Vec<u8> {
         format!("{}\n{}", reference.0, tenant.as_str()).into_bytes()
     }

@@ -160,6 +160,11 @@ where
         &self.pipeline
     }
 
+    /// Where placement reads the fleet's hosts from.
+    pub fn catalog(&self) -> &C {
+        &self.catalog
+    }
+
     /// A tenant creates a VM for `task`, placed on a host of the fleet, with `secrets` kept
     /// in the vault. The secrets are not part of the request's identity: a retry of a create
     /// that succeeded answers the first outcome and keeps the first secrets (they are never

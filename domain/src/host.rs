@@ -26,6 +26,7 @@
 //! | active | Reserve(vm, demand) | active | HostCapacityReserved (the VM's reservation, with any MIG instances bound) | every gate of [`fit`] in order, else `DoesNotFit` naming the first that failed; the VM already holding a reservation: — when it asks for the same, else `ReservationMismatch` |
 //! | cordoned, draining, removed | Reserve | unchanged | refused | `DoesNotFit(host_active)` |
 //! | any but none | Release(vm) | unchanged | HostCapacityReleased, or — when the VM holds none (idempotent) | — |
+//! | any but none | DeadLetterOrphan | unchanged | HostOrphanDeadLettered | — (the inventory reconciler gave up destroying an orphan) |
 //!
 //! A registration and a refresh count as the host being seen (`last_seen`): fuse's agents
 //! send no heartbeat, and are seen when their installer registers them.
@@ -253,6 +254,15 @@ pub enum HostCommand {
     Release {
         /// The VM.
         vm: VmId,
+    },
+    /// Records that an orphan on the host could not be destroyed after `attempts` tries.
+    DeadLetterOrphan {
+        /// The orphan's name at the agent.
+        name: String,
+        /// Tries in a row.
+        attempts: u32,
+        /// The last failure (operators only).
+        detail: crate::values::OperatorDetail,
     },
 }
 

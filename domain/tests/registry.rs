@@ -278,6 +278,12 @@ fn host_samples() -> Vec<(&'static str, serde_json::Value)> {
         H::HostRemoved { at },
         H::HostCapacityReserved { vm, reservation: reservation.clone(), at },
         H::HostCapacityReleased { vm, reservation, at },
+        H::HostOrphanDeadLettered {
+            name: "lh-orphan".into(),
+            attempts: 5,
+            detail: OperatorDetail::new("500"),
+            at,
+        },
     ];
     events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
 }

@@ -161,6 +161,31 @@ pub fn start_vm_dispatcher(
     Ok(run(dispatcher, store, stopped))
 }
 
+/// Starts the VM inventory reconciler: each host's agent listed and squared with the log
+/// (recovery lookups, orphans destroyed or dead-lettered).
+///
+/// # Errors
+/// The host agents' HTTP client cannot be built.
+pub fn start_vm_inventory(
+    vms: &leasehold_gateway::VmService,
+    vault: &leasehold_adapters::vault::PgCredentialVault,
+    (timeout, every): (std::time::Duration, chrono::TimeDelta),
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
+        .context("the host agents' HTTP client")?;
+    let policy = leasehold_adapters::vm_inventory::VmInventoryPolicy {
+        sweep_every: every,
+        ..Default::default()
+    };
+    let inventory = leasehold_adapters::vm_inventory::VmInventory::new(
+        vms.clone(),
+        (agents, vault.clone()),
+        policy,
+    );
+    Ok(run(inventory, vms.pipeline().store(), stopped))
+}
+
 /// Starts the VM reaper: stuck and idle VMs struck, and destroyed on a second strike.
 pub fn start_vm_reaper(
     vms: &leasehold_gateway::VmService,

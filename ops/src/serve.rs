@@ -129,6 +129,11 @@ pub struct ServeArgs {
     /// `idleTimeoutSeconds`) is idle; default: only VMs that ask are.
     #[arg(long, env = "LEASEHOLD_VM_IDLE_AFTER", value_parser = crate::token::parse_ttl)]
     vm_idle_after: Option<TimeDelta>,
+    /// How often each host's agent is listed and squared with the log (a VM the agent lost
+    /// is destroyed, an orphan the log does not know is deleted).
+    #[arg(long, env = "LEASEHOLD_VM_INVENTORY_EVERY", default_value = "30s",
+          value_parser = crate::token::parse_ttl)]
+    vm_inventory_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -231,6 +236,12 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         idle_after: args.vm_idle_after,
     };
     reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
+    reconcilers.push(crate::dispatch::start_vm_inventory(
+        state.vms(),
+        state.vault(),
+        (agent_timeout, args.vm_inventory_every),
+        &stopped,
+    )?);
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

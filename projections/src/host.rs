@@ -18,6 +18,8 @@ pub struct HostProjection;
 pub enum HostChange {
     /// Write every row derived from one host's state.
     Put(Box<HostRows>),
+    /// An orphan that could not be destroyed: a dead letter for operators.
+    DeadLetter(crate::vm::DeadLetterRow),
 }
 
 /// Every row derived from one host's state.
@@ -69,7 +71,7 @@ impl Projection for HostProjection {
         &self,
         view: Option<&Host>,
         event: &RecordedEvent,
-        _changes: &mut Vec<HostChange>,
+        changes: &mut Vec<HostChange>,
     ) -> Result<Host, ProjectionError> {
         let decoded =
             HostEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
@@ -79,6 +81,16 @@ impl Projection for HostProjection {
                     reason: error.to_string(),
                 }
             })?;
+        if let HostEvent::HostOrphanDeadLettered { name, attempts, detail, at } = &decoded {
+            changes.push(HostChange::DeadLetter(crate::vm::DeadLetterRow {
+                kind: "orphan_destroy",
+                entity_id: format!("{}/{name}", event.stream_id.as_str()),
+                task_id: None,
+                reason: format!("destroying it failed {attempts} times in a row"),
+                payload: serde_json::json!({ "detail": detail.as_str(), "attempts": attempts }),
+                at: *at,
+            }));
+        }
         Ok(view.cloned().unwrap_or_else(Host::initial).evolve(&decoded))
     }
 

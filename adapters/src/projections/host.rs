@@ -54,7 +54,13 @@ impl PgProjected for HostProjection {
         tx: &Transaction<'_>,
         changes: Vec<HostChange>,
     ) -> Result<(), WriteError> {
-        let puts: Vec<HostRows> = changes.into_iter().map(|HostChange::Put(rows)| *rows).collect();
+        let mut puts: Vec<HostRows> = Vec::new();
+        for change in changes {
+            match change {
+                HostChange::Put(rows) => puts.push(*rows),
+                HostChange::DeadLetter(letter) => super::vm::write_dead_letter(tx, &letter).await?,
+            }
+        }
         if puts.is_empty() {
             return Ok(());
         }

@@ -73,17 +73,25 @@ async fn write_dead_letters(
     letters: &[DeadLetterRow],
 ) -> Result<(), WriteError> {
     for letter in letters {
-        let params: [Param<'_>; 6] = [
-            &letter.kind,
-            &letter.entity_id,
-            &letter.task_id,
-            &letter.reason,
-            &letter.payload,
-            &letter.at,
-        ];
-        execute(tx, PUT_DEAD_LETTER_SQL, &params).await?;
+        write_dead_letter(tx, letter).await?;
     }
     Ok(())
+}
+
+/// One dead letter, counted again when its kind and entity are there already.
+pub(super) async fn write_dead_letter(
+    tx: &Transaction<'_>,
+    letter: &DeadLetterRow,
+) -> Result<(), WriteError> {
+    let params: [Param<'_>; 6] = [
+        &letter.kind,
+        &letter.entity_id,
+        &letter.task_id,
+        &letter.reason,
+        &letter.payload,
+        &letter.at,
+    ];
+    execute(tx, PUT_DEAD_LETTER_SQL, &params).await
 }
 
 async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteError> {

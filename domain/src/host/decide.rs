@@ -31,6 +31,14 @@ pub(super) fn decide(
         (S::Removed, C::Remove) => Ok(Vec::new()),
         (_, C::Reserve { vm, demand }) => reserve(host, *vm, demand, at),
         (_, C::Release { vm }) => Ok(release(host, *vm, at)),
+        (_, C::DeadLetterOrphan { name, attempts, detail }) => {
+            Ok(vec![HostEvent::HostOrphanDeadLettered {
+                name: name.clone(),
+                attempts: *attempts,
+                detail: detail.clone(),
+                at,
+            }])
+        }
         (status, command) => {
             Err(HostError::InvalidState { status: status.name(), command: name(command) })
         }
@@ -118,5 +126,6 @@ fn name(command: &HostCommand) -> &'static str {
         HostCommand::Remove => "remove",
         HostCommand::Reserve { .. } => "reserve",
         HostCommand::Release { .. } => "release",
+        HostCommand::DeadLetterOrphan { .. } => "dead-letter an orphan",
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{HostSpec, Reservation};
 use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
+use crate::values::OperatorDetail;
 use crate::values::fleet::{HostId, VmId};
 
 /// Everything that can happen to a host.
@@ -33,6 +34,14 @@ pub enum HostEvent {
     HostCapacityReserved { vm: VmId, reservation: Reservation, at: DateTime<Utc> },
     /// A VM gave its room back.
     HostCapacityReleased { vm: VmId, reservation: Reservation, at: DateTime<Utc> },
+    /// An orphan on the host (a VM its agent has and the log does not) could not be destroyed
+    /// after this many tries in a row: a dead letter for operators.
+    HostOrphanDeadLettered {
+        name: String,
+        attempts: u32,
+        detail: OperatorDetail,
+        at: DateTime<Utc>,
+    },
 }
 
 impl DomainEvent for HostEvent {
@@ -47,6 +56,7 @@ impl DomainEvent for HostEvent {
             Self::HostRemoved { .. } => "HostRemoved",
             Self::HostCapacityReserved { .. } => "HostCapacityReserved",
             Self::HostCapacityReleased { .. } => "HostCapacityReleased",
+            Self::HostOrphanDeadLettered { .. } => "HostOrphanDeadLettered",
         }
     }
 
@@ -75,6 +85,7 @@ pub const KIND: AggregateKind = AggregateKind {
         fleet_only("HostRemoved", AT),
         fleet_only("HostCapacityReserved", &["vm", "reservation", "at"]),
         fleet_only("HostCapacityReleased", &["vm", "reservation", "at"]),
+        fleet_only("HostOrphanDeadLettered", &["name", "attempts", "detail", "at"]),
     ],
 };
 

@@ -31,6 +31,7 @@ pub(super) fn evolve(mut host: Host, event: &HostEvent) -> Host {
             host.reservations.insert(*vm, reservation.clone());
             host.updated_at = Some(*at);
         }
+        E::HostOrphanDeadLettered { at, .. } => host.updated_at = Some(*at),
         E::HostCapacityReleased { vm, at, .. } => {
             if let Some(held) = host.reservations.remove(vm) {
                 host.allocated.remove(&held);

@@ -12,8 +12,7 @@ use crate::support::*;
 const REGISTER: &str =
     "mutation($input: RegisterHostInput!) { registerHost(input: $input) { id version } }";
 const CREATE: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id version cursor events { type } } }";
-const VM: &str =
-    "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message } }";
+const VM: &str = "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message destroyReason } }";
 const REPORT: &str =
     "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { id version } }";
 
@@ -402,4 +401,45 @@ async fn a_host_agents_token_reaches_no_lease() {
     let input = report_input(&server, &lease["id"], "up-1").await;
     let reported = server.graphql(&host, REPORT_PROVISIONED, input).await;
     assert_eq!(code(&reported), Some("FORBIDDEN"), "{reported}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inventory_destroys_a_vm_its_agent_lost_and_deletes_an_orphan() {
+    let agent = start_agent(&[]).await;
+    let server = Server::start_with(&["--vm-inventory-every", "1s"]).await;
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    wait_for_state(&server, &acme, &id, "running").await;
+    // The host loses the VM (as a crash would): the log learns it and lets it go.
+    let http = reqwest::Client::new();
+    let name = format!("lh-{}", id.as_str().expect("an id"));
+    let vanished =
+        http.post(format!("{}/sim/vanish/{name}", agent.url)).send().await.expect("sent");
+    assert_eq!(vanished.status(), 204);
+    let gone = wait_for_state(&server, &acme, &id, "destroyed").await;
+    assert_eq!(gone["data"]["vm"]["destroyReason"], "missing", "{gone}");
+    // A VM the agent has and the log does not is an orphan: deleted.
+    let orphan = format!("lh-{}", uuid::Uuid::now_v7());
+    let made = http
+        .post(format!("{}/v1/vm", agent.url))
+        .bearer_auth(AGENT_TOKEN)
+        .json(
+            &json!({ "name": orphan, "cpus": 1, "memory_mb": 512, "storage_gb": 1, "region": "" }),
+        )
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(made.status(), 200);
+    let cleared = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            if agent_vms(&agent).await["vms"] == json!([]) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    cleared.await.expect("the orphan is deleted");
 }
