@@ -2,7 +2,8 @@
 //! (`docs/fuse-host-agent-protocol.md`), in memory: `POST /v1/vm` boots a pretend VM and answers
 //! once it "booted", `GET /v1/vm/{id}`, `GET /v1/vm?prefix=`, `DELETE /v1/vm/{id}`,
 //! `GET /v1/capacity` and `GET /healthz`, every route behind `Authorization: Bearer <token>`,
-//! every error a plain-text body. `--fault boot-fail` makes boots fail (500, rolled back);
+//! every error a plain-text body. `--fail-boots` makes boots fail (500, rolled back),
+//! `--fail-deletes` deletes (500);
 //! `POST /sim/vanish/{id}` drops a VM as a crashed host would; `GET /sim/requests` counts the
 //! requests per route.
 
@@ -23,16 +24,19 @@ pub struct HostAgent {
     vms: Arc<Mutex<BTreeMap<String, AgentVm>>>,
     requests: Arc<Mutex<BTreeMap<String, u64>>>,
     fail_boots: bool,
+    fail_deletes: bool,
 }
 
 impl HostAgent {
-    /// An agent wanting `token`, failing every boot when `fail_boots`.
-    pub fn new(token: &str, fail_boots: bool) -> Self {
+    /// An agent wanting `token`, failing every boot when `fail_boots` and every delete when
+    /// `fail_deletes`.
+    pub fn new(token: &str, (fail_boots, fail_deletes): (bool, bool)) -> Self {
         Self {
             token: Arc::new(token.to_owned()),
             vms: Arc::default(),
             requests: Arc::default(),
             fail_boots,
+            fail_deletes,
         }
     }
 
@@ -145,6 +149,9 @@ async fn delete(
 ) -> Response {
     if !agent.allows(&headers, "delete") {
         return text(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    if agent.fail_deletes {
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "firecracker would not die");
     }
     match agent.vms().remove(&sanitize(&id)) {
         Some(_) => text(StatusCode::NO_CONTENT, ""),

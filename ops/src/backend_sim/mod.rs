@@ -51,6 +51,9 @@ pub struct SimArgs {
     /// For `--host-agent`: every boot fails (500, rolled back), as a broken host.
     #[arg(long)]
     pub fail_boots: bool,
+    /// For `--host-agent`: every delete fails (500), as a host whose VMs will not die.
+    #[arg(long)]
+    pub fail_deletes: bool,
     /// The backend's name, sent in callbacks.
     #[arg(long, default_value = "sim-1")]
     pub name: String,
@@ -236,14 +239,17 @@ async fn run_host_agent(args: &SimArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, host_agent::router(host_agent::HostAgent::new(token, args.fail_boots)))
-        .with_graceful_shutdown(async {
-            if let Err(error) = crate::serve::stop_signal().await {
-                tracing::warn!(%error, "backend-sim stops");
-            }
-        })
-        .await
-        .context("serving")
+    axum::serve(
+        listener,
+        host_agent::router(host_agent::HostAgent::new(token, (args.fail_boots, args.fail_deletes))),
+    )
+    .with_graceful_shutdown(async {
+        if let Err(error) = crate::serve::stop_signal().await {
+            tracing::warn!(%error, "backend-sim stops");
+        }
+    })
+    .await
+    .context("serving")
 }
 
 /// Serves a well-behaved simulator named `name` on `listener` inside this process until the

@@ -443,3 +443,39 @@ async fn the_inventory_destroys_a_vm_its_agent_lost_and_deletes_an_orphan() {
     });
     cleared.await.expect("the orphan is deleted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_that_will_not_die_becomes_a_dead_letter_after_five_tries() {
+    let agent = start_agent(&["--fail-deletes"]).await;
+    let server = Server::start_with(&["--vm-inventory-every", "1s"]).await;
+    let orphan = format!("lh-{}", uuid::Uuid::now_v7());
+    let made = reqwest::Client::new()
+        .post(format!("{}/v1/vm", agent.url))
+        .bearer_auth(AGENT_TOKEN)
+        .json(
+            &json!({ "name": orphan, "cpus": 1, "memory_mb": 512, "storage_gb": 1, "region": "" }),
+        )
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(made.status(), 200);
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    let operator = role_token(Role::Operator, None);
+    let letters = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let answer = server
+                .graphql(&operator, "{ deadLetters { kind entityId retryCount } }", json!({}))
+                .await;
+            if data(&answer)["deadLetters"].as_array().is_some_and(|letters| !letters.is_empty()) {
+                return answer;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a dead letter after five failed deletes");
+    let letter = &data(&letters)["deadLetters"][0];
+    assert_eq!(letter["kind"], "orphan_destroy");
+    assert_eq!(letter["entityId"], format!("host-agent-1/{orphan}"));
+    assert_eq!(letter["retryCount"], 1, "one dead letter, however long it keeps failing");
+}
