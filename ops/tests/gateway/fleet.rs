@@ -479,3 +479,32 @@ async fn an_orphan_that_will_not_die_becomes_a_dead_letter_after_five_tries() {
     assert_eq!(letter["entityId"], format!("host-agent-1/{orphan}"));
     assert_eq!(letter["retryCount"], 1, "one dead letter, however long it keeps failing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_agent_reports_its_recovery_lookups() {
+    let server = Server::start().await;
+    register(&server, "agent-1", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    let operation = current_boot(&server, &id).await;
+    let lookup =
+        "mutation($input: VmReportInput!) { reportVmLookup(input: $input) { events { type } } }";
+    let input = |key: &str, url: Option<&str>| json!({ "input": { "vmId": id, "operationKey": key, "operationId": operation, "url": url } });
+    let agent = host_agent("agent-1");
+    // Found: the provisioning VM is running.
+    let found = server.graphql(&agent, lookup, input("l-1", Some("127.0.0.1:19551"))).await;
+    assert_eq!(
+        data(&found)["reportVmLookup"]["events"],
+        json!([{ "type": "VmRecovered" }, { "type": "VmRunning" }, { "type": "TaskRunning" }])
+    );
+    // Then gone: destroyed as missing.
+    let missing = server.graphql(&agent, lookup, input("l-2", None)).await;
+    assert_eq!(
+        data(&missing)["reportVmLookup"]["events"],
+        json!([{ "type": "VmRecovered" }, { "type": "VmDestroying" }, { "type": "TaskFailed" }])
+    );
+    let bad = json!({ "input": { "vmId": id, "operationKey": "l-3", "operationId": operation, "reason": "Gone" } });
+    assert_eq!(code(&server.graphql(&agent, lookup, bad).await), Some("BAD_USER_INPUT"));
+}

@@ -5,7 +5,7 @@ use async_graphql::{Context, Object};
 use leasehold_commands::vm_input::{self, VmInput};
 use leasehold_domain::values::fleet::{HostId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail, Reason, TenantMessage};
-use leasehold_domain::vm::{BootFailure, VmUrl};
+use leasehold_domain::vm::{BootFailure, Found, VmUrl};
 
 use super::types::{CreateVmInput, VmOperationInput, VmReportInput};
 use crate::auth::Role;
@@ -180,6 +180,35 @@ impl VmMutation {
         let outcome = done?.outcome;
         answer_on::<leasehold_domain::vm::VmError>(ctx, vm.0.to_string(), async { Ok(outcome) })
             .await
+    }
+
+    /// A host agent's recovery lookup of a VM of its host: `url` when it has it (a
+    /// provisioning VM is then running), neither `url` nor anything else when it has not (a
+    /// live VM is then destroyed as missing). Names the VM's current operation.
+    async fn report_vm_lookup(
+        &self,
+        ctx: &Context<'_>,
+        input: VmReportInput,
+    ) -> ApiResult<CommandResult> {
+        let host = agent_host(ctx, "report on VMs")?;
+        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
+        if input.reason.is_some() || input.message.is_some() || input.detail.is_some() {
+            return Err(ApiError::bad_input(
+                "a lookup takes a url, or nothing when the VM is gone",
+            ));
+        }
+        let found = match input.url.as_deref() {
+            Some(url) => {
+                Found::Running { url: VmUrl::parse("url", url).map_err(ApiError::from_field)? }
+            }
+            None => Found::Missing,
+        };
+        let caller = caller_of(principal, None);
+        let run =
+            shared(ctx).vms.recover(&caller, host, &input.operation_key, vm, (operation, found));
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
     }
 
     /// A host agent confirms a VM of its host gone after its destroy: its room is given back.
