@@ -7,6 +7,7 @@ use leasehold_domain::values::fleet::HostId;
 use leasehold_gateway::Role;
 use serde_json::{Value, json};
 
+use crate::backend::eventually;
 use crate::support::*;
 
 const REGISTER: &str =
@@ -51,21 +52,12 @@ fn create_input(key: &str, task: &str) -> Value {
 /// Waits (bounded) until the host projection has the host: placement reads its catalog.
 async fn wait_for_host(server: &Server, host: &str) {
     let operator = role_token(Role::Operator, None);
-    tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            let answer =
-                server.graphql(&operator, "{ hosts { id state vmCount } }", json!({})).await;
-            if data(&answer)["hosts"]
-                .as_array()
-                .is_some_and(|hosts| hosts.iter().any(|h| h["id"] == host))
-            {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    eventually(&format!("host {host} being projected"), || async {
+        let answer = server.graphql(&operator, "{ hosts { id state vmCount } }", json!({})).await;
+        let hosts = data(&answer)["hosts"].as_array().cloned().unwrap_or_default();
+        hosts.iter().any(|h| h["id"] == host).then_some(())
     })
-    .await
-    .expect("the host is projected");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,17 +253,11 @@ async fn start_agent(extra: &[&str]) -> Agent {
 
 /// Waits (bounded) until the tenant's VM is in `state`; its last answer.
 async fn wait_for_state(server: &Server, token: &str, id: &Value, state: &str) -> Value {
-    let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            let answer = server.graphql(token, VM, json!({ "id": id })).await;
-            if answer["data"]["vm"]["state"] == state {
-                return answer;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    eventually(&format!("VM {id} becoming {state}"), || async {
+        let answer = server.graphql(token, VM, json!({ "id": id })).await;
+        (answer["data"]["vm"]["state"] == state).then_some(answer)
     })
-    .await;
-    outcome.unwrap_or_else(|_| panic!("the VM never became {state}"))
+    .await
 }
 
 async fn agent_vms(agent: &Agent) -> Value {
@@ -308,16 +294,11 @@ async fn the_dispatcher_boots_and_destroys_vms_on_their_hosts_agent() {
     assert_eq!(agent_vms(&agent).await["vms"], json!([]), "the agent no longer has it");
     // Its room is given back once the agent confirmed it gone.
     let operator = role_token(Role::Operator, None);
-    let released = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            let hosts = server.graphql(&operator, "{ hosts { id vmCount } }", json!({})).await;
-            if data(&hosts)["hosts"][0]["vmCount"] == 0 {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    });
-    released.await.expect("the host's room is released");
+    eventually("the host's room being released", || async {
+        let hosts = server.graphql(&operator, "{ hosts { id vmCount } }", json!({})).await;
+        (data(&hosts)["hosts"][0]["vmCount"] == 0).then_some(())
+    })
+    .await;
     // The host's token is nowhere in the log or the read models.
     let client = server.db.client().await;
     let leaks: i64 = client
@@ -358,24 +339,8 @@ async fn a_stuck_vm_is_torn_down_on_the_second_sweep_and_operators_see_its_dead_
     let id = data(&created)["createVm"]["id"].clone();
     let destroyed = wait_for_state(&server, &acme, &id, "destroyed").await;
     assert_eq!(destroyed["data"]["vm"]["taskState"], "failed");
-    let operator = role_token(Role::Operator, None);
-    let letters = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            let answer = server
-                .graphql(
-                    &operator,
-                    "{ deadLetters { kind entityId taskId retryCount } }",
-                    json!({}),
-                )
-                .await;
-            if data(&answer)["deadLetters"].as_array().is_some_and(|letters| !letters.is_empty()) {
-                return answer;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("a dead letter");
+    let letters =
+        dead_letters(&server, "{ deadLetters { kind entityId taskId retryCount } }").await;
     assert_eq!(
         data(&letters)["deadLetters"][0],
         json!({ "kind": "stuck_task", "entityId": id, "taskId": "build-1", "retryCount": 1 })
@@ -423,25 +388,11 @@ async fn the_inventory_destroys_a_vm_its_agent_lost_and_deletes_an_orphan() {
     assert_eq!(gone["data"]["vm"]["destroyReason"], "missing", "{gone}");
     // A VM the agent has and the log does not is an orphan: deleted.
     let orphan = format!("lh-{}", uuid::Uuid::now_v7());
-    let made = http
-        .post(format!("{}/v1/vm", agent.url))
-        .bearer_auth(AGENT_TOKEN)
-        .json(
-            &json!({ "name": orphan, "cpus": 1, "memory_mb": 512, "storage_gb": 1, "region": "" }),
-        )
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(made.status(), 200);
-    let cleared = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        loop {
-            if agent_vms(&agent).await["vms"] == json!([]) {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    });
-    cleared.await.expect("the orphan is deleted");
+    make_orphan(&agent, &orphan).await;
+    eventually("the orphan being deleted", || async {
+        (agent_vms(&agent).await["vms"] == json!([])).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -449,31 +400,9 @@ async fn an_orphan_that_will_not_die_becomes_a_dead_letter_after_five_tries() {
     let agent = start_agent(&["--fail-deletes"]).await;
     let server = Server::start_with(&["--vm-inventory-every", "1s"]).await;
     let orphan = format!("lh-{}", uuid::Uuid::now_v7());
-    let made = reqwest::Client::new()
-        .post(format!("{}/v1/vm", agent.url))
-        .bearer_auth(AGENT_TOKEN)
-        .json(
-            &json!({ "name": orphan, "cpus": 1, "memory_mb": 512, "storage_gb": 1, "region": "" }),
-        )
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(made.status(), 200);
+    make_orphan(&agent, &orphan).await;
     register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
-    let operator = role_token(Role::Operator, None);
-    let letters = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            let answer = server
-                .graphql(&operator, "{ deadLetters { kind entityId retryCount } }", json!({}))
-                .await;
-            if data(&answer)["deadLetters"].as_array().is_some_and(|letters| !letters.is_empty()) {
-                return answer;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("a dead letter after five failed deletes");
+    let letters = dead_letters(&server, "{ deadLetters { kind entityId retryCount } }").await;
     let letter = &data(&letters)["deadLetters"][0];
     assert_eq!(letter["kind"], "orphan_destroy");
     assert_eq!(letter["entityId"], format!("host-agent-1/{orphan}"));
@@ -507,4 +436,27 @@ async fn a_host_agent_reports_its_recovery_lookups() {
     );
     let bad = json!({ "input": { "vmId": id, "operationKey": "l-3", "operationId": operation, "reason": "Gone" } });
     assert_eq!(code(&server.graphql(&agent, lookup, bad).await), Some("BAD_USER_INPUT"));
+}
+
+/// A VM made at the agent behind the log's back: an orphan.
+async fn make_orphan(agent: &Agent, name: &str) {
+    let made = reqwest::Client::new()
+        .post(format!("{}/v1/vm", agent.url))
+        .bearer_auth(AGENT_TOKEN)
+        .json(&json!({ "name": name, "cpus": 1, "memory_mb": 512, "storage_gb": 1, "region": "" }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(made.status(), 200);
+}
+
+/// Waits until operators see a dead letter; the answer to `query`.
+async fn dead_letters(server: &Server, query: &str) -> Value {
+    let operator = role_token(Role::Operator, None);
+    eventually("a dead letter", || async {
+        let answer = server.graphql(&operator, query, json!({})).await;
+        let letters = data(&answer)["deadLetters"].as_array().is_some_and(|l| !l.is_empty());
+        letters.then_some(answer)
+    })
+    .await
 }

@@ -85,9 +85,9 @@ async fn until_last_event(db: &TestDb, lease: LeaseId, event_type: &str) {
         .unwrap_or_else(|_| panic!("lease {} never got {event_type}", lease.0));
 }
 
-/// Waits until the reaper has finished more than `calls` calls: whatever it was going to do
+/// Waits until a reconciler has finished more than `calls` calls: whatever it was going to do
 /// at the clock's reading, it has done.
-async fn calls_past(stats: &RunnerStats, calls: u64) {
+pub(crate) async fn calls_past(stats: &RunnerStats, calls: u64) {
     let done = async {
         while stats.batches.load(Ordering::SeqCst) <= calls {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use super::support::*;
 use crate::projections::support::{last_event, quick, start_of};
+use crate::reaping::calls_past;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -87,18 +88,6 @@ async fn until(db: &TestDb, vm: VmId, event_type: &str, n: usize) {
         }
     };
     tokio::time::timeout(WAIT, reached).await.unwrap_or_else(|_| panic!("no {event_type} on {vm}"));
-}
-
-/// Waits until the runner has finished more than `calls` calls.
-async fn calls_past(stats: &RunnerStats, calls: u64) {
-    let done = async {
-        while stats.batches.load(Ordering::SeqCst) <= calls {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, done)
-        .await
-        .unwrap_or_else(|_| panic!("no sweep: {:?}", stats.last_error()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
