@@ -10,14 +10,15 @@ use leasehold_domain::values::fleet::{
 };
 use leasehold_domain::values::{OperationId, OperatorDetail, Reason, ServiceName, TenantMessage};
 use leasehold_domain::vm::{
-    BootFailure, CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Placement,
-    PlacementPolicy, Protocol, SnapshotRef, StrikeReason, TaskStatus, Vm, VmOutcome, VmSpec,
-    VmStatus, VmTerms, VmUrl,
+    BootFailure, CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Migration,
+    Placement, PlacementPolicy, Protocol, SnapshotRef, StrikeReason, TaskStatus, Vm, VmOrigin,
+    VmOutcome, VmSpec, VmStatus, VmTerms, VmUrl,
 };
 use leasehold_domain::{Aggregate, TenantId};
 use uuid::Uuid;
 
-const VM_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/vm_state_v1.hex"))];
+const VM_STATE_GOLDEN: &[(u32, &str)] =
+    &[(1, include_str!("golden/vm_state_v1.hex")), (2, include_str!("golden/vm_state_v2.hex"))];
 const HOST_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/host_state_v1.hex"))];
 
 fn at(seconds: i64) -> chrono::DateTime<Utc> {
@@ -88,6 +89,17 @@ fn vm() -> (TenantId, Vm) {
         running_since: Some(at(1)),
         last_activity: Some(at(2)),
         updated_at: Some(at(3)),
+        origin: Some(VmOrigin::Migration {
+            source: VmId(Uuid::from_u128(4)),
+            live: true,
+            lazy: false,
+        }),
+        migration: Some(Migration {
+            to: VmId(Uuid::from_u128(5)),
+            target: HostId::parse("host", "agent-2").expect("valid"),
+            live: false,
+            lazy: true,
+        }),
     };
     (TenantId::parse("acme").expect("valid"), state)
 }

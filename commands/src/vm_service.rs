@@ -34,6 +34,10 @@ use leasehold_domain::{RefusalKind, StoreError, TenantId};
 use serde::Serialize;
 use uuid::Uuid;
 
+mod moves;
+
+pub use moves::MigrateOptions;
+
 use crate::lease_service::{Caller, minted_id};
 use crate::{
     CommandError, CommandOutcome, CommandPipeline, CommandRequest, CommandStore, Link,
@@ -102,6 +106,15 @@ pub trait CredentialVault: Send + Sync {
         reference: CredentialRef,
         tenant: &TenantId,
     ) -> impl Future<Output = std::result::Result<Option<VmCredentials>, StoreError>> + Send;
+}
+
+/// What one VM's placement asks for.
+struct Ask {
+    demand: leasehold_domain::values::fleet::Demand,
+    pin: Option<HostId>,
+    /// Hosts it may not go on (a migration's source host).
+    excluded: BTreeSet<HostId>,
+    vm: VmId,
 }
 
 /// A VM command's result, with the VM it ran on.
@@ -192,6 +205,7 @@ where
             credentials,
             placement,
             operation,
+            origin: None,
         };
         // A VM already made for the task: its own placement, so that the VM answers (a retry
         // its first outcome, another key that the task has its VM) whatever the fleet is now.
@@ -205,8 +219,25 @@ where
         // No VM yet: its credentials are kept (again: a create refused before, retried with
         // other secrets, keeps the latest).
         self.vault.keep(credentials, tenant, secrets).await?;
+        let hosts = self.fresh_hosts().await?;
+        let ask =
+            Ask { demand: spec.demand(), pin: spec.pin.clone(), excluded: BTreeSet::new(), vm };
+        let (outcome, replacements) = self
+            .place_and_run(hosts, &ask, |placement| {
+                let host = placement.host.clone();
+                let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
+                let reserve = HostCommand::Reserve { vm, demand: ask.demand.clone() };
+                let links: Vec<Box<dyn Link<S>>> = vec![Box::new(host_link(&host, reserve))];
+                Ok((request.hashed_as(hash), links))
+            })
+            .await?;
+        Ok(VmOutcome { vm, outcome, replacements })
+    }
+
+    /// The fleet's hosts as placement sees them: the catalog, with what this process appended
+    /// last (fresher than the catalog, which lags the log) over it.
+    async fn fresh_hosts(&self) -> Result<Vec<Host>> {
         let mut hosts = self.catalog.hosts().await?;
-        // What this process appended last is fresher than the catalog, which lags the log.
         for host in &mut hosts {
             let fresher =
                 host.id.as_ref().and_then(|id| self.pipeline.cache.get::<Host>(&id.stream_id()));
@@ -214,48 +245,59 @@ where
                 *host = cached.state;
             }
         }
-        let demand = spec.demand();
+        Ok(hosts)
+    }
+
+    /// Places `ask` over `hosts` and runs what `run` makes of the placement (a VM's creation
+    /// linked to its host's Reserve, or a copy's), placing again on a host that refused its
+    /// Reserve (placement read it stale) or kept losing races, at most
+    /// [`PLACEMENT_TRIES_MAX`] times. Answers the outcome and the placements decided again.
+    async fn place_and_run<F>(
+        &self,
+        mut hosts: Vec<Host>,
+        ask: &Ask,
+        run: F,
+    ) -> Result<(CommandOutcome, u32)>
+    where
+        F: Fn(
+            leasehold_domain::vm::Placement,
+        ) -> Result<(CommandRequest<Vm>, Vec<Box<dyn Link<S>>>)>,
+    {
         let artifact_hosts = BTreeSet::new();
-        let excluded = BTreeSet::new();
+        let placing = |retries| PlacementRequest {
+            demand: &ask.demand,
+            pin: ask.pin.as_ref(),
+            policy: self.policy,
+            artifact_hosts: &artifact_hosts,
+            excluded: &ask.excluded,
+            retries,
+            tie_break: tie_break(ask.vm),
+        };
         for retries in 0..PLACEMENT_TRIES_MAX {
-            let ask = PlacementRequest {
-                demand: &demand,
-                pin: spec.pin.as_ref(),
-                policy: self.policy,
-                artifact_hosts: &artifact_hosts,
-                excluded: &excluded,
-                retries,
-                tie_break: tie_break(vm),
-            };
-            let placement = place(&hosts, &ask)
+            let placement = place(&hosts, &placing(retries))
                 .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
             let host = placement.host.clone();
-            let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
-            let reserve = HostCommand::Reserve { vm, demand: demand.clone() };
-            let link: Box<dyn Link<S>> = Box::new(host_link(&host, reserve));
-            match self.pipeline.execute_linked(request.hashed_as(hash), &[link]).await {
-                Ok(outcome) => return Ok(VmOutcome { vm, outcome, replacements: retries }),
+            let (request, links) = run(placement)?;
+            match self.pipeline.execute_linked(request, &links).await {
+                Ok(outcome) => return Ok((outcome, retries)),
                 // Placement read the host stale (its Reserve refused), or kept losing races on
                 // it: read it as stored and place again.
-                Err(
-                    CommandError::LinkedRefused { kind: RefusalKind::InvalidState, .. }
-                    | CommandError::RetriesExhausted { .. },
-                ) => {
+                Err(CommandError::LinkedRefused {
+                    kind: RefusalKind::InvalidState,
+                    stream,
+                    ..
+                }) if stream == host.stream_id() => {
+                    refresh(&self.pipeline, &mut hosts, &host).await?;
+                }
+                Err(CommandError::RetriesExhausted { .. }) => {
                     refresh(&self.pipeline, &mut hosts, &host).await?;
                 }
                 Err(error) => return Err(error),
             }
         }
-        let last = PlacementRequest {
-            demand: &demand,
-            pin: spec.pin.as_ref(),
-            policy: self.policy,
-            artifact_hosts: &artifact_hosts,
-            excluded: &excluded,
-            retries: PLACEMENT_TRIES_MAX,
-            tie_break: tie_break(vm),
-        };
-        let gate = place(&hosts, &last).err().unwrap_or(leasehold_domain::host::Gate::HostActive);
+        let gate = place(&hosts, &placing(PLACEMENT_TRIES_MAX))
+            .err()
+            .unwrap_or(leasehold_domain::host::Gate::HostActive);
         Err(CommandError::Refused(VmError::NoHostFits { gate }))
     }
 
@@ -302,9 +344,10 @@ where
         vm: VmId,
         (operation, url): (OperationId, VmUrl),
     ) -> Result<VmOutcome> {
-        let owner = self.on_host(host, vm).await?;
+        let (owner, stored) = self.on_host(host, vm).await?;
         let command = VmCommand::ReportBooted { operation, url };
-        self.run(caller, owner, vm, key, command, Vec::new()).await
+        let links = moves::to_source(vm, &stored, &owner, true);
+        self.run(caller, owner, vm, key, command, links).await
     }
 
     /// A host's agent reports its boot of `vm` failed: the VM's room is given back.
@@ -319,11 +362,12 @@ where
         vm: VmId,
         (operation, failure): (OperationId, BootFailure),
     ) -> Result<VmOutcome> {
-        let owner = self.on_host(host, vm).await?;
+        let (owner, stored) = self.on_host(host, vm).await?;
         let failure = self.redacted(&owner, vm, failure).await?;
         let command = VmCommand::ReportBootFailed { operation, failure };
-        let release = release_on(host, vm);
-        self.run(caller, owner, vm, key, command, release).await
+        let mut links = release_on(host, vm);
+        links.extend(moves::to_source(vm, &stored, &owner, false));
+        self.run(caller, owner, vm, key, command, links).await
     }
 
     /// A host's agent confirms `vm` gone after its destroy: its room is given back.
@@ -337,7 +381,7 @@ where
         key: &str,
         (vm, operation): (VmId, OperationId),
     ) -> Result<VmOutcome> {
-        let owner = self.on_host(host, vm).await?;
+        let (owner, _) = self.on_host(host, vm).await?;
         let command = VmCommand::ConfirmRemoved { operation };
         self.run(caller, owner, vm, key, command, release_on(host, vm)).await
     }
@@ -354,9 +398,11 @@ where
         vm: VmId,
         (operation, found): (OperationId, Found),
     ) -> Result<VmOutcome> {
-        let owner = self.on_host(host, vm).await?;
+        let (owner, stored) = self.on_host(host, vm).await?;
+        // A copy found booted finishes its migration; one found gone abandons it.
+        let links = moves::to_source(vm, &stored, &owner, matches!(found, Found::Running { .. }));
         let command = VmCommand::Recover { operation, found };
-        self.run(caller, owner, vm, key, command, Vec::new()).await
+        self.run(caller, owner, vm, key, command, links).await
     }
 
     /// A reconciler's strike on `vm` (stuck or idle), or its clearing (`None`).
@@ -410,13 +456,14 @@ where
         })
     }
 
-    /// The owner of `vm`, if it is placed on `host` (an agent sees only its own host's VMs).
-    async fn on_host(&self, host: &HostId, vm: VmId) -> Result<TenantId> {
+    /// The owner of `vm` and the VM as stored, if it is placed on `host` (an agent sees only
+    /// its own host's VMs).
+    async fn on_host(&self, host: &HostId, vm: VmId) -> Result<(TenantId, Vm)> {
         let (owner, stored) = self.owned(vm).await?;
         if stored.host() != Some(host) {
             return Err(CommandError::NotFound);
         }
-        Ok(owner)
+        Ok((owner, stored))
     }
 
     fn request(

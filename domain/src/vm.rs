@@ -41,6 +41,13 @@
 //! | destroying | Recover | unchanged | — (only a confirmed removal ends it) | — |
 //! | running, draining | RecordActivity | unchanged | VmActive, or — within 60 s of the last recorded one | — |
 //! | removed | any report (ReportBooted, ReportBootFailed, ConfirmRemoved, Recover) | unchanged | — (late reports are ignored) | — |
+//! | none | Create(origin: fork or migration) | provisioning | VmProvisioning, VmCopied (its origin), TaskAssigned, VmScheduled; linked: Reserve on the chosen host | as Create |
+//! | running | Fork(fork) | running | VmForked; linked: the fork's Create(origin fork), Reserve on the source's host | no GPU (`GpuNotCopyable`); any other status `InvalidState` |
+//! | running | Migrate(to, target, live, lazy) | running, migrating | VmMigrating; linked: the copy's Create(origin migration), Reserve on the target | no GPU; no migration in flight (`MigrationInFlight`); lazy needs live (`LazyNeedsLive`) and huge pages (`LazyNeedsHugePages`); live needs another host (`LiveNeedsOtherHost`); the same backend (`CrossBackend`); live only where the backend moves memory between hosts (`LiveUnsupported`: never a cold fallback); any other status `InvalidState` |
+//! | running, draining, migrating to `to` | FinishMigration(to) (linked from the copy's boot) | destroying | VmMigrated, VmDestroying (migrated) | — |
+//! | any other | FinishMigration | unchanged | — (destroyed meanwhile: the copy runs on) | — |
+//! | migrating to `to` | AbandonMigration(to) (linked from the copy's failed boot) | unchanged, no longer migrating | VmMigrationAbandoned | — |
+//! | any other | AbandonMigration | unchanged | — | — |
 //!
 //! Destroy, ConfirmRemoved and Recover need no operation of their own from the caller:
 //! Destroy starts one (its id in the command), ConfirmRemoved and Recover name the one they
@@ -50,6 +57,7 @@
 mod decide;
 mod events;
 mod evolve;
+mod moves;
 mod values;
 
 use chrono::{DateTime, Utc};
@@ -60,6 +68,9 @@ use crate::values::fleet::{HostId, TaskId, VmId};
 use crate::values::{FieldError, OperationId, OperatorDetail, Reason, TenantMessage};
 
 pub use events::{KIND, VmEvent};
+pub use moves::{
+    CopyKind, MigrateRequest, Migration, VmOrigin, copyable, migratable, moves_memory_between_hosts,
+};
 pub use values::{
     CredentialRef, ExposedPort, GuestPath, ImageName, Placement, PlacementPolicy, Protocol,
     RESERVED_GUEST_DIR, SnapshotRef, VmSpec, VmUrl,
@@ -150,6 +161,8 @@ pub enum DestroyReason {
     Idle,
     /// Its host's agent no longer has it.
     Missing,
+    /// Its migration's copy booted on the target host.
+    Migrated,
 }
 
 /// What a strike is for.
@@ -242,6 +255,10 @@ pub struct Vm {
     pub last_activity: Option<DateTime<Utc>>,
     /// When it last changed.
     pub updated_at: Option<DateTime<Utc>>,
+    /// What it is a copy of (a fork's or a migration's VM).
+    pub origin: Option<VmOrigin>,
+    /// Its migration in flight, while it is the source of one.
+    pub migration: Option<Migration>,
 }
 
 impl Vm {
@@ -268,6 +285,31 @@ pub enum VmCommand {
         placement: Placement,
         /// Its boot.
         operation: OperationId,
+        /// What it is a copy of, for a fork or a migration.
+        origin: Option<VmOrigin>,
+    },
+    /// Forks it: `fork` is created from a snapshot of it (linked), and it runs on as it was.
+    Fork {
+        /// The fork.
+        fork: VmId,
+    },
+    /// Migrates it: the copy `request.to` is created on the target (linked); it runs on until
+    /// the copy settles.
+    Migrate {
+        /// The migration and what its guards need.
+        request: Box<MigrateRequest>,
+    },
+    /// Its migration's copy booted: it is destroyed.
+    FinishMigration {
+        /// The copy.
+        to: VmId,
+        /// Its destroy.
+        operation: OperationId,
+    },
+    /// Its migration's copy failed: it runs on, untouched.
+    AbandonMigration {
+        /// The copy.
+        to: VmId,
     },
     /// The host's agent booted it.
     ReportBooted {
@@ -334,6 +376,10 @@ impl VmCommand {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Create { .. } => "create",
+            Self::Fork { .. } => "fork",
+            Self::Migrate { .. } => "migrate",
+            Self::FinishMigration { .. } => "finish migration",
+            Self::AbandonMigration { .. } => "abandon migration",
             Self::ReportBooted { .. } => "report booted",
             Self::ReportBootFailed { .. } => "report boot failed",
             Self::Drain => "drain",
@@ -402,6 +448,35 @@ pub enum VmError {
     /// A pinned VM placed on another host.
     #[error("a pinned VM must be placed on its pinned host")]
     PinMismatch,
+    /// A VM with GPUs cannot be forked or migrated.
+    #[error(
+        "a VM with GPUs cannot be forked or migrated: a passed-through device cannot be checkpointed"
+    )]
+    GpuNotCopyable,
+    /// It is already the source of a migration in flight.
+    #[error("the VM is already being migrated")]
+    MigrationInFlight,
+    /// A lazy migration that is not live.
+    #[error("a lazy migration must be live")]
+    LazyNeedsLive,
+    /// A lazy migration of a VM booted without huge pages.
+    #[error("a lazy migration needs a VM booted with huge pages")]
+    LazyNeedsHugePages,
+    /// A live migration to the VM's own host.
+    #[error("a live migration needs a target host other than the VM's own")]
+    LiveNeedsOtherHost,
+    /// A migration to a host of another backend.
+    #[error("a VM cannot migrate to a host of another backend")]
+    CrossBackend,
+    /// A live migration where the backend cannot carry a guest's memory between hosts (it never
+    /// falls back to a cold one).
+    #[error(
+        "{backend} hosts cannot move a running guest's memory between hosts, and a live migration never falls back to a cold one"
+    )]
+    LiveUnsupported {
+        /// The backend's name.
+        backend: &'static str,
+    },
     /// Placement found no host for it (decided before the VM's own command, and never
     /// recorded on its stream).
     #[error("no host can take the VM: {gate}")]
@@ -418,17 +493,24 @@ impl Refusal for VmError {
             Self::InvalidState { .. }
             | Self::NoEgressRegistry
             | Self::PinMismatch
-            | Self::NoHostFits { .. } => RefusalKind::InvalidState,
+            | Self::NoHostFits { .. }
+            | Self::GpuNotCopyable
+            | Self::LazyNeedsHugePages
+            | Self::LiveUnsupported { .. } => RefusalKind::InvalidState,
             Self::Fenced => RefusalKind::Fenced,
-            Self::TaskAlreadyAssigned => RefusalKind::Conflict,
-            Self::BadSpec(_) | Self::StartupTimeoutTooLarge { .. } => RefusalKind::BadInput,
+            Self::TaskAlreadyAssigned | Self::MigrationInFlight => RefusalKind::Conflict,
+            Self::BadSpec(_)
+            | Self::StartupTimeoutTooLarge { .. }
+            | Self::LazyNeedsLive
+            | Self::LiveNeedsOtherHost
+            | Self::CrossBackend => RefusalKind::BadInput,
         }
     }
 }
 
 impl Aggregate for Vm {
     const STREAM_TYPE: &'static str = "vm";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = VmCommand;
     type Event = VmEvent;
     type Error = VmError;
@@ -452,6 +534,8 @@ impl Aggregate for Vm {
             running_since: None,
             last_activity: None,
             updated_at: None,
+            origin: None,
+            migration: None,
         }
     }
 

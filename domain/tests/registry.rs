@@ -152,7 +152,7 @@ fn vm_samples() -> Vec<(&'static str, serde_json::Value)> {
         Arch, GpuKind, HostId, Labels, MigProfile, Region, TaskId, VmId,
     };
     use leasehold_domain::vm::{
-        CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Placement,
+        CopyKind, CredentialRef, DestroyReason, ExposedPort, GuestPath, ImageName, Placement,
         PlacementPolicy, Protocol, SnapshotRef, StrikeReason, VmEvent as V, VmSpec, VmUrl,
     };
     let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
@@ -222,6 +222,23 @@ fn vm_samples() -> Vec<(&'static str, serde_json::Value)> {
         V::VmStrikesCleared { at },
         V::VmRecovered { running: true, at },
         V::VmActive { at },
+        V::VmCopied {
+            source: VmId(Uuid::from_u128(3)),
+            kind: CopyKind::Migration,
+            live: true,
+            lazy: true,
+            at,
+        },
+        V::VmForked { fork: VmId(Uuid::from_u128(4)), at },
+        V::VmMigrating {
+            to: VmId(Uuid::from_u128(4)),
+            target: HostId::parse("h", "agent-2").expect("valid"),
+            live: true,
+            lazy: false,
+            at,
+        },
+        V::VmMigrated { to: VmId(Uuid::from_u128(4)), at },
+        V::VmMigrationAbandoned { to: VmId(Uuid::from_u128(4)), at },
     ];
     events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
 }

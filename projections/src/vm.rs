@@ -262,5 +262,6 @@ fn destroy_name(reason: leasehold_domain::vm::DestroyReason) -> &'static str {
         D::Stuck => "stuck",
         D::Idle => "idle",
         D::Missing => "missing",
+        D::Migrated => "migrated",
     }
 }

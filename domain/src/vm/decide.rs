@@ -2,13 +2,14 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::moves::{self, migrating_to};
 use super::{
     BootFailure, DestroyReason, Found, Placement, StrikeReason, Vm, VmCommand, VmError, VmEvent,
-    VmFacts, VmSpec, VmStatus, VmUrl,
+    VmFacts, VmOrigin, VmSpec, VmStatus, VmUrl,
 };
 use crate::aggregate::Context;
 use crate::limits::VM_ACTIVITY_RECORD_SECONDS;
-use crate::values::{OperationId, Reason};
+use crate::values::{FieldError, OperationId, Problem, Reason};
 
 type Decision = Result<Vec<VmEvent>, VmError>;
 
@@ -29,26 +30,48 @@ pub(super) fn decide(vm: &Vm, command: &VmCommand, ctx: &Context<VmFacts>) -> De
     }
     let invalid = || VmError::InvalidState { status: vm.status.name(), command: command.name() };
     match (vm.status, command) {
-        (S::None, C::Create { vm: id, task, spec, credentials, placement, operation }) => {
+        (S::None, C::Create { vm: id, task, spec, credentials, placement, operation, origin }) => {
             check_create(spec, placement, &ctx.facts)?;
-            Ok(vec![
-                VmEvent::VmProvisioning {
-                    vm: *id,
-                    task: task.clone(),
-                    spec: spec.clone(),
-                    credentials: *credentials,
-                    at,
-                },
-                VmEvent::TaskAssigned { task: task.clone(), at },
-                VmEvent::VmScheduled {
-                    placement: placement.clone(),
-                    operation: *operation,
-                    generation: vm.generation + 1,
-                    at,
-                },
-            ])
+            if origin.is_some_and(|origin| origin.source() == *id) {
+                return Err(VmError::BadSpec(FieldError::new(
+                    "vm",
+                    Problem::BadFormat { expected: "a copy of another VM than itself" },
+                )));
+            }
+            let provisioning = VmEvent::VmProvisioning {
+                vm: *id,
+                task: task.clone(),
+                spec: spec.clone(),
+                credentials: *credentials,
+                at,
+            };
+            let copied = origin.map(|origin: VmOrigin| origin.recorded(at));
+            let scheduled = VmEvent::VmScheduled {
+                placement: placement.clone(),
+                operation: *operation,
+                generation: vm.generation + 1,
+                at,
+            };
+            let assigned = VmEvent::TaskAssigned { task: task.clone(), at };
+            Ok([Some(provisioning), copied, Some(assigned), Some(scheduled)]
+                .into_iter()
+                .flatten()
+                .collect())
         }
         (_, C::Create { .. }) => Err(VmError::TaskAlreadyAssigned),
+        (_, C::Fork { fork }) => moves::fork(vm, *fork, at),
+        (_, C::Migrate { request }) => moves::migrate(vm, request, at),
+        (S::Running | S::Draining, C::FinishMigration { to, operation })
+            if migrating_to(vm, *to) =>
+        {
+            let destroy = destroying(vm, DestroyReason::Migrated, *operation, at);
+            Ok([vec![VmEvent::VmMigrated { to: *to, at }], destroy].concat())
+        }
+        (_, C::FinishMigration { .. }) => Ok(Vec::new()),
+        (_, C::AbandonMigration { to }) if migrating_to(vm, *to) => {
+            Ok(vec![VmEvent::VmMigrationAbandoned { to: *to, at }])
+        }
+        (_, C::AbandonMigration { .. }) => Ok(Vec::new()),
         (S::Provisioning, C::ReportBooted { url, .. }) => Ok(booted(url, at)),
         (S::Running | S::Draining, C::ReportBooted { .. }) => Ok(Vec::new()),
         (S::Provisioning, C::ReportBootFailed { failure, .. }) => Ok(boot_failed(failure, at)),

@@ -6,11 +6,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::moves::CopyKind;
 use super::values::{CredentialRef, Placement, VmSpec, VmUrl};
 use super::{DestroyReason, StrikeReason};
 use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
-use crate::values::fleet::{TaskId, VmId};
+use crate::values::fleet::{HostId, TaskId, VmId};
 use crate::values::{OperationId, OperatorDetail, Reason, TenantMessage};
 
 /// Everything that can happen to a VM and its task.
@@ -65,6 +66,17 @@ pub enum VmEvent {
     VmRecovered { running: bool, at: DateTime<Utc> },
     /// It was used.
     VmActive { at: DateTime<Utc> },
+    /// It is a copy of `source`: a fork, or a migration (`live`, `lazy` as asked; both false
+    /// for a fork).
+    VmCopied { source: VmId, kind: CopyKind, live: bool, lazy: bool, at: DateTime<Utc> },
+    /// It was forked (`fork` is the copy); it runs on as it was.
+    VmForked { fork: VmId, at: DateTime<Utc> },
+    /// Its migration to `target` started (`to` is the copy).
+    VmMigrating { to: VmId, target: HostId, live: bool, lazy: bool, at: DateTime<Utc> },
+    /// Its migration's copy booted; it is destroyed next.
+    VmMigrated { to: VmId, at: DateTime<Utc> },
+    /// Its migration's copy failed; it runs on, untouched.
+    VmMigrationAbandoned { to: VmId, at: DateTime<Utc> },
 }
 
 impl DomainEvent for VmEvent {
@@ -85,6 +97,11 @@ impl DomainEvent for VmEvent {
             Self::VmStrikesCleared { .. } => "VmStrikesCleared",
             Self::VmRecovered { .. } => "VmRecovered",
             Self::VmActive { .. } => "VmActive",
+            Self::VmCopied { .. } => "VmCopied",
+            Self::VmForked { .. } => "VmForked",
+            Self::VmMigrating { .. } => "VmMigrating",
+            Self::VmMigrated { .. } => "VmMigrated",
+            Self::VmMigrationAbandoned { .. } => "VmMigrationAbandoned",
         }
     }
 
@@ -161,6 +178,11 @@ pub const KIND: AggregateKind = AggregateKind {
         view("VmStrikesCleared", AT, &[]),
         view("VmRecovered", &["running", "at"], &[]),
         view("VmActive", AT, &[]),
+        view("VmCopied", &["source", "kind", "live", "lazy", "at"], &[]),
+        view("VmForked", &["fork", "at"], &[]),
+        view("VmMigrating", &["to", "target", "live", "lazy", "at"], &[]),
+        view("VmMigrated", &["to", "at"], &[]),
+        view("VmMigrationAbandoned", &["to", "at"], &[]),
     ],
 };
 

@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{BootFailure, TaskStatus, Vm, VmEvent, VmOutcome, VmStatus, VmTerms};
+use super::{
+    BootFailure, Migration, TaskStatus, Vm, VmEvent, VmOrigin, VmOutcome, VmStatus, VmTerms,
+};
 
 pub(super) fn evolve(mut vm: Vm, event: &VmEvent) -> Vm {
     use VmEvent as E;
@@ -73,6 +75,20 @@ pub(super) fn evolve(mut vm: Vm, event: &VmEvent) -> Vm {
         }
         E::VmRecovered { at, .. } => touch(&mut vm, *at),
         E::VmActive { at } => vm.last_activity = Some(*at),
+        E::VmCopied { source, kind, live, lazy, at } => {
+            vm.origin = Some(VmOrigin::of_recorded(*source, *kind, *live, *lazy));
+            touch(&mut vm, *at);
+        }
+        E::VmForked { at, .. } => touch(&mut vm, *at),
+        E::VmMigrating { to, target, live, lazy, at } => {
+            let migration = Migration { to: *to, target: target.clone(), live: *live, lazy: *lazy };
+            vm.migration = Some(migration);
+            touch(&mut vm, *at);
+        }
+        E::VmMigrated { at, .. } | E::VmMigrationAbandoned { at, .. } => {
+            vm.migration = None;
+            touch(&mut vm, *at);
+        }
     }
     vm
 }

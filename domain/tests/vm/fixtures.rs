@@ -83,6 +83,7 @@ pub fn create_with(spec: VmSpec, placement: Placement) -> VmCommand {
         credentials: CREDENTIALS,
         placement,
         operation: BOOT,
+        origin: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! guard's refusal; then properties over random command sequences.
 
 mod fixtures;
+mod moves;
 mod properties;
 
 use fixtures::*;

@@ -4,6 +4,7 @@
 
 mod capacity;
 mod lifecycle;
+mod moves;
 mod read_models;
 mod reaper;
 mod secrets;
