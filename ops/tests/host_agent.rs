@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use leasehold_adapters::hosts::wire::CreateVmRequest;
+use leasehold_adapters::hosts::grant::{self, GRANT_HEADER};
+use leasehold_adapters::hosts::wire::{
+    ArtifactPullRequest, CreateVmRequest, ForkVmRequest, SnapshotRequest,
+};
 use leasehold_adapters::hosts::{AgentError, AgentTarget, Deleted, HostAgentClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -21,10 +24,14 @@ struct Agent {
 }
 
 async fn start_agent(extra: &[&str]) -> Agent {
+    start_agent_with(TOKEN, extra).await
+}
+
+async fn start_agent_with(token: &str, extra: &[&str]) -> Agent {
     let dir = std::env::temp_dir().join(format!("leasehold-agent-{}", Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
     let token_file = dir.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["backend-sim", "--host-agent", "--token-file"])
         .arg(&token_file)
@@ -105,4 +112,81 @@ async fn a_wrong_token_is_refused_on_every_route_and_failures_are_plain_text() {
     let gone = AgentTarget { url: "http://127.0.0.1:9".into(), token: TOKEN.into() };
     assert!(matches!(client.list(&gone, "lh-").await, Err(AgentError::Unreachable(_))));
     assert!(!format!("{host:?}").contains(TOKEN), "a target's Debug never shows the token");
+}
+
+fn fork_of(name: &str, snapshot_id: &str) -> ForkVmRequest {
+    ForkVmRequest {
+        name: name.into(),
+        snapshot_id: snapshot_id.into(),
+        cpus: 2,
+        memory_mb: 2_048,
+        storage_gb: 0,
+        region: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_forks_on_its_host_and_moves_to_another_only_with_a_grant_of_its_hosts_token() {
+    const OTHER: &str = "fc-agent-token-of-the-other-host";
+    let (a, b) = (start_agent(&[]).await, start_agent_with(OTHER, &[]).await);
+    let client = HostAgentClient::new(Duration::from_secs(10)).expect("a client");
+    let (host_a, host_b) = (target(&a, TOKEN), target(&b, OTHER));
+    let source = "lh-00000000-0000-0000-0000-00000000000a";
+    client.create(&host_a, &request(source)).await.expect("created");
+    let disk = SnapshotRequest { comment: "a note".into(), live: false };
+    let taken = client.snapshot(&host_a, source, &disk).await.expect("taken");
+    // The agent's id, the rootfs's sha256, the kind as taken.
+    assert!(taken.snapshot_id.starts_with("snap-"), "{}", taken.snapshot_id);
+    assert_eq!(taken.digest.len(), 64);
+    assert!(taken.digest.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)));
+    assert_eq!(taken.kind, "disk");
+    assert_eq!(
+        client.snapshot(&host_a, "lh-missing", &disk).await,
+        Err(AgentError::NotFound),
+        "no such VM"
+    );
+    // A fork is a new VM on the same host; the source keeps running.
+    let fork = "lh-00000000-0000-0000-0000-00000000000b";
+    let forked = client.fork(&host_a, source, &fork_of(fork, &taken.snapshot_id)).await;
+    assert_eq!(forked.expect("forked").vm_id, fork);
+    assert!(client.get(&host_a, source).await.expect("read").is_some());
+    let again = client.fork(&host_a, source, &fork_of(fork, &taken.snapshot_id)).await;
+    assert_eq!(again, Err(AgentError::Exists));
+    let unknown = client.fork(&host_a, source, &fork_of("lh-c", "snap-0-000000")).await;
+    assert_eq!(unknown, Err(AgentError::NotFound));
+    let no_source = client.fork(&host_a, "lh-missing", &fork_of("lh-c", &taken.snapshot_id)).await;
+    assert_eq!(no_source, Err(AgentError::NotFound));
+    // B pulls A's artifact with a grant minted with A's token; with B's own, A refuses and B
+    // answers 422.
+    let expiry = chrono::Utc::now().timestamp() + 300;
+    let pull = |token: &str| ArtifactPullRequest {
+        peer_url: a.url.clone(),
+        grant: grant::mint(token, &taken.digest, expiry, [3; 16]),
+        snapshot_id: "snap-moved".into(),
+    };
+    let refused = client.pull_artifact(&host_b, &taken.digest, &pull(OTHER)).await;
+    assert!(matches!(refused, Err(AgentError::Refused { status: 422, .. })), "{refused:?}");
+    let pulled = client.pull_artifact(&host_b, &taken.digest, &pull(TOKEN)).await.expect("pulled");
+    assert_eq!(
+        (pulled.snapshot_id.as_str(), pulled.digest.as_str()),
+        ("snap-moved", taken.digest.as_str())
+    );
+    // Booted on B from the pulled artifact; an unknown seed is not found.
+    let mut seeded = request("lh-00000000-0000-0000-0000-00000000000d");
+    seeded.seed_snapshot = Some("snap-moved".into());
+    client.create(&host_b, &seeded).await.expect("booted from the pulled snapshot");
+    let mut unknown = request("lh-e");
+    unknown.seed_snapshot = Some("snap-nowhere".into());
+    assert_eq!(client.create(&host_b, &unknown).await, Err(AgentError::NotFound));
+    // The artifact route wants the grant, not the bearer token: the same 403 for every failure.
+    let http = reqwest::Client::new();
+    let artifact = format!("{}/v1/artifacts/{}", a.url, taken.digest);
+    let bearer = http.get(&artifact).bearer_auth(TOKEN).send().await.expect("answered");
+    assert_eq!(bearer.status(), 403);
+    let expired = grant::mint(TOKEN, &taken.digest, 1, [3; 16]);
+    let late = http.get(&artifact).header(GRANT_HEADER, expired).send().await.expect("answered");
+    assert_eq!(
+        (late.status().as_u16(), late.text().await.expect("text").as_str()),
+        (403, "forbidden")
+    );
 }

@@ -8,7 +8,10 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::wire::{AgentCapacity, AgentVm, AgentVms, CreateVmRequest};
+use super::wire::{
+    AgentCapacity, AgentVm, AgentVms, ArtifactPullRequest, ArtifactPulled, CreateVmRequest,
+    ForkVmRequest, SnapshotRequest, SnapshotTaken,
+};
 
 /// Largest error body kept, in bytes (fuse's `hostwire.MaxErrorBodyBytes`).
 const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -153,6 +156,52 @@ impl HostAgentClient {
             StatusCode::NOT_FOUND => Ok(Deleted::AlreadyGone),
             _ => Err(failure(response).await),
         }
+    }
+
+    /// `POST /v1/vm/{id}/snapshot`: a snapshot of the VM into the host's store, answered once
+    /// taken (and hashed).
+    ///
+    /// # Errors
+    /// [`AgentError`]; `NotFound` for no such VM.
+    pub async fn snapshot(
+        &self,
+        agent: &AgentTarget,
+        vm_id: &str,
+        request: &SnapshotRequest,
+    ) -> Result<SnapshotTaken, AgentError> {
+        let path = format!("/v1/vm/{vm_id}/snapshot");
+        self.exchange(agent, Method::POST, &path, Some(request)).await
+    }
+
+    /// `POST /v1/vm/{source}/fork`: a new VM on the same host from one of the source's
+    /// snapshots, answered once it booted.
+    ///
+    /// # Errors
+    /// [`AgentError`]; `NotFound` for no such source or snapshot, `Exists` when a VM of the
+    /// new name is there already.
+    pub async fn fork(
+        &self,
+        agent: &AgentTarget,
+        source: &str,
+        request: &ForkVmRequest,
+    ) -> Result<AgentVm, AgentError> {
+        let path = format!("/v1/vm/{source}/fork");
+        self.exchange(agent, Method::POST, &path, Some(request)).await
+    }
+
+    /// `POST /v1/artifacts/{digest}/pull`: the agent fetches an artifact from a peer agent
+    /// (with a grant the peer checks) and files it, only once it verified.
+    ///
+    /// # Errors
+    /// [`AgentError`]; a transfer or verification failure is `Refused` (422).
+    pub async fn pull_artifact(
+        &self,
+        agent: &AgentTarget,
+        digest: &str,
+        request: &ArtifactPullRequest,
+    ) -> Result<ArtifactPulled, AgentError> {
+        let path = format!("/v1/artifacts/{digest}/pull");
+        self.exchange(agent, Method::POST, &path, Some(request)).await
     }
 
     /// `GET /v1/capacity`: what the host has, as its agent probes it.

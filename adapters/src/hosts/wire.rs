@@ -67,3 +67,87 @@ pub fn agent_name(vm: leasehold_domain::values::fleet::VmId) -> String {
 
 /// The prefix of every Leasehold VM's name at an agent.
 pub const AGENT_NAME_PREFIX: &str = "lh-";
+
+/// `POST /v1/vm/{id}/snapshot`. The Go client sends `include_ram`, which the agent ignores; the
+/// agent reads `live`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    /// A note kept with the snapshot.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
+    /// Capture the guest's memory too.
+    #[serde(default)]
+    pub live: bool,
+}
+
+/// The answer to a snapshot: the agent chose its id (`snap-<seconds>-<6 hex>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotTaken {
+    /// Its id in the agent's host-wide store.
+    pub snapshot_id: String,
+    /// sha256 (hex) of its rootfs only: integrity, never identity.
+    #[serde(default)]
+    pub digest: String,
+    /// `disk` or `live`, as taken (not as asked).
+    #[serde(default)]
+    pub kind: String,
+    /// What it occupies, memory image included.
+    #[serde(default)]
+    pub size_bytes: u64,
+}
+
+/// `POST /v1/vm/{source}/fork`: a new VM from one of the source's snapshots, on the same host.
+/// Zero or empty sizes mean the source's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkVmRequest {
+    /// The new VM's name.
+    pub name: String,
+    /// The snapshot it boots from.
+    pub snapshot_id: String,
+    /// vCPUs.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cpus: u32,
+    /// RAM in MiB.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub memory_mb: u64,
+    /// Disk in GiB.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub storage_gb: u64,
+    /// Region.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub region: String,
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
+}
+
+fn is_zero_u64(value: &u64) -> bool {
+    *value == 0
+}
+
+/// `POST /v1/artifacts/{digest}/pull`: the agent fetches the artifact from `peer_url` with the
+/// grant (minted with the peer's token) and files it under `snapshot_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactPullRequest {
+    /// The serving agent's base URL.
+    pub peer_url: String,
+    /// The grant the peer checks (`crate::hosts::grant`).
+    pub grant: String,
+    /// The id to file it under (empty: `art-<digest[:16]>`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub snapshot_id: String,
+}
+
+/// The answer to a pull.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactPulled {
+    /// The id it was filed under.
+    pub snapshot_id: String,
+    /// Its digest, verified.
+    #[serde(default)]
+    pub digest: String,
+    /// Its size.
+    #[serde(default)]
+    pub bytes: u64,
+}

@@ -1,8 +1,9 @@
 //! `leasehold backend-sim --host-agent`: a host agent speaking fuse's contract
 //! (`docs/fuse-host-agent-protocol.md`), in memory: `POST /v1/vm` boots a pretend VM and answers
 //! once it "booted", `GET /v1/vm/{id}`, `GET /v1/vm?prefix=`, `DELETE /v1/vm/{id}`,
-//! `GET /v1/capacity` and `GET /healthz`, every route behind `Authorization: Bearer <token>`,
-//! every error a plain-text body. `--fail-boots` makes boots fail (500, rolled back),
+//! `GET /v1/capacity` and `GET /healthz`, snapshots, forks and artifact transfers between
+//! agents (`copies.rs`), every route behind `Authorization: Bearer <token>` (an artifact's
+//! read behind its grant instead), every error a plain-text body. `--fail-boots` makes boots fail (500, rolled back),
 //! `--fail-deletes` deletes (500);
 //! `POST /sim/vanish/{id}` drops a VM as a crashed host would; `GET /sim/requests` counts the
 //! requests per route.
@@ -17,11 +18,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use leasehold_adapters::hosts::wire::{AgentCapacity, AgentVm, AgentVms, CreateVmRequest};
 
+mod copies;
+
+use copies::SimSnapshot;
+
 /// The agent's state.
 #[derive(Debug, Clone)]
 pub struct HostAgent {
     token: Arc<String>,
     vms: Arc<Mutex<BTreeMap<String, AgentVm>>>,
+    /// The host-wide snapshot store, by snapshot id.
+    snapshots: Arc<Mutex<BTreeMap<String, SimSnapshot>>>,
+    /// For pulls from peer agents.
+    http: reqwest::Client,
     requests: Arc<Mutex<BTreeMap<String, u64>>>,
     fail_boots: bool,
     fail_deletes: bool,
@@ -34,6 +43,8 @@ impl HostAgent {
         Self {
             token: Arc::new(token.to_owned()),
             vms: Arc::default(),
+            snapshots: Arc::default(),
+            http: reqwest::Client::new(),
             requests: Arc::default(),
             fail_boots,
             fail_deletes,
@@ -44,15 +55,40 @@ impl HostAgent {
         self.vms.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the request carries the exact bearer token (as fuse's agent wants, `/healthz`
-    /// too); counts it under `route`.
-    fn allows(&self, headers: &HeaderMap, route: &str) -> bool {
+    fn snapshots(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, SimSnapshot>> {
+        self.snapshots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Boots a pretend VM named `name` (a create's, a fork's): 409 when one is there.
+    fn boot(&self, name: &str) -> Result<AgentVm, Response> {
+        if self.fail_boots {
+            return Err(text(StatusCode::INTERNAL_SERVER_ERROR, "firecracker exited during boot"));
+        }
+        let id = sanitize(name);
+        let mut vms = self.vms();
+        if vms.contains_key(&id) {
+            return Err(text(StatusCode::CONFLICT, &format!("vm {id} already exists")));
+        }
+        let port = 19_550 + vms.len() + 1;
+        let vm = AgentVm { vm_id: id.clone(), url: format!("127.0.0.1:{port}") };
+        vms.insert(id, vm.clone());
+        Ok(vm)
+    }
+
+    /// Counts a request under `route`.
+    fn count(&self, route: &str) {
         *self
             .requests
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(route.into())
             .or_default() += 1;
+    }
+
+    /// Whether the request carries the exact bearer token (as fuse's agent wants, `/healthz`
+    /// too); counts it under `route`.
+    fn allows(&self, headers: &HeaderMap, route: &str) -> bool {
+        self.count(route);
         let expected = format!("Bearer {}", self.token);
         let given = headers.get("authorization").and_then(|value| value.to_str().ok());
         given == Some(expected.as_str())
@@ -86,6 +122,10 @@ pub fn router(agent: HostAgent) -> Router {
     Router::new()
         .route("/v1/vm", post(create).get(list))
         .route("/v1/vm/{id}", get(read).delete(delete))
+        .route("/v1/vm/{id}/snapshot", post(copies::snapshot))
+        .route("/v1/vm/{id}/fork", post(copies::fork))
+        .route("/v1/artifacts/{digest}", get(copies::artifact))
+        .route("/v1/artifacts/{digest}/pull", post(copies::pull))
         .route("/v1/capacity", get(capacity))
         .route("/healthz", get(health))
         .route("/sim/vanish/{id}", post(vanish))
@@ -101,18 +141,15 @@ async fn create(State(agent): State<HostAgent>, headers: HeaderMap, body: String
         Ok(request) => request,
         Err(error) => return text(StatusCode::BAD_REQUEST, &format!("bad JSON: {error}")),
     };
-    if agent.fail_boots {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "firecracker exited during boot");
+    // A seed names the host-wide store: a snapshot taken here or pulled from a peer.
+    let seed = request.seed_snapshot.as_deref().filter(|seed| !seed.is_empty());
+    if seed.is_some_and(|seed| !agent.snapshots().contains_key(seed)) {
+        return text(StatusCode::NOT_FOUND, "snapshot not found");
     }
-    let id = sanitize(&request.name);
-    let mut vms = agent.vms();
-    if vms.contains_key(&id) {
-        return text(StatusCode::CONFLICT, &format!("vm {id} already exists"));
+    match agent.boot(&request.name) {
+        Ok(vm) => (StatusCode::OK, axum::Json(vm)).into_response(),
+        Err(refused) => refused,
     }
-    let port = 19_550 + vms.len() + 1;
-    let vm = AgentVm { vm_id: id.clone(), url: format!("127.0.0.1:{port}") };
-    vms.insert(id, vm.clone());
-    (StatusCode::OK, axum::Json(vm)).into_response()
 }
 
 async fn list(

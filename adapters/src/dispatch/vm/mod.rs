@@ -4,6 +4,10 @@
 //! report: a boot's answer is recorded as `ReportBooted` (or `ReportBootFailed`, redacted by
 //! the VM service, which gives the room back), a delete's as `ConfirmRemoved`.
 //!
+//! A copy's boot (`copies.rs`) is a fork or a migration: a snapshot of the source first, then
+//! the copy booted from it, on the source's host (a fork) or on the target after the target's
+//! agent pulled the snapshot from the source's (a migration).
+//!
 //! At least once: a boot sent again after a lost answer finds the VM there (409) and reads it
 //! back; a delete sent again finds it gone (404), which is done. Work the VM no longer awaits
 //! (another operation started, or it settled) is never sent. An agent that does not answer
@@ -18,12 +22,14 @@ use leasehold_commands::vm_service::{CredentialVault, HostCatalog, VmService};
 use leasehold_domain::host::Host;
 use leasehold_domain::values::fleet::{HostId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail, Reason, TenantMessage};
-use leasehold_domain::vm::{BootFailure, Vm, VmEvent, VmStatus, VmUrl};
+use leasehold_domain::vm::{BootFailure, Vm, VmEvent, VmOrigin, VmStatus, VmUrl};
 use leasehold_domain::{Actor, DomainEvent, RecordedEvent};
 use leasehold_projections::ReconcileError;
 
+mod copies;
+
 use super::{DispatchKind, Intent, Sent, Work};
-use crate::hosts::wire::{CreateVmRequest, agent_name};
+use crate::hosts::wire::{AgentVm, CreateVmRequest, agent_name};
 use crate::hosts::{AgentError, AgentTarget, HostAgentClient};
 use crate::vault::PgCredentialVault;
 
@@ -52,6 +58,40 @@ impl<S, C, V> VmDispatch<S, C, V> {
     }
 }
 
+/// What a boot's exchanges (a plain boot's, a fork's, a migration's) came to.
+#[derive(Debug)]
+enum BootAnswer {
+    /// The VM booted.
+    Booted(AgentVm),
+    /// It never will: the agent failed the boot and rolled it back, or refused it.
+    Failed(String),
+    /// Nothing is known: tried again.
+    NoAnswer(String),
+}
+
+impl BootAnswer {
+    /// fuse's agent answers 500 when a boot failed and was rolled back, and refuses what it
+    /// cannot take (4xx, a missing source or snapshot among them): either is a definite
+    /// failure. A 502, 503 or 504 (a proxy, an overloaded agent) or no answer says nothing of
+    /// the VM.
+    fn of(answer: Result<AgentVm, AgentError>) -> Self {
+        match answer {
+            Ok(vm) => Self::Booted(vm),
+            Err(error) => Self::of_error(error),
+        }
+    }
+
+    fn of_error(error: AgentError) -> Self {
+        match error {
+            AgentError::Failed { status: 500, message } | AgentError::Refused { message, .. } => {
+                Self::Failed(message)
+            }
+            AgentError::NotFound => Self::Failed(error.to_string()),
+            error => Self::NoAnswer(error.to_string()),
+        }
+    }
+}
+
 /// The dispatcher as a caller of the VM service (its own key namespace).
 fn dispatcher() -> Caller {
     Caller {
@@ -65,7 +105,7 @@ fn dispatcher() -> Caller {
 /// Whether `vm` still awaits the work of `generation` named `action`.
 fn awaits(vm: &Vm, generation: u64, action: &str) -> bool {
     let status = match action {
-        "boot" => VmStatus::Provisioning,
+        "boot" | "fork" | "migrate" => VmStatus::Provisioning,
         "destroy" => VmStatus::Destroying,
         _ => return false,
     };
@@ -99,27 +139,47 @@ where
     async fn boot(
         &self,
         work: &Work,
-        (vm, host, operation): (VmId, HostId, OperationId),
+        named: (VmId, HostId, OperationId),
         agent: &AgentTarget,
     ) -> Result<Sent, ReconcileError> {
         let request: CreateVmRequest = serde_json::from_value(work.request["agent"].clone())
             .map_err(|error| retry("decode a boot request", &error))?;
-        let answer = match self.agents.create(agent, &request).await {
-            // Sent before, its answer lost: the VM is there, read it back. Anything but the
-            // VM itself is no answer (the VM may well be running): tried again later.
-            Err(AgentError::Exists) => match self.agents.get(agent, &request.name).await {
-                Ok(Some(found)) => Ok(found),
-                Ok(None) => {
-                    return Ok(Sent::Failed { detail: "the agent had the VM, then not".into() });
-                }
-                Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
+        let created = self.agents.create(agent, &request).await;
+        let answer = self.read_back(agent, &request.name, created).await;
+        self.record_boot(work, named, answer).await
+    }
+
+    /// What a boot's exchange means: a VM of that name already there (sent before, its
+    /// answer lost) is read back; anything but the VM itself from that read is no answer (the
+    /// VM may well be running): tried again later.
+    async fn read_back(
+        &self,
+        agent: &AgentTarget,
+        name: &str,
+        answer: Result<AgentVm, AgentError>,
+    ) -> BootAnswer {
+        match answer {
+            Err(AgentError::Exists) => match self.agents.get(agent, name).await {
+                Ok(Some(found)) => BootAnswer::Booted(found),
+                Ok(None) => BootAnswer::NoAnswer("the agent had the VM, then not".into()),
+                Err(error) => BootAnswer::NoAnswer(error.to_string()),
             },
-            other => other,
-        };
+            other => BootAnswer::of(other),
+        }
+    }
+
+    /// Records a boot's answer on the VM: booted, or failed for good (the VM service redacts
+    /// the detail and gives the room back), or nothing (tried again).
+    async fn record_boot(
+        &self,
+        work: &Work,
+        (vm, host, operation): (VmId, HostId, OperationId),
+        answer: BootAnswer,
+    ) -> Result<Sent, ReconcileError> {
         let key = |what: &str| format!("vm-dispatch:{}:{}:{what}", vm.0, work.generation);
         let caller = dispatcher();
         match answer {
-            Ok(booted) => {
+            BootAnswer::Booted(booted) => {
                 let url = VmUrl::parse("url", booted.url.as_str())
                     .or_else(|_| VmUrl::parse("url", format!("fc://{}", booted.vm_id)))
                     .map_err(|error| retry("read a boot's URL", &error))?;
@@ -128,17 +188,12 @@ where
                 recorded.await.map_err(|error| retry("record a boot", &error))?;
                 Ok(Sent::Delivered)
             }
-            // fuse's agent answers 500 when the boot failed and was rolled back, and refuses a
-            // request it cannot take (4xx): either is a definite failure. A 502, 503 or 504
-            // (a proxy, an overloaded agent) says nothing of the VM: tried again.
-            Err(
-                AgentError::Failed { status: 500, message } | AgentError::Refused { message, .. },
-            ) => {
+            BootAnswer::Failed(detail) => {
                 let failure = BootFailure {
                     reason: Reason::parse("reason", "BootFailed").expect("a valid reason"),
                     message: TenantMessage::parse("message", "the host could not boot the VM")
                         .expect("a valid message"),
-                    detail: OperatorDetail::new(&message),
+                    detail: OperatorDetail::new(&detail),
                 };
                 let key = key("failed");
                 let recorded =
@@ -146,7 +201,7 @@ where
                 recorded.await.map_err(|error| retry("record a failed boot", &error))?;
                 Ok(Sent::Refused)
             }
-            Err(error) => Ok(Sent::Failed { detail: error.to_string() }),
+            BootAnswer::NoAnswer(detail) => Ok(Sent::Failed { detail }),
         }
     }
 
@@ -203,6 +258,11 @@ where
             return Ok(None);
         }
         let (Some(terms), Some(host)) = (&stored.terms, stored.host()) else { return Ok(None) };
+        let (action, source) = match (action, stored.origin) {
+            ("boot", Some(VmOrigin::Fork { source })) => ("fork", Some(source)),
+            ("boot", Some(VmOrigin::Migration { source, .. })) => ("migrate", Some(source)),
+            (action, _) => (action, None),
+        };
         let spec = &terms.spec;
         let agent = CreateVmRequest {
             name: agent_name(vm),
@@ -220,7 +280,11 @@ where
             tenant: event.tenant_id.clone(),
             target: host.to_string(),
             action,
-            request: serde_json::json!({ "operation": operation.0, "agent": agent }),
+            request: serde_json::json!({
+                "operation": operation.0,
+                "agent": agent,
+                "source": source.map(|source| source.0),
+            }),
         }))
     }
 
@@ -242,13 +306,16 @@ where
         let named = (vm, host, OperationId(operation));
         match work.action.as_str() {
             "boot" => self.boot(work, named, &agent).await,
+            "fork" => self.fork(work, named, &agent).await,
+            "migrate" => self.migrate(work, named, &agent).await,
             "destroy" => self.destroy(work, named, &agent).await,
             _ => Ok(Sent::Moot),
         }
     }
 
-    /// A send is one or two exchanges with the agent and the recording of the answer.
+    /// A send is at most four exchanges with agents (a migration's snapshot, pull, boot and
+    /// read-back) and the recording of the answer.
     fn claim_hold(&self) -> Duration {
-        self.timeout * 2 + Duration::from_secs(10)
+        self.timeout * 4 + Duration::from_secs(10)
     }
 }
