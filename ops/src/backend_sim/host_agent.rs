@@ -59,20 +59,21 @@ impl HostAgent {
         self.snapshots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Boots a pretend VM named `name` (a create's, a fork's): 409 when one is there.
-    fn boot(&self, name: &str) -> Result<AgentVm, Response> {
+    /// Boots a pretend VM named `name` (a create's, a fork's) and answers it: 409 when one is
+    /// there.
+    fn boot(&self, name: &str) -> Response {
         if self.fail_boots {
-            return Err(text(StatusCode::INTERNAL_SERVER_ERROR, "firecracker exited during boot"));
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "firecracker exited during boot");
         }
         let id = sanitize(name);
         let mut vms = self.vms();
         if vms.contains_key(&id) {
-            return Err(text(StatusCode::CONFLICT, &format!("vm {id} already exists")));
+            return text(StatusCode::CONFLICT, &format!("vm {id} already exists"));
         }
         let port = 19_550 + vms.len() + 1;
         let vm = AgentVm { vm_id: id.clone(), url: format!("127.0.0.1:{port}") };
         vms.insert(id, vm.clone());
-        Ok(vm)
+        (StatusCode::OK, axum::Json(vm)).into_response()
     }
 
     /// Counts a request under `route`.
@@ -146,10 +147,7 @@ async fn create(State(agent): State<HostAgent>, headers: HeaderMap, body: String
     if seed.is_some_and(|seed| !agent.snapshots().contains_key(seed)) {
         return text(StatusCode::NOT_FOUND, "snapshot not found");
     }
-    match agent.boot(&request.name) {
-        Ok(vm) => (StatusCode::OK, axum::Json(vm)).into_response(),
-        Err(refused) => refused,
-    }
+    agent.boot(&request.name)
 }
 
 async fn list(

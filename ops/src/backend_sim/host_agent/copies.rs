@@ -93,10 +93,7 @@ pub async fn fork(
     if !agent.snapshots().contains_key(&request.snapshot_id) {
         return text(StatusCode::NOT_FOUND, "snapshot not found");
     }
-    match agent.boot(&request.name) {
-        Ok(vm) => (StatusCode::OK, axum::Json(vm)).into_response(),
-        Err(refused) => refused,
-    }
+    agent.boot(&request.name)
 }
 
 /// Agent to agent: the artifact's bytes, to the bearer of a grant for exactly this digest.
