@@ -278,7 +278,9 @@ where
                 .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
             let host = placement.host.clone();
             let (request, links) = run(placement)?;
-            match self.pipeline.execute_linked(request, &links).await {
+            // Boxed: a linked execution's future is large, and a create's nests it in a
+            // resolver's on a runtime worker's stack.
+            match Box::pin(self.pipeline.execute_linked(request, &links)).await {
                 Ok(outcome) => return Ok((outcome, retries)),
                 // Placement read the host stale (its Reserve refused), or kept losing races on
                 // it: read it as stored and place again.
@@ -501,7 +503,7 @@ where
         links: Vec<Box<dyn Link<S>>>,
     ) -> Result<VmOutcome> {
         let request = self.request(caller, tenant, vm, key, command)?;
-        let outcome = self.pipeline.execute_linked(request, &links).await?;
+        let outcome = Box::pin(self.pipeline.execute_linked(request, &links)).await?;
         Ok(VmOutcome { vm, outcome, replacements: 0 })
     }
 }

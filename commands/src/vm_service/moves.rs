@@ -226,7 +226,7 @@ where
             Placing::Fleet(hosts) => self.place_and_run(hosts, ask, run).await,
             Placing::Placed(placement) => {
                 let (request, links) = run(placement)?;
-                Ok((self.pipeline.execute_linked(request, &links).await?, 0))
+                Ok((Box::pin(self.pipeline.execute_linked(request, &links)).await?, 0))
             }
         }
     }

@@ -12,8 +12,8 @@ use crate::support::*;
 
 const REGISTER: &str =
     "mutation($input: RegisterHostInput!) { registerHost(input: $input) { id version } }";
-const CREATE: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id version cursor events { type } } }";
-const VM: &str = "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message destroyReason } }";
+pub(crate) const CREATE: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id version cursor events { type } } }";
+pub(crate) const VM: &str = "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message destroyReason } }";
 const REPORT: &str =
     "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { id version } }";
 
@@ -29,7 +29,7 @@ async fn register(server: &Server, host: &str, vm_count: i64) -> Value {
     register_at(server, host, vm_count, ("http://127.0.0.1:9", None)).await
 }
 
-async fn register_at(
+pub(crate) async fn register_at(
     server: &Server,
     host: &str,
     vm_count: i64,
@@ -45,12 +45,12 @@ async fn register_at(
     data(&answer)["registerHost"].clone()
 }
 
-fn create_input(key: &str, task: &str) -> Value {
+pub(crate) fn create_input(key: &str, task: &str) -> Value {
     json!({ "input": { "operationKey": key, "taskId": task, "cpus": 2, "ramMb": 2048, "storageGb": 10 } })
 }
 
 /// Waits (bounded) until the host projection has the host: placement reads its catalog.
-async fn wait_for_host(server: &Server, host: &str) {
+pub(crate) async fn wait_for_host(server: &Server, host: &str) {
     let operator = role_token(Role::Operator, None);
     eventually(&format!("host {host} being projected"), || async {
         let answer = server.graphql(&operator, "{ hosts { id state vmCount } }", json!({})).await;
@@ -215,21 +215,27 @@ async fn current_boot(server: &Server, id: &Value) -> String {
     row.get(0)
 }
 
-const AGENT_TOKEN: &str = "fc-agent-token-for-the-fleet-tests";
+pub(crate) const AGENT_TOKEN: &str = "fc-agent-token-for-the-fleet-tests";
 
 /// `leasehold backend-sim --host-agent`, running until dropped.
-struct Agent {
-    url: String,
+pub(crate) struct Agent {
+    pub(crate) url: String,
+    token: String,
     _child: tokio::process::Child,
     _dir: TempDir,
 }
 
 async fn start_agent(extra: &[&str]) -> Agent {
+    start_agent_with(AGENT_TOKEN, extra).await
+}
+
+/// An agent wanting `token`.
+pub(crate) async fn start_agent_with(token: &str, extra: &[&str]) -> Agent {
     use tokio::io::AsyncBufReadExt as _;
     let dir = TempDir(std::env::temp_dir().join(format!("lh-agent-{}", uuid::Uuid::now_v7())));
     std::fs::create_dir_all(&dir.0).expect("a directory");
     let token_file = dir.0.join("token");
-    std::fs::write(&token_file, AGENT_TOKEN).expect("written");
+    std::fs::write(&token_file, token).expect("written");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["backend-sim", "--host-agent", "--token-file"])
         .arg(&token_file)
@@ -248,11 +254,11 @@ async fn start_agent(extra: &[&str]) -> Agent {
     .expect("the agent says where it listens")
     .expect("a line");
     let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
-    Agent { url, _child: child, _dir: dir }
+    Agent { url, token: token.to_owned(), _child: child, _dir: dir }
 }
 
 /// Waits (bounded) until the tenant's VM is in `state`; its last answer.
-async fn wait_for_state(server: &Server, token: &str, id: &Value, state: &str) -> Value {
+pub(crate) async fn wait_for_state(server: &Server, token: &str, id: &Value, state: &str) -> Value {
     eventually(&format!("VM {id} becoming {state}"), || async {
         let answer = server.graphql(token, VM, json!({ "id": id })).await;
         (answer["data"]["vm"]["state"] == state).then_some(answer)
@@ -260,10 +266,10 @@ async fn wait_for_state(server: &Server, token: &str, id: &Value, state: &str) -
     .await
 }
 
-async fn agent_vms(agent: &Agent) -> Value {
+pub(crate) async fn agent_vms(agent: &Agent) -> Value {
     reqwest::Client::new()
         .get(format!("{}/v1/vm?prefix=lh-", agent.url))
-        .bearer_auth(AGENT_TOKEN)
+        .bearer_auth(&agent.token)
         .send()
         .await
         .expect("the agent answers")

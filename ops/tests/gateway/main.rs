@@ -7,6 +7,7 @@ mod callbacks;
 mod clients;
 mod dispatch;
 mod fleet;
+mod fleet_moves;
 mod inventory;
 mod leases;
 mod limits;

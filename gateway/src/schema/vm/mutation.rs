@@ -3,11 +3,14 @@
 
 use async_graphql::{Context, Object};
 use leasehold_commands::vm_input::{self, VmInput};
+use leasehold_commands::vm_service::MigrateOptions;
 use leasehold_domain::values::fleet::{HostId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail, Reason, TenantMessage};
 use leasehold_domain::vm::{BootFailure, Found, VmUrl};
 
-use super::types::{CreateVmInput, VmOperationInput, VmReportInput};
+use super::types::{
+    CreateVmInput, ForkVmInput, MigrateVmInput, VmCopyResult, VmOperationInput, VmReportInput,
+};
 use crate::auth::Role;
 use crate::errors::{ApiError, ApiResult};
 use crate::schema::command::{CommandResult, answer_on, caller_of};
@@ -76,6 +79,20 @@ fn secrets_of(
     Ok(named)
 }
 
+/// A copy's answer: its id, and the source's command result.
+async fn copy_result(
+    ctx: &Context<'_>,
+    source: VmId,
+    copied: leasehold_commands::vm_service::VmOutcome,
+) -> ApiResult<VmCopyResult> {
+    let outcome = copied.outcome;
+    let result = answer_on::<leasehold_domain::vm::VmError>(ctx, source.0.to_string(), async {
+        Ok(outcome)
+    })
+    .await?;
+    Ok(VmCopyResult { copy_id: copied.vm.0.to_string().into(), source: result })
+}
+
 /// The host a host agent's token names.
 fn agent_host<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a HostId> {
     let principal = require(ctx, &[Role::Agent], what)?;
@@ -112,6 +129,49 @@ impl VmMutation {
         let caller = caller_of(principal, None);
         let run = shared(ctx).vms.destroy(&caller, &input.operation_key, vm);
         answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+
+    /// Forks one of your running VMs (no GPU): the fork, a VM of its own for `taskId` with new
+    /// credentials (and the source's secrets), boots on the source's host from a snapshot of
+    /// it; the source runs on as it was. No room on that host is `INVALID_STATE`, naming the
+    /// gate.
+    async fn fork_vm(&self, ctx: &Context<'_>, input: ForkVmInput) -> ApiResult<VmCopyResult> {
+        let principal = require(ctx, &[Role::Tenant], "fork VMs")?;
+        let source = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let task = leasehold_domain::values::fleet::TaskId::parse("taskId", &input.task_id)
+            .map_err(ApiError::from_field)?;
+        let caller = caller_of(principal, None);
+        let forked = shared(ctx).vms.fork(&caller, &input.operation_key, source, &task).await?;
+        copy_result(ctx, source, forked).await
+    }
+
+    /// Migrates one of your running VMs (no GPU) to `targetHostId`, or to a host of its backend
+    /// other than its own: a copy (new credentials) boots there from a snapshot of it, and the
+    /// VM is destroyed once the copy booted; if the copy fails the VM runs on untouched. A
+    /// live migration needs another host and a backend that moves memory between hosts
+    /// (none does yet: refused, never done cold); lazy needs live and huge pages.
+    async fn migrate_vm(
+        &self,
+        ctx: &Context<'_>,
+        input: MigrateVmInput,
+    ) -> ApiResult<VmCopyResult> {
+        let principal = require(ctx, &[Role::Tenant], "migrate VMs")?;
+        let source = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let target = input
+            .target_host_id
+            .as_deref()
+            .map(|host| HostId::parse("targetHostId", host))
+            .transpose()
+            .map_err(ApiError::from_field)?;
+        let options = MigrateOptions {
+            target,
+            live: input.live.unwrap_or(false),
+            lazy: input.lazy.unwrap_or(false),
+        };
+        let caller = caller_of(principal, None);
+        let moved =
+            shared(ctx).vms.migrate(&caller, &input.operation_key, source, &options).await?;
+        copy_result(ctx, source, moved).await
     }
 
     /// Drains one of your running VMs: it takes no new work (there is no undrain).

@@ -204,3 +204,39 @@ pub struct VmReportInput {
     /// Operator detail (a failure report), never shown to the tenant.
     pub detail: Option<String>,
 }
+
+/// Forks one of your running VMs.
+#[derive(Debug, Clone, InputObject)]
+pub struct ForkVmInput {
+    /// The VM to fork (running, no GPU).
+    pub vm_id: ID,
+    /// The fork's own task (one VM per task).
+    pub task_id: String,
+    /// Your idempotency key.
+    pub operation_key: String,
+}
+
+/// Migrates one of your running VMs.
+#[derive(Debug, Clone, InputObject)]
+pub struct MigrateVmInput {
+    /// The VM to migrate (running, no GPU).
+    pub vm_id: ID,
+    /// The host to move it to; none: a host of its backend other than its own.
+    pub target_host_id: Option<String>,
+    /// Carry the guest's memory across (never falls back to a cold move).
+    pub live: Option<bool>,
+    /// Resume before the memory has arrived (needs live and a VM booted with huge pages).
+    pub lazy: Option<bool>,
+    /// Your idempotency key.
+    pub operation_key: String,
+}
+
+/// A fork's or a migration's answer: the copy, and the source's command.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct VmCopyResult {
+    /// The copy: a VM of its own, provisioning.
+    pub copy_id: ID,
+    /// The command on the source (`VmForked`, `VmMigrating`), whose cursor also covers the
+    /// copy's creation.
+    pub source: crate::schema::command::CommandResult,
+}

@@ -1,0 +1,102 @@
+//! Forks and migrations through a real `leasehold serve` and two simulated host agents (each
+//! with its own token): a fork boots beside its source on the source's agent; a migration's
+//! copy boots on the other agent from a snapshot the target pulled from the source's (with a
+//! grant of the source host's token), then the source is destroyed there; a copy that fails
+//! leaves its source running as it was.
+
+use serde_json::{Value, json};
+
+use crate::backend::eventually;
+use crate::fleet::{
+    AGENT_TOKEN, Agent, CREATE, agent_vms, create_input, register_at, start_agent_with,
+    wait_for_host, wait_for_state,
+};
+use crate::support::*;
+
+const OTHER_TOKEN: &str = "fc-agent-token-of-the-second-host";
+const FORK: &str = "mutation($input: ForkVmInput!) { forkVm(input: $input) { copyId source { id events { type } } } }";
+const MIGRATE: &str = "mutation($input: MigrateVmInput!) { migrateVm(input: $input) { copyId source { id events { type } } } }";
+
+/// Two hosts, each with its own agent; a VM of acme's running on agent-1.
+async fn fleet_with_a_running_vm(second: &[&str]) -> (Server, Agent, Agent, Value) {
+    let (one, two) =
+        (start_agent_with(AGENT_TOKEN, &[]).await, start_agent_with(OTHER_TOKEN, second).await);
+    let server = Server::start().await;
+    register_at(&server, "agent-1", 4, (&one.url, Some(AGENT_TOKEN))).await;
+    register_at(&server, "agent-2", 4, (&two.url, Some(OTHER_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    wait_for_host(&server, "agent-2").await;
+    let acme = tenant_token("acme");
+    let mut input = create_input("c-1", "build-1");
+    input["input"]["hostId"] = json!("agent-1");
+    let created = server.graphql(&acme, CREATE, input).await;
+    let id = data(&created)["createVm"]["id"].clone();
+    wait_for_state(&server, &acme, &id, "running").await;
+    (server, one, two, id)
+}
+
+fn names(listed: &Value) -> Vec<String> {
+    let vms = listed["vms"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> =
+        vms.iter().filter_map(|vm| vm["vm_id"].as_str().map(str::to_owned)).collect();
+    names.sort();
+    names
+}
+
+fn agent_name(id: &Value) -> String {
+    format!("lh-{}", id.as_str().expect("an id"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_boots_beside_its_source_and_a_migration_moves_it_to_the_other_host() {
+    let (server, one, two, source) = fleet_with_a_running_vm(&[]).await;
+    let acme = tenant_token("acme");
+    let input =
+        json!({ "input": { "vmId": source, "taskId": "build-1-fork", "operationKey": "f-1" } });
+    let forked = server.graphql(&acme, FORK, input).await;
+    let forked = &data(&forked)["forkVm"];
+    assert_eq!(forked["source"]["events"], json!([{ "type": "VmForked" }]), "{forked}");
+    let fork = forked["copyId"].clone();
+    let running = wait_for_state(&server, &acme, &fork, "running").await;
+    assert_eq!(running["data"]["vm"]["hostId"], "agent-1");
+    let mut beside = vec![agent_name(&source), agent_name(&fork)];
+    beside.sort();
+    assert_eq!(names(&agent_vms(&one).await), beside, "the fork runs beside its source");
+
+    let input = json!({ "input": { "vmId": source, "operationKey": "m-1" } });
+    let moved = server.graphql(&acme, MIGRATE, input).await;
+    let moved = &data(&moved)["migrateVm"];
+    assert_eq!(moved["source"]["events"], json!([{ "type": "VmMigrating" }]), "{moved}");
+    let copy = moved["copyId"].clone();
+    let running = wait_for_state(&server, &acme, &copy, "running").await;
+    assert_eq!(running["data"]["vm"]["hostId"], "agent-2");
+    assert_eq!(running["data"]["vm"]["taskId"], "build-1", "the task moves with its VM");
+    let gone = wait_for_state(&server, &acme, &source, "destroyed").await;
+    assert_eq!(gone["data"]["vm"]["destroyReason"], "migrated");
+    assert_eq!(names(&agent_vms(&two).await), vec![agent_name(&copy)]);
+    eventually("the source gone from its agent", || async {
+        (names(&agent_vms(&one).await) == vec![agent_name(&fork)]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_whose_copy_fails_leaves_its_source_running_as_it_was() {
+    let (server, one, _two, source) = fleet_with_a_running_vm(&["--fail-boots"]).await;
+    let acme = tenant_token("acme");
+    let before = wait_for_state(&server, &acme, &source, "running").await;
+    let input =
+        json!({ "input": { "vmId": source, "operationKey": "m-1", "targetHostId": "agent-2" } });
+    let moved = server.graphql(&acme, MIGRATE, input).await;
+    let copy = data(&moved)["migrateVm"]["copyId"].clone();
+    let failed = wait_for_state(&server, &acme, &copy, "failed").await;
+    assert_eq!(failed["data"]["vm"]["reason"], "BootFailed");
+    let after = wait_for_state(&server, &acme, &source, "running").await;
+    assert_eq!(after["data"]["vm"]["url"], before["data"]["vm"]["url"]);
+    assert_eq!(names(&agent_vms(&one).await), vec![agent_name(&source)]);
+    // Live is refused before anything is appended: no agent moves memory between hosts.
+    let live = json!({ "input": { "vmId": source, "operationKey": "m-2", "live": true } });
+    let refused = server.graphql(&acme, MIGRATE, live).await;
+    assert_eq!(code(&refused), Some("INVALID_STATE"), "{refused}");
+    assert!(refused.to_string().contains("never falls back to a cold one"), "{refused}");
+}
