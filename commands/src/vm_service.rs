@@ -407,6 +407,22 @@ where
         self.run(caller, owner, vm, key, command, links).await
     }
 
+    /// A host's agent reports `vm` used (an exec, an attach): the idle reaper counts from
+    /// it. Recorded at most once a minute.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for a VM not on `host`; otherwise as the pipeline.
+    pub async fn record_activity(
+        &self,
+        caller: &Caller,
+        host: &HostId,
+        key: &str,
+        vm: VmId,
+    ) -> Result<VmOutcome> {
+        let (owner, _) = self.on_host(host, vm).await?;
+        self.run(caller, owner, vm, key, VmCommand::RecordActivity, Vec::new()).await
+    }
+
     /// A reconciler's strike on `vm` (stuck or idle), or its clearing (`None`).
     ///
     /// # Errors

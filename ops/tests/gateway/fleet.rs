@@ -105,6 +105,13 @@ async fn a_tenant_creates_reads_and_destroys_its_vm_and_the_agent_reports_on_it(
     let forged = server.graphql(&acme, REPORT, json!({ "input": { "vmId": created["id"], "operationKey": "b-3", "operationId": uuid::Uuid::nil().to_string(), "url": "x:1" } })).await;
     assert_eq!(code(&forged), Some("FORBIDDEN"), "{forged}");
 
+    // Its agent reports it used; a tenant cannot.
+    let activity = "mutation($input: VmOperationInput!) { reportVmActivity(input: $input) { events { type } } }";
+    let used = json!({ "input": { "vmId": created["id"], "operationKey": "u-1" } });
+    let reported = server.graphql(&host_agent("agent-1"), activity, used.clone()).await;
+    assert_eq!(data(&reported)["reportVmActivity"]["events"], json!([{ "type": "VmActive" }]));
+    assert_eq!(code(&server.graphql(&acme, activity, used).await), Some("FORBIDDEN"));
+
     let destroyed = server
         .graphql(
             &acme,

@@ -271,6 +271,22 @@ impl VmMutation {
         answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
     }
 
+    /// A host agent reports a VM of its host used (an exec, an attach into it): a VM with an
+    /// idle timeout is idle only that long after its last recorded use. Recorded at most once
+    /// a minute (a report within it changes nothing).
+    async fn report_vm_activity(
+        &self,
+        ctx: &Context<'_>,
+        input: VmOperationInput,
+    ) -> ApiResult<CommandResult> {
+        let host = agent_host(ctx, "report on VMs")?;
+        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
+        let caller = caller_of(principal, None);
+        let run = shared(ctx).vms.record_activity(&caller, host, &input.operation_key, vm);
+        answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
+    }
+
     /// A host agent confirms a VM of its host gone after its destroy: its room is given back.
     async fn confirm_vm_removed(
         &self,

@@ -154,3 +154,30 @@ async fn a_retried_create_answers_its_first_outcome_whatever_the_fleet_is_now() 
     let changed = vms.create(&tenant("acme"), "c-1", (&task("t"), bigger), &no_secrets()).await;
     assert!(matches!(changed, Err(CommandError::IdempotencyConflict)), "{changed:?}");
 }
+
+#[tokio::test]
+async fn a_vms_activity_is_recorded_at_most_once_a_minute_by_its_hosts_agent_only() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
+    let created = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
+    let host1 = host_id("agent-1");
+    let early = vms.record_activity(&agent(), &host1, "a-0", created.vm).await;
+    assert!(
+        matches!(early, Err(CommandError::Refused(VmError::InvalidState { .. }))),
+        "a VM still booting is not in use: {early:?}"
+    );
+    let boot = vms.owned(created.vm).await.expect("stored").1.operation.expect("a boot");
+    vms.report_booted(&agent(), &host1, "b-1", created.vm, (boot, url())).await.expect("booted");
+    let first = vms.record_activity(&agent(), &host1, "a-1", created.vm).await.expect("recorded");
+    assert_eq!(first.outcome.event_types, ["VmActive"]);
+    let (_, stored) = vms.owned(created.vm).await.expect("stored");
+    assert!(stored.last_activity.is_some());
+    let again = vms.record_activity(&agent(), &host1, "a-2", created.vm).await.expect("ok");
+    assert!(again.outcome.event_types.is_empty(), "within the minute: nothing");
+    let elsewhere = vms.record_activity(&agent(), &host_id("agent-2"), "a-3", created.vm).await;
+    assert!(matches!(elsewhere, Err(CommandError::NotFound)), "{elsewhere:?}");
+}
