@@ -51,7 +51,11 @@ kinds!(
 // Every subscription.
 #[derive(Debug, Default, MergedSubscription)]
 #[graphql(name = "Subscription")]
-pub struct SubscriptionRoot(subscription::LogSubscription, lease::LeaseSubscription);
+pub struct SubscriptionRoot(
+    subscription::LogSubscription,
+    lease::LeaseSubscription,
+    vm::VmSubscription,
+);
 
 /// The gateway's schema.
 pub type LeaseholdSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

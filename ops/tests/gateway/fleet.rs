@@ -17,7 +17,7 @@ pub(crate) const VM: &str = "query($id: ID!) { vm(id: $id) { id taskId state tas
 const REPORT: &str =
     "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { id version } }";
 
-fn host_agent(host: &str) -> String {
+pub(crate) fn host_agent(host: &str) -> String {
     secret().mint_host_agent(
         "agent-1",
         &HostId::parse("host", host).expect("valid"),
@@ -25,7 +25,7 @@ fn host_agent(host: &str) -> String {
     )
 }
 
-async fn register(server: &Server, host: &str, vm_count: i64) -> Value {
+pub(crate) async fn register(server: &Server, host: &str, vm_count: i64) -> Value {
     register_at(server, host, vm_count, ("http://127.0.0.1:9", None)).await
 }
 

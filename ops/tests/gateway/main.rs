@@ -17,4 +17,5 @@ mod socket;
 mod subscriptions;
 mod support;
 mod tls;
+mod vm_work;
 mod work;

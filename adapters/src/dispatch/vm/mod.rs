@@ -58,6 +58,69 @@ impl<S, C, V> VmDispatch<S, C, V> {
     }
 }
 
+/// The work an event of a VM starts: its action and generation.
+pub fn started_work(event: &VmEvent) -> Option<(&'static str, u64)> {
+    match event {
+        VmEvent::VmScheduled { generation, .. } => Some(("boot", *generation)),
+        VmEvent::VmDestroying { generation, .. } => Some(("destroy", *generation)),
+        _ => None,
+    }
+}
+
+/// A piece of a VM's work for its host's agent: what the dispatcher sends, and what a host's
+/// agent that takes its work (`vmWork`) is handed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmWork {
+    /// The host whose agent carries it out.
+    pub host: HostId,
+    /// `boot`, `fork`, `migrate` or `destroy`.
+    pub action: &'static str,
+    /// The work's generation on the VM.
+    pub generation: u64,
+    /// The operation its report names.
+    pub operation: OperationId,
+    /// `operation`, `agent` (the boot's `POST /v1/vm` body, as fuse's client sends it) and
+    /// `source` (a fork's or migration's source VM, else null). Never a credential.
+    pub request: serde_json::Value,
+}
+
+/// The work `event` of `vm` started, if `stored` (the VM as stored now) still awaits it: a
+/// reader of old history is handed nothing settled.
+pub fn work_of(vm: VmId, event: &VmEvent, stored: &Vm) -> Option<VmWork> {
+    let (action, generation) = started_work(event)?;
+    let operation = match event {
+        VmEvent::VmScheduled { operation, .. } | VmEvent::VmDestroying { operation, .. } => {
+            *operation
+        }
+        _ => return None,
+    };
+    if !awaits(stored, generation, action) {
+        return None;
+    }
+    let (Some(terms), Some(host)) = (&stored.terms, stored.host()) else { return None };
+    let (action, source) = match (action, stored.origin) {
+        ("boot", Some(VmOrigin::Fork { source })) => ("fork", Some(source)),
+        ("boot", Some(VmOrigin::Migration { source, .. })) => ("migrate", Some(source)),
+        (action, _) => (action, None),
+    };
+    let spec = &terms.spec;
+    let agent = CreateVmRequest {
+        name: agent_name(vm),
+        cpus: spec.cpus,
+        memory_mb: spec.ram_mb,
+        storage_gb: spec.storage_gb,
+        region: spec.region.as_ref().map(ToString::to_string).unwrap_or_default(),
+        image: spec.image.as_ref().map(ToString::to_string),
+        seed_snapshot: spec.seed.as_ref().map(ToString::to_string),
+    };
+    let request = serde_json::json!({
+        "operation": operation.0,
+        "agent": agent,
+        "source": source.map(|source| source.0),
+    });
+    Some(VmWork { host: host.clone(), action, generation, operation, request })
+}
+
 /// What a boot's exchanges (a plain boot's, a fork's, a migration's) came to.
 #[derive(Debug)]
 enum BootAnswer {
@@ -240,51 +303,22 @@ where
         let Ok(decoded) = VmEvent::from_stored(event.event_type.as_str(), &event.payload) else {
             return Ok(None);
         };
-        let (action, generation, operation) = match &decoded {
-            VmEvent::VmScheduled { operation, generation, .. } => ("boot", *generation, *operation),
-            VmEvent::VmDestroying { operation, generation, .. } => {
-                ("destroy", *generation, *operation)
-            }
-            _ => return Ok(None),
-        };
+        let Some((_, generation)) = started_work(&decoded) else { return Ok(None) };
         let Some(vm) = VmId::of_stream(&event.stream_id) else { return Ok(None) };
         let (_, stored) = match self.vms.owned(vm).await {
             Ok(found) => found,
             Err(leasehold_commands::CommandError::NotFound) => return Ok(None),
             Err(error) => return Err(retry("read a VM", &error)),
         };
-        // Only work the VM still awaits: a dispatcher reading old history sends nothing.
-        if !awaits(&stored, generation, action) {
-            return Ok(None);
-        }
-        let (Some(terms), Some(host)) = (&stored.terms, stored.host()) else { return Ok(None) };
-        let (action, source) = match (action, stored.origin) {
-            ("boot", Some(VmOrigin::Fork { source })) => ("fork", Some(source)),
-            ("boot", Some(VmOrigin::Migration { source, .. })) => ("migrate", Some(source)),
-            (action, _) => (action, None),
-        };
-        let spec = &terms.spec;
-        let agent = CreateVmRequest {
-            name: agent_name(vm),
-            cpus: spec.cpus,
-            memory_mb: spec.ram_mb,
-            storage_gb: spec.storage_gb,
-            region: spec.region.as_ref().map(ToString::to_string).unwrap_or_default(),
-            image: spec.image.as_ref().map(ToString::to_string),
-            seed_snapshot: spec.seed.as_ref().map(ToString::to_string),
-        };
+        let Some(work) = work_of(vm, &decoded, &stored) else { return Ok(None) };
         Ok(Some(Intent {
             stream: event.stream_id.clone(),
             generation,
             event_id: event.event_id,
             tenant: event.tenant_id.clone(),
-            target: host.to_string(),
-            action,
-            request: serde_json::json!({
-                "operation": operation.0,
-                "agent": agent,
-                "source": source.map(|source| source.0),
-            }),
+            target: work.host.to_string(),
+            action: work.action,
+            request: work.request,
         }))
     }
 

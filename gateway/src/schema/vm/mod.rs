@@ -1,14 +1,17 @@
 //! The VM kind in GraphQL: tenants create, drain, destroy and complete their VMs and read
-//! them; host agents report on the VMs of their own host. Merged into the roots
+//! them; host agents report on the VMs of their own host and, when the dispatcher does not
+//! call them, take their host's work (`vmWork`). Merged into the roots
 //! (`schema/mod.rs`).
 
 mod mutation;
 mod query;
 mod types;
+mod work;
 
 pub use mutation::VmMutation;
 pub use query::VmQuery;
 pub use types::*;
+pub use work::VmSubscription;
 
 use crate::reads::KindReads;
 

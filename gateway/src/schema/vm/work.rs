@@ -1,0 +1,132 @@
+//! `vmWork`: the work of a host Leasehold does not call (no agent token registered for it: it
+//! is behind NAT, or its agent prefers to pull), for that host's agent to take. Each item is
+//! what the dispatcher would have sent — the action (`boot`, `fork`, `migrate`, `destroy`), the
+//! operation its report names, and the boot's `POST /v1/vm` body as fuse's client sends it,
+//! with a fork's or migration's source — and the agent answers with the reports every host
+//! agent makes (`reportVmBoot`, `confirmVmRemoved`), fenced by that operation.
+//!
+//! Host agents only (the token names the host), their host's VMs only; a host whose agent
+//! the dispatcher calls cannot take its work here. Items come in log order from a cursor
+//! (without one, from the start of the log), resuming with no gap and no duplicate (the same
+//! feed as `lifecycleEvents`); only work its VM still awaits is delivered.
+
+use async_graphql::{Context, ID, SimpleObject, Subscription};
+use futures_util::Stream;
+use leasehold_adapters::dispatch::vm::{started_work, work_of};
+use leasehold_domain::values::fleet::{HostId, VmId};
+use leasehold_domain::vm::{Vm, VmEvent};
+use leasehold_domain::{Cursor, DomainEvent as _, RecordedEvent};
+
+use crate::auth::{Principal, Role};
+use crate::cursor::CursorKind;
+use crate::errors::{ApiError, ApiResult};
+use crate::live::feed::{Feed, Scope};
+use crate::schema::events::after_of;
+use crate::schema::{require, shared};
+use crate::state::Inner;
+
+/// The VM's subscriptions.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct VmSubscription;
+
+/// One piece of a host's VM work.
+#[derive(Debug, Clone, SimpleObject)]
+pub struct VmWorkItem {
+    /// Where it is in the log: pass it as `after` to resume after it.
+    pub cursor: String,
+    /// The VM.
+    pub vm_id: ID,
+    /// `boot`, `fork`, `migrate` or `destroy`.
+    pub action: String,
+    /// The work's generation on the VM.
+    pub generation: u64,
+    /// The operation to name in the report.
+    pub operation_id: ID,
+    /// `agent`: the boot's body (`name`, `cpus`, `memory_mb`, `storage_gb`, `region`, `image`,
+    /// `seed_snapshot`); `source`: a fork's or migration's source VM. Never a credential.
+    pub request: async_graphql::Json<serde_json::Value>,
+}
+
+#[Subscription]
+impl VmSubscription {
+    /// The VM work of your host (host agents whose host the dispatcher does not call), in
+    /// log order, then live. With `after` (a cursor this subscription gave you), from after
+    /// it; without it, from the start of the log. Either way only work still awaited is
+    /// delivered.
+    async fn vm_work(
+        &self,
+        ctx: &Context<'_>,
+        after: Option<String>,
+    ) -> Result<impl Stream<Item = Result<VmWorkItem, ApiError>> + use<>, ApiError> {
+        let principal = require(ctx, &[Role::Agent], "subscribe to VM work")?.clone();
+        let host = principal.host.clone().ok_or_else(|| ApiError::forbidden("take VM work"))?;
+        let state = shared(ctx);
+        if state.vault.host_token(&host).await?.is_some() {
+            return Err(ApiError::bad_input(format!(
+                "host {host} has an agent token: the dispatcher calls its agent, which takes \
+                 no work here"
+            )));
+        }
+        let scope = Scope {
+            stream_types: vec!["vm".into()],
+            event_types: vec!["VmScheduled".into(), "VmDestroying".into()],
+            ..Scope::default()
+        };
+        // Subscribed to the hub before the start is fixed, so nothing falls between.
+        let live = state.hub.subscribe();
+        let start = after_of(ctx, after.as_deref())?.unwrap_or(Cursor::START);
+        let feed = Feed::new(state.store.clone(), live, scope, start);
+        let app = ctx.data_unchecked::<crate::AppState>().clone();
+        let subscriber = (principal, host);
+        Ok(futures_util::stream::unfold(Some(feed), move |feed| {
+            let (app, subscriber) = (app.clone(), subscriber.clone());
+            async move {
+                let mut feed = feed?;
+                loop {
+                    let event = match feed.next().await {
+                        Ok(Some(event)) => event,
+                        Ok(None) => return None,
+                        // Reported once; the agent resumes from its last cursor.
+                        Err(error) => return Some((Err(ApiError::from(error)), None)),
+                    };
+                    match item_of(&app.inner, &subscriber, event).await {
+                        Ok(Some(item)) => return Some((Ok(item), Some(feed))),
+                        Ok(None) => {}
+                        Err(error) => return Some((Err(error), None)),
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// The work `event` started, if it is for this subscriber's host and still awaited.
+async fn item_of(
+    state: &Inner,
+    (principal, host): &(Principal, HostId),
+    event: RecordedEvent,
+) -> ApiResult<Option<VmWorkItem>> {
+    let Ok(decoded) = VmEvent::from_stored(event.event_type.as_str(), &event.payload) else {
+        return Ok(None);
+    };
+    if started_work(&decoded).is_none() {
+        return Ok(None);
+    }
+    let Some(vm) = VmId::of_stream(&event.stream_id) else { return Ok(None) };
+    let Some((_, _, stored)) = state.vms.pipeline().state::<Vm>(&event.stream_id).await? else {
+        return Ok(None);
+    };
+    let Some(work) = work_of(vm, &decoded, &stored) else { return Ok(None) };
+    if &work.host != host {
+        return Ok(None);
+    }
+    let scope = principal.cursor_scope();
+    Ok(Some(VmWorkItem {
+        cursor: state.cursors.seal(CursorKind::Log, &scope, &event.cursor.to_string()),
+        vm_id: ID(vm.0.to_string()),
+        action: work.action.to_string(),
+        generation: work.generation,
+        operation_id: ID(work.operation.0.to_string()),
+        request: async_graphql::Json(work.request),
+    }))
+}
