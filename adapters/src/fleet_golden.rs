@@ -93,6 +93,7 @@ fn vm() -> (TenantId, Vm) {
             source: VmId(Uuid::from_u128(4)),
             live: true,
             lazy: false,
+            running_since: Some(at(1)),
         }),
         migration: Some(Migration {
             to: VmId(Uuid::from_u128(5)),

@@ -96,3 +96,11 @@ pub const DISPATCH_RETRY_FIRST_MILLISECONDS: u64 = 1_000;
 
 /// A dispatcher's longest wait between attempts.
 pub const DISPATCH_RETRY_MAX_MILLISECONDS: u64 = 60_000;
+
+/// How long a host agent's snapshot may take: fuse's agent gives firecracker's snapshot API
+/// 600 s (`FC_AGENT_SNAPSHOT_API_TIMEOUT`), plus the copy and hash of the rootfs.
+pub const HOST_AGENT_SNAPSHOT_SECONDS: u64 = 660;
+
+/// How long a host agent's artifact pull from a peer may take: fuse's agent allows a whole
+/// transfer 1800 s.
+pub const HOST_AGENT_ARTIFACT_PULL_SECONDS: u64 = 1_860;

@@ -171,6 +171,21 @@ impl CredentialVault for PgCredentialVault {
         Ok(())
     }
 
+    async fn called_hosts(
+        &self,
+    ) -> Result<std::collections::BTreeSet<leasehold_domain::values::fleet::HostId>, StoreError>
+    {
+        let client = self.store.client().await?;
+        let rows = client
+            .query("SELECT host_id FROM host_tokens", &[])
+            .await
+            .map_err(|error| from_driver(error, self.store.endpoint()))?;
+        let ids = rows.iter().map(|row| row.get::<_, &str>(0));
+        Ok(ids
+            .filter_map(|id| leasehold_domain::values::fleet::HostId::parse("host", id).ok())
+            .collect())
+    }
+
     async fn open(
         &self,
         reference: CredentialRef,

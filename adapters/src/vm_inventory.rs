@@ -39,6 +39,9 @@ pub struct VmInventoryPolicy {
     pub sweep_every: TimeDelta,
     /// How long after its scheduling a provisioning VM may be absent (its boot in flight).
     pub boot_grace: TimeDelta,
+    /// The same for a fork's or migration's copy, whose boot waits for a snapshot and, for a
+    /// migration, its transfer to the target.
+    pub copy_grace: TimeDelta,
     /// Failed destroys of one orphan, in a row, before it is dead-lettered.
     pub orphan_tries_max: u32,
 }
@@ -48,6 +51,13 @@ impl Default for VmInventoryPolicy {
         Self {
             sweep_every: TimeDelta::seconds(30),
             boot_grace: TimeDelta::minutes(3),
+            copy_grace: TimeDelta::seconds(
+                i64::try_from(
+                    crate::limits::HOST_AGENT_SNAPSHOT_SECONDS
+                        + crate::limits::HOST_AGENT_ARTIFACT_PULL_SECONDS,
+                )
+                .unwrap_or(i64::MAX),
+            ) + TimeDelta::minutes(3),
             orphan_tries_max: 5,
         }
     }
@@ -195,8 +205,12 @@ where
             }
             Some(_) => return Ok(()),
             None => {
+                let grace = match state.origin {
+                    Some(_) => self.policy.copy_grace,
+                    None => self.policy.boot_grace,
+                };
                 let in_flight = state.status == VmStatus::Provisioning
-                    && state.updated_at.is_some_and(|at| at + self.policy.boot_grace > now);
+                    && state.updated_at.is_some_and(|at| at + grace > now);
                 if in_flight {
                     return Ok(());
                 }

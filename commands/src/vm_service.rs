@@ -100,6 +100,12 @@ pub trait CredentialVault: Send + Sync {
         secrets: &std::collections::BTreeMap<String, String>,
     ) -> impl Future<Output = std::result::Result<(), StoreError>> + Send;
 
+    /// The hosts whose agents Leasehold calls (a token was registered for them); the others
+    /// take their work by subscription.
+    fn called_hosts(
+        &self,
+    ) -> impl Future<Output = std::result::Result<BTreeSet<HostId>, StoreError>> + Send;
+
     /// The credentials of `reference`, if its tenant kept any.
     fn open(
         &self,
@@ -196,7 +202,9 @@ where
         let tenant = own_tenant(caller)?;
         let vm = vm_of(tenant, task);
         let hash = caller_hash("vm", &vm.stream_id(), &CreateRequest { task, spec: &spec });
-        let credentials = CredentialRef(minted_id("vm-credentials", tenant, key));
+        // One reference per VM (not per key): a key reused for another task can never reach
+        // this VM's credentials.
+        let credentials = credentials_of(tenant, vm);
         let operation = OperationId(minted_id("vm-boot", tenant, key));
         let make = |placement| VmCommand::Create {
             vm,
@@ -554,6 +562,11 @@ async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
 fn tie_break(vm: VmId) -> u64 {
     let bytes = vm.0.as_bytes();
     u64::from_le_bytes(bytes[8..16].try_into().expect("eight bytes"))
+}
+
+/// The reference of `vm`'s credentials: one per VM.
+fn credentials_of(tenant: &TenantId, vm: VmId) -> CredentialRef {
+    CredentialRef(minted_id("vm-credentials", tenant, &vm.0.to_string()))
 }
 
 /// The VM a tenant's task runs on (one per task).

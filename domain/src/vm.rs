@@ -42,9 +42,12 @@
 //! | running, draining | RecordActivity | unchanged | VmActive, or — within 60 s of the last recorded one | — |
 //! | removed | any report (ReportBooted, ReportBootFailed, ConfirmRemoved, Recover) | unchanged | — (late reports are ignored) | — |
 //! | none | Create(origin: fork or migration) | provisioning | VmProvisioning, VmCopied (its origin), TaskAssigned, VmScheduled; linked: Reserve on the chosen host | as Create |
+//! | provisioning, a migration's copy | ReportBootFailed, Recover(missing) | as above | as above without TaskFailed: the task runs on at the source | — |
 //! | running | Fork(fork) | running | VmForked; linked: the fork's Create(origin fork), Reserve on the source's host | no GPU (`GpuNotCopyable`); any other status `InvalidState` |
 //! | running | Migrate(to, target, live, lazy) | running, migrating | VmMigrating; linked: the copy's Create(origin migration), Reserve on the target | no GPU; no migration in flight (`MigrationInFlight`); lazy needs live (`LazyNeedsLive`) and huge pages (`LazyNeedsHugePages`); live needs another host (`LiveNeedsOtherHost`); the same backend (`CrossBackend`); live only where the backend moves memory between hosts (`LiveUnsupported`: never a cold fallback); any other status `InvalidState` |
-//! | running, draining, migrating to `to` | FinishMigration(to) (linked from the copy's boot) | destroying | VmMigrated, VmDestroying (migrated) | — |
+//! | running, migrating | Drain, Destroy, CompleteTask | unchanged | refused | `InvalidState` (status `migrating`): its copy is booting; once the copy settles (booted: the source is destroyed; failed: it runs on), ask again |
+//! | running, migrating | Strike, ClearStrikes | unchanged | — (no reconcile judges it until its copy settles) | — |
+//! | running, migrating to `to` | FinishMigration(to) (linked from the copy's boot) | destroying | VmMigrated (its task moved), VmDestroying (migrated) | — |
 //! | any other | FinishMigration | unchanged | — (destroyed meanwhile: the copy runs on) | — |
 //! | migrating to `to` | AbandonMigration(to) (linked from the copy's failed boot) | unchanged, no longer migrating | VmMigrationAbandoned | — |
 //! | any other | AbandonMigration | unchanged | — | — |
@@ -69,7 +72,8 @@ use crate::values::{FieldError, OperationId, OperatorDetail, Reason, TenantMessa
 
 pub use events::{KIND, VmEvent};
 pub use moves::{
-    CopyKind, MigrateRequest, Migration, VmOrigin, copyable, migratable, moves_memory_between_hosts,
+    CopyKind, MigrateRequest, Migration, VmOrigin, check_migration, copyable, migratable,
+    moves_memory_between_hosts,
 };
 pub use values::{
     CredentialRef, ExposedPort, GuestPath, ImageName, Placement, PlacementPolicy, Protocol,
@@ -145,6 +149,8 @@ pub enum TaskStatus {
     Completed,
     /// Ended without completing.
     Failed,
+    /// Moved with its VM's migration: it runs on in the copy.
+    Moved,
 }
 
 /// Why a VM is being destroyed.
@@ -477,6 +483,15 @@ pub enum VmError {
         /// The backend's name.
         backend: &'static str,
     },
+    /// A migration to or from a host whose agent Leasehold does not call (it takes its work by
+    /// subscription): moving a VM needs both agents called.
+    #[error(
+        "host {host}'s agent takes its work by subscription: a migration needs Leasehold to call the agents of both hosts"
+    )]
+    HostNotCalled {
+        /// The host.
+        host: HostId,
+    },
     /// Placement found no host for it (decided before the VM's own command, and never
     /// recorded on its stream).
     #[error("no host can take the VM: {gate}")]
@@ -496,7 +511,8 @@ impl Refusal for VmError {
             | Self::NoHostFits { .. }
             | Self::GpuNotCopyable
             | Self::LazyNeedsHugePages
-            | Self::LiveUnsupported { .. } => RefusalKind::InvalidState,
+            | Self::LiveUnsupported { .. }
+            | Self::HostNotCalled { .. } => RefusalKind::InvalidState,
             Self::Fenced => RefusalKind::Fenced,
             Self::TaskAlreadyAssigned | Self::MigrationInFlight => RefusalKind::Conflict,
             Self::BadSpec(_)

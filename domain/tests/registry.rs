@@ -227,6 +227,7 @@ fn vm_samples() -> Vec<(&'static str, serde_json::Value)> {
             kind: CopyKind::Migration,
             live: true,
             lazy: true,
+            since: Some(at),
             at,
         },
         V::VmForked { fork: VmId(Uuid::from_u128(4)), at },

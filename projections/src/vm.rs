@@ -251,6 +251,7 @@ fn task_name(task: leasehold_domain::vm::TaskStatus) -> &'static str {
         T::Running => "running",
         T::Completed => "completed",
         T::Failed => "failed",
+        T::Moved => "moved",
     }
 }
 

@@ -170,7 +170,8 @@ impl HostAgentClient {
         request: &SnapshotRequest,
     ) -> Result<SnapshotTaken, AgentError> {
         let path = format!("/v1/vm/{vm_id}/snapshot");
-        self.exchange(agent, Method::POST, &path, Some(request)).await
+        let within = Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS);
+        self.exchange_within(agent, (Method::POST, &path), Some(request), Some(within)).await
     }
 
     /// `POST /v1/vm/{source}/fork`: a new VM on the same host from one of the source's
@@ -201,7 +202,8 @@ impl HostAgentClient {
         request: &ArtifactPullRequest,
     ) -> Result<ArtifactPulled, AgentError> {
         let path = format!("/v1/artifacts/{digest}/pull");
-        self.exchange(agent, Method::POST, &path, Some(request)).await
+        let within = Duration::from_secs(crate::limits::HOST_AGENT_ARTIFACT_PULL_SECONDS);
+        self.exchange_within(agent, (Method::POST, &path), Some(request), Some(within)).await
     }
 
     /// `GET /v1/capacity`: what the host has, as its agent probes it.
@@ -219,6 +221,18 @@ impl HostAgentClient {
         path: &str,
         body: Option<&B>,
     ) -> Result<reqwest::Response, AgentError> {
+        self.send_within(agent, (method, path), body, None).await
+    }
+
+    /// As `send`, taking at most `within` instead of the client's timeout when given (a
+    /// snapshot, an artifact transfer).
+    async fn send_within<B: Serialize>(
+        &self,
+        agent: &AgentTarget,
+        (method, path): (Method, &str),
+        body: Option<&B>,
+        within: Option<Duration>,
+    ) -> Result<reqwest::Response, AgentError> {
         let url = format!("{}{path}", agent.url.trim_end_matches('/'));
         let mut request = self
             .http
@@ -228,6 +242,9 @@ impl HostAgentClient {
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body).expect("requests serialize");
             request = request.body(bytes);
+        }
+        if let Some(within) = within {
+            request = request.timeout(within);
         }
         // The error's text may name the URL, never the token (a header).
         request
@@ -243,7 +260,17 @@ impl HostAgentClient {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, AgentError> {
-        let response = self.send(agent, method, path, body).await?;
+        self.exchange_within(agent, (method, path), body, None).await
+    }
+
+    async fn exchange_within<B: Serialize, T: DeserializeOwned>(
+        &self,
+        agent: &AgentTarget,
+        (method, path): (Method, &str),
+        body: Option<&B>,
+        within: Option<Duration>,
+    ) -> Result<T, AgentError> {
+        let response = self.send_within(agent, (method, path), body, within).await?;
         if !response.status().is_success() {
             return Err(failure(response).await);
         }

@@ -17,7 +17,7 @@ use leasehold_domain::values::fleet::HostBackend;
 use leasehold_domain::values::fleet::{HostId, TaskId, VmId};
 use leasehold_domain::vm::{
     CredentialRef, MigrateRequest, Placement, Vm, VmCommand, VmError, VmOrigin, VmSpec, copyable,
-    migratable,
+    migratable, moves_memory_between_hosts,
 };
 use serde::Serialize;
 
@@ -54,12 +54,11 @@ pub struct MigrateOptions {
     pub lazy: bool,
 }
 
-/// The copy of `source` placed on `host`: the source's shape, nothing of its placement.
-fn copy_spec(source: &VmSpec, host: &HostId) -> VmSpec {
+/// A copy's spec: its source's (shape, pin and label selectors alike), without its seed: a
+/// copy boots from the snapshot its host's agent takes of the source.
+fn copy_spec(source: &VmSpec) -> VmSpec {
     let mut spec = source.clone();
-    spec.pin = Some(host.clone());
     spec.seed = None;
-    spec.labels = leasehold_domain::values::fleet::Labels::default();
     spec
 }
 
@@ -84,34 +83,41 @@ where
     ) -> Result<VmOutcome> {
         let tenant = own_tenant(caller)?.clone();
         let stored = self.tenants_vm(&tenant, source).await?;
-        copyable(&stored, "fork").map_err(CommandError::Refused)?;
-        let (Some(terms), Some(host)) = (&stored.terms, stored.host()) else {
-            return Err(CommandError::Refused(invalid(&stored, "fork")));
-        };
         let fork = vm_of(&tenant, task);
         let hash = caller_hash("vm", &source.stream_id(), &ForkRequest { source, task });
         let copy = Replica {
             vm: fork,
             task: task.clone(),
-            credentials: CredentialRef(minted_id("vm-fork-credentials", &tenant, key)),
+            credentials: super::credentials_of(&tenant, fork),
             operation: OperationId(minted_id("vm-fork-boot", &tenant, key)),
             origin: VmOrigin::Fork { source },
         };
-        let spec = copy_spec(&terms.spec, host);
-        let placing = self.copy_placing(&tenant, &copy, terms.credentials).await?;
+        let run = |placement: Placement, spec: &VmSpec| {
+            let request =
+                self.request(caller, tenant.clone(), source, key, VmCommand::Fork { fork })?;
+            Ok((request.hashed_as(hash), self.copy_links(&copy, spec, placement)))
+        };
+        // A fork made already (a retry, or the task's VM): as it was placed, whatever the source
+        // is now, so that a retry answers its first outcome.
+        if let Some((placement, spec)) = self.existing_copy(fork).await? {
+            let (request, links) = run(placement, &spec)?;
+            return self.run_placed(request, &links, fork).await;
+        }
+        copyable(&stored, "fork").map_err(CommandError::Refused)?;
+        let (Some(terms), Some(host)) = (&stored.terms, stored.host()) else {
+            return Err(CommandError::Refused(invalid(&stored, "fork")));
+        };
+        let spec = copy_spec(&terms.spec);
+        self.seal_copy(&tenant, &copy, terms.credentials).await?;
+        let hosts = self.fresh_hosts().await?;
         let ask = Ask {
             demand: spec.demand(),
-            pin: spec.pin.clone(),
+            pin: Some(host.clone()),
             excluded: BTreeSet::new(),
             vm: fork,
         };
-        let (outcome, replacements) = self
-            .place_copy(placing, &ask, |placement| {
-                let command = VmCommand::Fork { fork };
-                let request = self.request(caller, tenant.clone(), source, key, command)?;
-                Ok((request.hashed_as(hash), self.copy_links(&copy, &spec, placement)))
-            })
-            .await?;
+        let (outcome, replacements) =
+            self.place_and_run(hosts, &ask, |placement| run(placement, &spec)).await?;
         Ok(VmOutcome { vm: fork, outcome, replacements })
     }
 
@@ -130,10 +136,6 @@ where
     ) -> Result<VmOutcome> {
         let tenant = own_tenant(caller)?.clone();
         let stored = self.tenants_vm(&tenant, source).await?;
-        migratable(&stored, options.live, options.lazy).map_err(CommandError::Refused)?;
-        let (Some(terms), Some(source_host)) = (&stored.terms, stored.host()) else {
-            return Err(CommandError::Refused(invalid(&stored, "migrate")));
-        };
         let to = VmId(minted_id("vm-migration", &tenant, key));
         let asked = MigrateAsk {
             source,
@@ -142,41 +144,54 @@ where
             lazy: options.lazy,
         };
         let hash = caller_hash("vm", &source.stream_id(), &asked);
+        let fleet = self.fresh_hosts().await?;
+        let source_backend = stored.host().map(|host| backend_of(&fleet, host));
+        let source_backend = source_backend.unwrap_or(HostBackend::Firecracker);
+        let running_since = stored.running_since;
+        // Every VM created has its terms: a stream without is not found.
+        let Some(terms) = stored.terms.clone() else { return Err(CommandError::NotFound) };
         let copy = Replica {
             vm: to,
             task: terms.task.clone(),
-            credentials: CredentialRef(minted_id("vm-migration-credentials", &tenant, key)),
+            credentials: super::credentials_of(&tenant, to),
             operation: OperationId(minted_id("vm-migration-boot", &tenant, key)),
-            origin: VmOrigin::Migration { source, live: options.live, lazy: options.lazy },
+            origin: VmOrigin::Migration {
+                source,
+                live: options.live,
+                lazy: options.lazy,
+                running_since,
+            },
         };
-        let mut placing = self.copy_placing(&tenant, &copy, terms.credentials).await?;
-        let fleet = self.fresh_hosts().await?;
-        let source_backend = backend_of(&fleet, source_host);
-        let mut excluded = BTreeSet::new();
-        if let (None, Placing::Fleet(hosts)) = (&options.target, &mut placing) {
-            // Placement's choice: another host, of the source's backend.
-            excluded.insert(source_host.clone());
-            hosts.retain(|host| fleet_backend(host) == Some(source_backend));
+        let run = |placement: Placement, spec: &VmSpec| {
+            let request = MigrateRequest {
+                to,
+                target: placement.host.clone(),
+                live: options.live,
+                lazy: options.lazy,
+                source_backend,
+                target_backend: backend_of(&fleet, &placement.host),
+            };
+            let command = VmCommand::Migrate { request: Box::new(request) };
+            let request = self.request(caller, tenant.clone(), source, key, command)?;
+            Ok((request.hashed_as(hash), self.copy_links(&copy, spec, placement)))
+        };
+        // A migration started already (a retry): as it was placed, whatever the source is now.
+        if let Some((placement, spec)) = self.existing_copy(to).await? {
+            let (request, links) = run(placement, &spec)?;
+            return self.run_placed(request, &links, to).await;
         }
-        let spec = terms.spec.clone();
-        let pin = options.target.clone();
-        let ask = Ask { demand: spec.demand(), pin, excluded, vm: to };
-        let (outcome, replacements) = self
-            .place_copy(placing, &ask, |placement| {
-                let request = MigrateRequest {
-                    to,
-                    target: placement.host.clone(),
-                    live: options.live,
-                    lazy: options.lazy,
-                    source_backend,
-                    target_backend: backend_of(&fleet, &placement.host),
-                };
-                let command = VmCommand::Migrate { request: Box::new(request) };
-                let request = self.request(caller, tenant.clone(), source, key, command)?;
-                let spec = copy_spec(&spec, &placement.host);
-                Ok((request.hashed_as(hash), self.copy_links(&copy, &spec, placement)))
-            })
-            .await?;
+        let Some(source_host) = stored.host() else {
+            return Err(CommandError::Refused(invalid(&stored, "migrate")));
+        };
+        let called = self.vault.called_hosts().await?;
+        let guards = Guards { source_host, source_backend, called: &called, fleet: &fleet };
+        guards.check(&stored, options).map_err(CommandError::Refused)?;
+        let spec = copy_spec(&terms.spec);
+        self.seal_copy(&tenant, &copy, terms.credentials).await?;
+        let ask = guards.ask(&spec, options, to);
+        let hosts = guards.candidates(options);
+        let (outcome, replacements) =
+            self.place_and_run(hosts, &ask, |placement| run(placement, &spec)).await?;
         Ok(VmOutcome { vm: to, outcome, replacements })
     }
 
@@ -189,46 +204,38 @@ where
         Ok(stored)
     }
 
-    /// Where a copy is placed from: its own placement if it exists already (a retry answers
-    /// its first outcome whatever the fleet is now), else the fleet, once the copy's
-    /// credentials are sealed (new ones, with the source's secrets).
-    async fn copy_placing(
+    /// The copy `vm` as it was created, if it was: its placement and spec.
+    async fn existing_copy(&self, vm: VmId) -> Result<Option<(Placement, VmSpec)>> {
+        let Some((_, _, existing)) = self.pipeline.state::<Vm>(&vm.stream_id()).await? else {
+            return Ok(None);
+        };
+        Ok(existing.placement.zip(existing.terms.map(|terms| terms.spec)))
+    }
+
+    /// Seals the copy's own credentials: a new auth token, the source's secrets.
+    async fn seal_copy(
         &self,
         tenant: &TenantId,
         copy: &Replica,
         source_credentials: CredentialRef,
-    ) -> Result<Placing> {
-        if let Some((_, _, existing)) = self.pipeline.state::<Vm>(&copy.vm.stream_id()).await?
-            && let Some(placement) = existing.placement
-        {
-            return Ok(Placing::Placed(placement));
-        }
+    ) -> Result<()> {
         let secrets = match self.vault.open(source_credentials, tenant).await? {
             Some(credentials) => credentials.secrets,
             None => BTreeMap::new(),
         };
         self.vault.keep(copy.credentials, tenant, &secrets).await?;
-        Ok(Placing::Fleet(self.fresh_hosts().await?))
+        Ok(())
     }
 
-    /// Runs what `run` makes of the copy's placement: placed again over the fleet, or as first
-    /// placed.
-    async fn place_copy<F>(
+    /// Runs a copy's command as first placed (its ledger answers a retry).
+    async fn run_placed(
         &self,
-        placing: Placing,
-        ask: &Ask,
-        run: F,
-    ) -> Result<(crate::CommandOutcome, u32)>
-    where
-        F: Fn(Placement) -> Result<(crate::CommandRequest<Vm>, Vec<Box<dyn Link<S>>>)>,
-    {
-        match placing {
-            Placing::Fleet(hosts) => self.place_and_run(hosts, ask, run).await,
-            Placing::Placed(placement) => {
-                let (request, links) = run(placement)?;
-                Ok((Box::pin(self.pipeline.execute_linked(request, &links)).await?, 0))
-            }
-        }
+        request: crate::CommandRequest<Vm>,
+        links: &[Box<dyn Link<S>>],
+        copy: VmId,
+    ) -> Result<VmOutcome> {
+        let outcome = Box::pin(self.pipeline.execute_linked(request, links)).await?;
+        Ok(VmOutcome { vm: copy, outcome, replacements: 0 })
     }
 
     /// The copy's creation on `placement` and its host's Reserve, as links of the source's
@@ -255,6 +262,69 @@ where
     }
 }
 
+/// What a migration's guards know before placement: the source's host and backend, the hosts
+/// Leasehold calls, the fleet.
+struct Guards<'a> {
+    source_host: &'a HostId,
+    source_backend: HostBackend,
+    called: &'a BTreeSet<HostId>,
+    fleet: &'a [Host],
+}
+
+impl Guards<'_> {
+    /// Every guard that can be decided before placement, in the domain's order, so that a
+    /// migration that can never happen is told so rather than that no host has room: the
+    /// source's own; with a target named, all of the target's; without, a live migration
+    /// where the backend cannot move memory. Then the hosts' agents must be called, and a
+    /// pinned VM stays on its pin.
+    fn check(&self, source: &Vm, options: &MigrateOptions) -> std::result::Result<(), VmError> {
+        migratable(source, options.live, options.lazy)?;
+        if let Some(target) = &options.target {
+            let request = MigrateRequest {
+                to: VmId(uuid::Uuid::nil()),
+                target: target.clone(),
+                live: options.live,
+                lazy: options.lazy,
+                source_backend: self.source_backend,
+                target_backend: backend_of(self.fleet, target),
+            };
+            leasehold_domain::vm::check_migration(source, &request)?;
+        } else if options.live && !moves_memory_between_hosts(self.source_backend) {
+            return Err(VmError::LiveUnsupported { backend: self.source_backend.name() });
+        }
+        for host in std::iter::once(self.source_host).chain(options.target.as_ref()) {
+            if !self.called.contains(host) {
+                return Err(VmError::HostNotCalled { host: host.clone() });
+            }
+        }
+        let pin = source.terms.as_ref().and_then(|terms| terms.spec.pin.as_ref());
+        if pin.is_some_and(|pin| options.target.as_ref() != Some(pin)) {
+            return Err(VmError::PinMismatch);
+        }
+        Ok(())
+    }
+
+    /// Where placement looks: the target named, or another host of the source's backend.
+    fn ask(&self, spec: &VmSpec, options: &MigrateOptions, to: VmId) -> Ask {
+        let mut excluded = BTreeSet::new();
+        if options.target.is_none() {
+            excluded.insert(self.source_host.clone());
+        }
+        Ask { demand: spec.demand(), pin: options.target.clone(), excluded, vm: to }
+    }
+
+    /// The hosts placement may choose from: with no target, those of the source's backend whose
+    /// agents Leasehold calls.
+    fn candidates(&self, options: &MigrateOptions) -> Vec<Host> {
+        let usable = |host: &&Host| {
+            options.target.is_some()
+                || (fleet_backend(host) == Some(self.source_backend)
+                    && host.id.as_ref().is_some_and(|id| self.called.contains(id)))
+        };
+        self.fleet.iter().filter(usable).cloned().collect()
+    }
+}
+
 /// The links a report on a copy's boot carries to its migration's source: finished by a boot,
 /// abandoned by a failure. A fork's boot touches its source not at all.
 pub(super) fn to_source<T>(
@@ -274,14 +344,6 @@ where
         VmCommand::AbandonMigration { to: copy }
     };
     vec![Box::new(LinkedCommand::<Vm>::new(source.stream_id(), command, Default::default()))]
-}
-
-/// Where a copy goes.
-enum Placing {
-    /// Placed over these hosts.
-    Fleet(Vec<Host>),
-    /// Where it was placed already.
-    Placed(Placement),
 }
 
 /// What a copy is made of, minted from the tenant and the caller's key.

@@ -29,6 +29,16 @@ pub(super) fn decide(vm: &Vm, command: &VmCommand, ctx: &Context<VmFacts>) -> De
         }
     }
     let invalid = || VmError::InvalidState { status: vm.status.name(), command: command.name() };
+    // A source whose copy is booting: what would end or change it waits for the copy.
+    if vm.migration.is_some() {
+        match command {
+            C::Drain | C::Destroy { .. } | C::CompleteTask { .. } => {
+                return Err(VmError::InvalidState { status: "migrating", command: command.name() });
+            }
+            C::Strike { .. } | C::ClearStrikes => return Ok(Vec::new()),
+            _ => {}
+        }
+    }
     match (vm.status, command) {
         (S::None, C::Create { vm: id, task, spec, credentials, placement, operation, origin }) => {
             check_create(spec, placement, &ctx.facts)?;
@@ -74,7 +84,7 @@ pub(super) fn decide(vm: &Vm, command: &VmCommand, ctx: &Context<VmFacts>) -> De
         (_, C::AbandonMigration { .. }) => Ok(Vec::new()),
         (S::Provisioning, C::ReportBooted { url, .. }) => Ok(booted(url, at)),
         (S::Running | S::Draining, C::ReportBooted { .. }) => Ok(Vec::new()),
-        (S::Provisioning, C::ReportBootFailed { failure, .. }) => Ok(boot_failed(failure, at)),
+        (S::Provisioning, C::ReportBootFailed { failure, .. }) => Ok(boot_failed(vm, failure, at)),
         (S::Running, C::Drain) => Ok(vec![VmEvent::VmDraining { at }]),
         (S::Draining, C::Drain) => Ok(Vec::new()),
         (S::Running | S::Draining, C::Destroy { operation }) => {
@@ -124,16 +134,20 @@ fn booted(url: &VmUrl, at: DateTime<Utc>) -> Vec<VmEvent> {
     vec![VmEvent::VmRunning { url: url.clone(), at }, VmEvent::TaskRunning { at }]
 }
 
-fn boot_failed(failure: &BootFailure, at: DateTime<Utc>) -> Vec<VmEvent> {
-    vec![
-        VmEvent::VmProvisionFailed {
-            reason: failure.reason.clone(),
-            message: failure.message.clone(),
-            detail: failure.detail.clone(),
-            at,
-        },
-        VmEvent::TaskFailed { reason: failure.reason.clone(), at },
-    ]
+fn boot_failed(vm: &Vm, failure: &BootFailure, at: DateTime<Utc>) -> Vec<VmEvent> {
+    let failed = VmEvent::VmProvisionFailed {
+        reason: failure.reason.clone(),
+        message: failure.message.clone(),
+        detail: failure.detail.clone(),
+        at,
+    };
+    let task = VmEvent::TaskFailed { reason: failure.reason.clone(), at };
+    if carries_its_sources_task(vm) { vec![failed] } else { vec![failed, task] }
+}
+
+/// A migration's copy that never booted: its task runs on at the source, and is not failed.
+fn carries_its_sources_task(vm: &Vm) -> bool {
+    vm.status == VmStatus::Provisioning && matches!(vm.origin, Some(VmOrigin::Migration { .. }))
 }
 
 fn destroying(
@@ -182,7 +196,9 @@ fn recover(
             let failed = Reason::parse("reason", "VmMissing").expect("a valid reason");
             let mut events = vec![VmEvent::VmRecovered { running: false, at }];
             events.extend(destroying(vm, DestroyReason::Missing, operation, at));
-            events.push(VmEvent::TaskFailed { reason: failed, at });
+            if !carries_its_sources_task(vm) {
+                events.push(VmEvent::TaskFailed { reason: failed, at });
+            }
             Some(events)
         }
         _ => None,

@@ -68,12 +68,19 @@ pub enum VmEvent {
     VmActive { at: DateTime<Utc> },
     /// It is a copy of `source`: a fork, or a migration (`live`, `lazy` as asked; both false
     /// for a fork).
-    VmCopied { source: VmId, kind: CopyKind, live: bool, lazy: bool, at: DateTime<Utc> },
+    VmCopied {
+        source: VmId,
+        kind: CopyKind,
+        live: bool,
+        lazy: bool,
+        since: Option<DateTime<Utc>>,
+        at: DateTime<Utc>,
+    },
     /// It was forked (`fork` is the copy); it runs on as it was.
     VmForked { fork: VmId, at: DateTime<Utc> },
     /// Its migration to `target` started (`to` is the copy).
     VmMigrating { to: VmId, target: HostId, live: bool, lazy: bool, at: DateTime<Utc> },
-    /// Its migration's copy booted; it is destroyed next.
+    /// Its migration's copy booted (its task moved there); it is destroyed next.
     VmMigrated { to: VmId, at: DateTime<Utc> },
     /// Its migration's copy failed; it runs on, untouched.
     VmMigrationAbandoned { to: VmId, at: DateTime<Utc> },
@@ -178,7 +185,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("VmStrikesCleared", AT, &[]),
         view("VmRecovered", &["running", "at"], &[]),
         view("VmActive", AT, &[]),
-        view("VmCopied", &["source", "kind", "live", "lazy", "at"], &[]),
+        view("VmCopied", &["source", "kind", "live", "lazy", "since", "at"], &[]),
         view("VmForked", &["fork", "at"], &[]),
         view("VmMigrating", &["to", "target", "live", "lazy", "at"], &[]),
         view("VmMigrated", &["to", "at"], &[]),

@@ -31,7 +31,12 @@ pub(super) fn evolve(mut vm: Vm, event: &VmEvent) -> Vm {
         E::VmRunning { url, at } => {
             vm.status = VmStatus::Running;
             vm.url = Some(url.clone());
-            vm.running_since = Some(*at);
+            // A migration's copy is as old as the VM it moved.
+            let moved_since = match vm.origin {
+                Some(VmOrigin::Migration { running_since, .. }) => running_since,
+                _ => None,
+            };
+            vm.running_since = Some(moved_since.unwrap_or(*at));
             touch(&mut vm, *at);
         }
         E::TaskRunning { at } => task(&mut vm, TaskStatus::Running, *at),
@@ -75,8 +80,8 @@ pub(super) fn evolve(mut vm: Vm, event: &VmEvent) -> Vm {
         }
         E::VmRecovered { at, .. } => touch(&mut vm, *at),
         E::VmActive { at } => vm.last_activity = Some(*at),
-        E::VmCopied { source, kind, live, lazy, at } => {
-            vm.origin = Some(VmOrigin::of_recorded(*source, *kind, *live, *lazy));
+        E::VmCopied { source, kind, live, lazy, since, at } => {
+            vm.origin = Some(VmOrigin::of_recorded(*source, *kind, (*live, *lazy), *since));
             touch(&mut vm, *at);
         }
         E::VmForked { at, .. } => touch(&mut vm, *at),
@@ -85,7 +90,12 @@ pub(super) fn evolve(mut vm: Vm, event: &VmEvent) -> Vm {
             vm.migration = Some(migration);
             touch(&mut vm, *at);
         }
-        E::VmMigrated { at, .. } | E::VmMigrationAbandoned { at, .. } => {
+        E::VmMigrated { at, .. } => {
+            vm.migration = None;
+            vm.task = Some(TaskStatus::Moved);
+            touch(&mut vm, *at);
+        }
+        E::VmMigrationAbandoned { at, .. } => {
             vm.migration = None;
             touch(&mut vm, *at);
         }

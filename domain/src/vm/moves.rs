@@ -15,6 +15,7 @@
 //! (a rootfs prepared for one cannot boot on another); live only where the backend can carry
 //! a guest's memory between hosts, since a live migration never falls back to a cold one.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Vm, VmError, VmEvent, VmStatus};
@@ -37,6 +38,9 @@ pub enum VmOrigin {
         live: bool,
         /// Whether the copy was to resume before its memory arrived.
         lazy: bool,
+        /// Since when the source ran: the copy's age counts from it, so that moving a VM
+        /// never resets its maximum runtime.
+        running_since: Option<DateTime<Utc>>,
     },
 }
 
@@ -49,19 +53,26 @@ impl VmOrigin {
     }
 
     /// As its event records it (flat: every copy's event has the same fields).
-    pub(super) fn recorded(self, at: chrono::DateTime<chrono::Utc>) -> VmEvent {
-        let (kind, live, lazy) = match self {
-            Self::Fork { .. } => (CopyKind::Fork, false, false),
-            Self::Migration { live, lazy, .. } => (CopyKind::Migration, live, lazy),
+    pub(super) fn recorded(self, at: DateTime<Utc>) -> VmEvent {
+        let (kind, live, lazy, since) = match self {
+            Self::Fork { .. } => (CopyKind::Fork, false, false, None),
+            Self::Migration { live, lazy, running_since, .. } => {
+                (CopyKind::Migration, live, lazy, running_since)
+            }
         };
-        VmEvent::VmCopied { source: self.source(), kind, live, lazy, at }
+        VmEvent::VmCopied { source: self.source(), kind, live, lazy, since, at }
     }
 
     /// The origin its event recorded.
-    pub(super) fn of_recorded(source: VmId, kind: CopyKind, live: bool, lazy: bool) -> Self {
+    pub(super) fn of_recorded(
+        source: VmId,
+        kind: CopyKind,
+        (live, lazy): (bool, bool),
+        since: Option<DateTime<Utc>>,
+    ) -> Self {
         match kind {
             CopyKind::Fork => Self::Fork { source },
-            CopyKind::Migration => Self::Migration { source, live, lazy },
+            CopyKind::Migration => Self::Migration { source, live, lazy, running_since: since },
         }
     }
 }
@@ -126,14 +137,15 @@ pub fn copyable(vm: &Vm, command: &'static str) -> Result<(), VmError> {
     if vm.status != VmStatus::Running {
         return Err(VmError::InvalidState { status: vm.status.name(), command });
     }
-    if vm.terms.as_ref().is_some_and(|terms| terms.spec.gpus > 0) {
+    // Whole GPUs or a MIG instance alike: neither can be checkpointed.
+    if vm.terms.as_ref().is_some_and(|terms| terms.spec.demand().wants_gpu()) {
         return Err(VmError::GpuNotCopyable);
     }
     Ok(())
 }
 
 /// Fork: the source records its fork and is otherwise left as it is.
-pub(super) fn fork(vm: &Vm, fork: VmId, at: chrono::DateTime<chrono::Utc>) -> Decision {
+pub(super) fn fork(vm: &Vm, fork: VmId, at: DateTime<Utc>) -> Decision {
     copyable(vm, "fork")?;
     Ok(vec![VmEvent::VmForked { fork, at }])
 }
@@ -141,11 +153,23 @@ pub(super) fn fork(vm: &Vm, fork: VmId, at: chrono::DateTime<chrono::Utc>) -> De
 type Decision = Result<Vec<VmEvent>, VmError>;
 
 /// Migrate: every guard in order, then the source holds the migration.
-pub(super) fn migrate(
-    vm: &Vm,
-    request: &MigrateRequest,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Decision {
+pub(super) fn migrate(vm: &Vm, request: &MigrateRequest, at: DateTime<Utc>) -> Decision {
+    check_migration(vm, request)?;
+    Ok(vec![VmEvent::VmMigrating {
+        to: request.to,
+        target: request.target.clone(),
+        live: request.live,
+        lazy: request.lazy,
+        at,
+    }])
+}
+
+/// Every guard of `request` on `vm`, in order: [`migratable`], then live needs another host,
+/// the same backend, and live only where the backend moves memory between hosts.
+///
+/// # Errors
+/// The first guard that refuses.
+pub fn check_migration(vm: &Vm, request: &MigrateRequest) -> Result<(), VmError> {
     migratable(vm, request.live, request.lazy)?;
     if request.live && vm.host() == Some(&request.target) {
         return Err(VmError::LiveNeedsOtherHost);
@@ -156,13 +180,7 @@ pub(super) fn migrate(
     if request.live && !moves_memory_between_hosts(request.source_backend) {
         return Err(VmError::LiveUnsupported { backend: request.source_backend.name() });
     }
-    Ok(vec![VmEvent::VmMigrating {
-        to: request.to,
-        target: request.target.clone(),
-        live: request.live,
-        lazy: request.lazy,
-        at,
-    }])
+    Ok(())
 }
 
 /// The guards of a migration that do not depend on its target, in order: copyable, no

@@ -152,11 +152,10 @@ fn a_booted_copy_finishes_the_migration_and_destroys_the_source() {
         (vm.status, vm.destroy_reason, vm.operation, vm.migration.clone()),
         (VmStatus::Destroying, Some(DestroyReason::Migrated), Some(FINISH), None)
     );
-    let draining_source = [migrating(), vec![(C::Drain, 4)]].concat();
-    check(&draining_source, finish.clone(), Events(&["VmMigrated", "VmDestroying"]));
-    // Destroyed meanwhile, or migrating elsewhere, or not at all: nothing.
-    let destroyed = [migrating(), vec![(C::Destroy { operation: DESTROY }, 4)]].concat();
-    check(&destroyed, finish.clone(), NoChange);
+    // Lost by its host meanwhile (the copy then runs on), or migrating elsewhere, or not at
+    // all: nothing.
+    let lost = [migrating(), vec![(missing(BOOT), 4)]].concat();
+    check(&lost, finish.clone(), NoChange);
     check(&running(), finish.clone(), NoChange);
     check(&migrating(), C::FinishMigration { to: VM, operation: FINISH }, NoChange);
 }
@@ -202,7 +201,12 @@ fn a_copy_records_its_origin_when_created() {
         credentials,
         placement,
         operation,
-        origin: Some(VmOrigin::Migration { source: vm, live: false, lazy: false }),
+        origin: Some(VmOrigin::Migration {
+            source: vm,
+            live: false,
+            lazy: false,
+            running_since: None,
+        }),
     };
     let refused = leasehold_domain::Aggregate::decide(
         &replay(&[]),
@@ -210,4 +214,67 @@ fn a_copy_records_its_origin_when_created() {
         &ctx_at(30, leasehold_domain::vm::VmFacts::default()),
     );
     assert!(matches!(refused, Err(VmError::BadSpec(_))), "{refused:?}");
+}
+
+#[test]
+fn a_migrating_source_waits_for_its_copy_before_it_ends_or_is_judged() {
+    for command in
+        [C::Drain, C::Destroy { operation: DESTROY }, C::CompleteTask { operation: DESTROY }]
+    {
+        let name = command.name();
+        check(
+            &migrating(),
+            command,
+            Refused(VmError::InvalidState { status: "migrating", command: name }),
+        );
+    }
+    for command in
+        [C::Strike { reason: leasehold_domain::vm::StrikeReason::Stuck }, C::ClearStrikes]
+    {
+        check(&migrating(), command, NoChange);
+    }
+    // A fork of it is still a fork.
+    check(&migrating(), C::Fork { fork: VmId(Uuid::from_u128(0x79)) }, Events(&["VmForked"]));
+    // Finished, its task moved with it.
+    let vm = check(
+        &migrating(),
+        C::FinishMigration { to: COPY, operation: FINISH },
+        Events(&["VmMigrated", "VmDestroying"]),
+    );
+    assert_eq!(vm.task, Some(leasehold_domain::vm::TaskStatus::Moved));
+}
+
+#[test]
+fn a_vm_with_a_mig_instance_is_not_copied_either() {
+    let mig = with_spec(|spec| {
+        spec.gpu_profile = Some(
+            leasehold_domain::values::fleet::MigProfile::parse("p", "1g.10gb").expect("valid"),
+        );
+    });
+    check(&mig, C::Fork { fork: COPY }, Refused(VmError::GpuNotCopyable));
+}
+
+/// A migration's copy of a source that ran since minute 2, created at minute 5.
+fn copy_of_a_migration() -> History {
+    let C::Create { vm, task, spec, credentials, placement, operation, .. } = create() else {
+        unreachable!()
+    };
+    let origin =
+        VmOrigin::Migration { source: COPY, live: false, lazy: false, running_since: Some(t(2)) };
+    vec![(C::Create { vm, task, spec, credentials, placement, operation, origin: Some(origin) }, 5)]
+}
+
+#[test]
+fn a_migrations_copy_that_never_boots_leaves_its_task_to_the_source() {
+    check(&copy_of_a_migration(), boot_failed(BOOT), Events(&["VmProvisionFailed"]));
+    check(&copy_of_a_migration(), missing(BOOT), Events(&["VmRecovered", "VmDestroying"]));
+    // A fork's failure is its own task's.
+    check(&provisioning(), boot_failed(BOOT), Events(&["VmProvisionFailed", "TaskFailed"]));
+}
+
+#[test]
+fn a_migrations_copy_is_as_old_as_the_vm_it_moved() {
+    let booted = [copy_of_a_migration(), vec![(booted(), 9)]].concat();
+    assert_eq!(replay(&booted).running_since, Some(t(2)), "its maximum runtime is never reset");
+    assert_eq!(replay(&running()).running_since, Some(t(2)));
 }

@@ -1,9 +1,13 @@
 //! Properties over random command sequences: whatever is accepted, the generation never
-//! falls, a removed VM never comes back, a VM never returns to provisioning, and its task
-//! never moves backwards.
+//! falls, a removed VM never comes back, a VM never returns to provisioning, its task never
+//! moves backwards, and a VM holding a migration stays running until the copy settles (only
+//! the copy's boot destroys it).
 
 use leasehold_domain::Aggregate;
-use leasehold_domain::vm::{StrikeReason, TaskStatus, Vm, VmCommand, VmFacts, VmStatus};
+use leasehold_domain::values::fleet::{HostBackend, VmId};
+use leasehold_domain::vm::{
+    DestroyReason, MigrateRequest, StrikeReason, TaskStatus, Vm, VmCommand, VmFacts, VmStatus,
+};
 use proptest::prelude::*;
 
 use super::fixtures::*;
@@ -23,7 +27,24 @@ fn command() -> impl Strategy<Value = VmCommand> {
         Just(VmCommand::ClearStrikes),
         Just(missing(BOOT)),
         Just(VmCommand::RecordActivity),
+        Just(VmCommand::Fork { fork: COPY }),
+        Just(VmCommand::Migrate { request: Box::new(migration()) }),
+        Just(VmCommand::FinishMigration { to: COPY, operation: DESTROY }),
+        Just(VmCommand::AbandonMigration { to: COPY }),
     ]
+}
+
+const COPY: VmId = VmId(uuid::Uuid::from_u128(0x77));
+
+fn migration() -> MigrateRequest {
+    MigrateRequest {
+        to: COPY,
+        target: host("agent-2"),
+        live: false,
+        lazy: false,
+        source_backend: HostBackend::Firecracker,
+        target_backend: HostBackend::Firecracker,
+    }
 }
 
 fn task_rank(task: Option<TaskStatus>) -> u8 {
@@ -31,7 +52,7 @@ fn task_rank(task: Option<TaskStatus>) -> u8 {
         None => 0,
         Some(TaskStatus::Assigned) => 1,
         Some(TaskStatus::Running) => 2,
-        Some(TaskStatus::Completed | TaskStatus::Failed) => 3,
+        Some(TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Moved) => 3,
     }
 }
 
@@ -55,6 +76,15 @@ proptest! {
             }
             if vm.status == VmStatus::Destroying {
                 prop_assert!(vm.destroy_reason.is_some());
+            }
+            // Only its copy's boot, or its host's agent no longer having it, ends a VM that
+            // holds a migration.
+            let ended_by = [Some(DestroyReason::Migrated), Some(DestroyReason::Missing)];
+            if vm.migration.is_some() {
+                prop_assert!(vm.status == VmStatus::Running || ended_by.contains(&vm.destroy_reason));
+            }
+            if before.migration.is_some() && vm.status == VmStatus::Destroying {
+                prop_assert!(ended_by.contains(&vm.destroy_reason));
             }
         }
     }

@@ -23,15 +23,14 @@ async fn fleet_with_a_running_vm(second: &[&str]) -> (Server, Agent, Agent, Valu
         (start_agent_with(AGENT_TOKEN, &[]).await, start_agent_with(OTHER_TOKEN, second).await);
     let server = Server::start().await;
     register_at(&server, "agent-1", 4, (&one.url, Some(AGENT_TOKEN))).await;
-    register_at(&server, "agent-2", 4, (&two.url, Some(OTHER_TOKEN))).await;
     wait_for_host(&server, "agent-1").await;
-    wait_for_host(&server, "agent-2").await;
     let acme = tenant_token("acme");
-    let mut input = create_input("c-1", "build-1");
-    input["input"]["hostId"] = json!("agent-1");
-    let created = server.graphql(&acme, CREATE, input).await;
+    // Not pinned (a pinned VM stays on its pin): on agent-1, the only host yet.
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "build-1")).await;
     let id = data(&created)["createVm"]["id"].clone();
     wait_for_state(&server, &acme, &id, "running").await;
+    register_at(&server, "agent-2", 4, (&two.url, Some(OTHER_TOKEN))).await;
+    wait_for_host(&server, "agent-2").await;
     (server, one, two, id)
 }
 
@@ -95,8 +94,19 @@ async fn a_migration_whose_copy_fails_leaves_its_source_running_as_it_was() {
     assert_eq!(after["data"]["vm"]["url"], before["data"]["vm"]["url"]);
     assert_eq!(names(&agent_vms(&one).await), vec![agent_name(&source)]);
     // Live is refused before anything is appended: no agent moves memory between hosts.
-    let live = json!({ "input": { "vmId": source, "operationKey": "m-2", "live": true } });
+    let live = json!({ "input": { "vmId": source, "operationKey": "m-2", "live": true, "targetHostId": "agent-2" } });
     let refused = server.graphql(&acme, MIGRATE, live).await;
     assert_eq!(code(&refused), Some("INVALID_STATE"), "{refused}");
     assert!(refused.to_string().contains("never falls back to a cold one"), "{refused}");
+    // Its migration was abandoned: the VM may be drained now (refused while migrating).
+    let drain =
+        "mutation($input: VmOperationInput!) { drainVm(input: $input) { events { type } } }";
+    let drained = eventually("the migration abandoned", || async {
+        let answer = server
+            .graphql(&acme, drain, json!({ "input": { "vmId": source, "operationKey": "dr-1" } }))
+            .await;
+        answer["data"]["drainVm"]["events"].as_array().is_some().then_some(answer)
+    })
+    .await;
+    assert_eq!(drained["data"]["drainVm"]["events"], json!([{ "type": "VmDraining" }]));
 }

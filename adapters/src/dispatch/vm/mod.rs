@@ -348,8 +348,12 @@ where
     }
 
     /// A send is at most four exchanges with agents (a migration's snapshot, pull, boot and
-    /// read-back) and the recording of the answer.
+    /// read-back, the first two with their own longer limits) and the recording of the
+    /// answer. (One hold for every action: work claimed by a process that died mid-send waits
+    /// this long, about 45 minutes, before it is sent again.)
     fn claim_hold(&self) -> Duration {
-        self.timeout * 4 + Duration::from_secs(10)
+        let snapshot = Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS);
+        let pull = Duration::from_secs(crate::limits::HOST_AGENT_ARTIFACT_PULL_SECONDS);
+        snapshot + pull + self.timeout * 2 + Duration::from_secs(10)
     }
 }

@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 
 use leasehold_adapters::vault::PgCredentialVault;
 use leasehold_commands::CommandError;
-use leasehold_commands::vm_service::{CredentialVault as _, MigrateOptions, VmOutcome};
+use leasehold_commands::vm_service::{CredentialVault as _, MigrateOptions};
 use leasehold_domain::EventStore as _;
+use leasehold_domain::RefusalKind;
 use leasehold_domain::host::Gate;
 use leasehold_domain::values::fleet::{HostBackend, VmId};
 use leasehold_domain::values::{OperatorDetail, Reason, TenantMessage};
 use leasehold_domain::vm::{
-    BootFailure, DestroyReason, PlacementPolicy, VmError, VmOrigin, VmStatus, VmUrl,
+    BootFailure, DestroyReason, Found, PlacementPolicy, TaskStatus, VmError, VmOrigin, VmStatus,
+    VmUrl,
 };
 use leasehold_tests::TestDb;
 
@@ -22,6 +24,13 @@ use super::support::*;
 
 fn url() -> VmUrl {
     VmUrl::parse("url", "127.0.0.1:19551").expect("valid")
+}
+
+/// Registers `name` with an agent token: Leasehold calls its agent.
+async fn called(db: &TestDb, name: &str) {
+    register(db, name, host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+    vault.keep_host_token(&host_id(name), "an-agent-token").await.expect("kept");
 }
 
 fn cold(target: Option<&str>) -> MigrateOptions {
@@ -78,7 +87,7 @@ async fn a_fork_lands_on_its_sources_host_with_credentials_of_its_own() {
     let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
     let acme = tenant("acme").tenant.expect("a tenant");
     let theirs = vault.open(before.terms.expect("terms").credentials, &acme).await.expect("ok");
-    let ours = vault.open(fork.terms.expect("terms").credentials, &acme).await.expect("ok");
+    let ours = vault.open(fork.terms.clone().expect("terms").credentials, &acme).await.expect("ok");
     let (theirs, ours) = (theirs.expect("kept"), ours.expect("kept"));
     assert_ne!(theirs.auth_token, ours.auth_token, "a copy never answers to its source's token");
     assert_eq!(theirs.secrets, ours.secrets);
@@ -87,7 +96,16 @@ async fn a_fork_lands_on_its_sources_host_with_credentials_of_its_own() {
     assert_eq!((again.vm, again.outcome.version), (forked.vm, forked.outcome.version));
     assert_eq!((again.outcome.cursor, again.outcome.duplicate), (forked.outcome.cursor, true));
     let other = vms.fork(&tenant("acme"), "fork-2", source, &task("fork")).await;
-    assert!(matches!(other, Err(CommandError::LinkedRefused { .. })), "{other:?}");
+    assert!(
+        matches!(&other, Err(CommandError::LinkedRefused { kind: RefusalKind::Conflict, reason, .. }) if reason.contains("task already has a VM")),
+        "{other:?}"
+    );
+    // The same key for another fork is a conflict, and touches nothing of the first's.
+    let reused = vms.fork(&tenant("acme"), "fork-1", source, &task("fork-b")).await;
+    assert!(matches!(reused, Err(CommandError::IdempotencyConflict)), "{reused:?}");
+    let still =
+        vault.open(fork.terms.clone().expect("terms").credentials, &acme).await.expect("ok");
+    assert_eq!(still.expect("kept").auth_token, ours.auth_token);
 }
 
 #[tokio::test]
@@ -155,17 +173,18 @@ async fn a_gpu_vm_is_neither_forked_nor_migrated() {
 #[tokio::test]
 async fn a_migration_moves_to_another_host_and_destroys_its_source_once_the_copy_booted() {
     let db = TestDb::migrated().await;
-    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
-    register(&db, "agent-2", host_spec(HostBackend::Firecracker, 16, 4)).await;
-    register(&db, "qemu-1", host_spec(HostBackend::Qemu, 64, 8)).await;
+    called(&db, "agent-1").await;
+    called(&db, "agent-2").await;
     let vms = service(&db, &["agent-1", "agent-2", "qemu-1"], PlacementPolicy::Spread);
-    let mut pinned = spec();
-    pinned.pin = Some(host_id("agent-1"));
-    let source = running_vm(&vms, "src", pinned).await;
+    let source = running_vm(&vms, "src", spec()).await;
+    // A roomier host of another backend, registered once the source runs.
+    register(&db, "qemu-1", host_spec(HostBackend::Qemu, 64, 8)).await;
+    let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+    vault.keep_host_token(&host_id("qemu-1"), "an-agent-token").await.expect("kept");
     let (_, before) = vms.owned(source).await.expect("stored");
     let source_host = before.host().expect("placed").clone();
-    let VmOutcome { vm: copy, .. } =
-        vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("migrating");
+    let first = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("migrating");
+    let copy = first.vm;
     let (_, placed) = vms.owned(copy).await.expect("stored");
     let target = placed.host().expect("placed").clone();
     assert_ne!(target, source_host, "placement picks another host");
@@ -174,12 +193,31 @@ async fn a_migration_moves_to_another_host_and_destroys_its_source_once_the_copy
     let (_, migrating) = vms.owned(source).await.expect("stored");
     assert_eq!(migrating.status, VmStatus::Running);
     assert_eq!(migrating.migration.as_ref().map(|m| m.to), Some(copy));
+    // While its copy boots, the source is neither destroyed nor drained.
+    let destroy = vms.destroy(&tenant("acme"), "d-1", source).await;
+    assert!(
+        matches!(
+            destroy,
+            Err(CommandError::Refused(VmError::InvalidState { status: "migrating", .. }))
+        ),
+        "{destroy:?}"
+    );
+    // A retry answers its first outcome, before and after the copy booted.
+    let again = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("a retry");
+    assert_eq!(
+        (again.vm, again.outcome.cursor, again.outcome.duplicate),
+        (copy, first.outcome.cursor, true)
+    );
     boot(&vms, copy, "boot-copy").await;
+    let late = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("a retry");
+    assert_eq!((late.vm, late.outcome.duplicate), (copy, true));
     let (_, moved) = vms.owned(source).await.expect("stored");
     assert_eq!(
-        (moved.status, moved.destroy_reason, moved.migration.clone()),
-        (VmStatus::Destroying, Some(DestroyReason::Migrated), None)
+        (moved.status, moved.destroy_reason, moved.migration.clone(), moved.task),
+        (VmStatus::Destroying, Some(DestroyReason::Migrated), None, Some(TaskStatus::Moved))
     );
+    let (_, copied) = vms.owned(copy).await.expect("stored");
+    assert_eq!(copied.running_since, before.running_since, "as old as the VM it moved");
     // The source keeps its room until its removal is confirmed.
     let (host, _) = replay_host(&db, source_host.as_str()).await;
     assert!(host.reservations.contains_key(&source));
@@ -192,10 +230,66 @@ async fn a_migration_moves_to_another_host_and_destroys_its_source_once_the_copy
 }
 
 #[tokio::test]
+async fn a_copys_recovery_lookup_finishes_or_abandons_its_migration() {
+    let db = TestDb::migrated().await;
+    called(&db, "agent-1").await;
+    called(&db, "agent-2").await;
+    let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Spread);
+    let source = running_vm(&vms, "src", spec()).await;
+    let lookup = |vm: VmId, found: Found| {
+        let vms = vms.clone();
+        async move {
+            let (_, stored) = vms.owned(vm).await.expect("stored");
+            let host = stored.host().expect("placed").clone();
+            let operation = stored.operation.expect("an operation");
+            let key = format!("lookup-{}", vm.0);
+            vms.recover(&agent(), &host, &key, vm, (operation, found)).await
+        }
+    };
+    // Gone at the target: abandoned, the source running as it was.
+    let copy = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("ok").vm;
+    lookup(copy, Found::Missing).await.expect("recovered");
+    let (_, after) = vms.owned(source).await.expect("stored");
+    assert_eq!((after.status, after.migration.clone()), (VmStatus::Running, None));
+    let (_, lost) = vms.owned(copy).await.expect("stored");
+    assert_eq!(lost.task, Some(TaskStatus::Assigned), "the task was never the copy's to fail");
+    // Found there: finished, the source destroyed.
+    let copy = vms.migrate(&tenant("acme"), "m-2", source, &cold(None)).await.expect("ok").vm;
+    lookup(copy, Found::Running { url: url() }).await.expect("recovered");
+    let (_, moved) = vms.owned(source).await.expect("stored");
+    assert_eq!(moved.destroy_reason, Some(DestroyReason::Migrated));
+}
+
+#[tokio::test]
+async fn a_migration_needs_both_agents_called_and_a_pinned_vm_stays_on_its_pin() {
+    let db = TestDb::migrated().await;
+    called(&db, "agent-1").await;
+    register(&db, "edge-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vms = service(&db, &["agent-1", "edge-1"], PlacementPolicy::Spread);
+    let mut pinned = spec();
+    pinned.pin = Some(host_id("agent-1"));
+    let source = running_vm(&vms, "src", pinned).await;
+    let before = version(&db, source).await;
+    let uncalled = vms.migrate(&tenant("acme"), "m-1", source, &cold(Some("edge-1"))).await;
+    assert!(
+        matches!(&uncalled, Err(CommandError::Refused(VmError::HostNotCalled { host })) if host.as_str() == "edge-1"),
+        "{uncalled:?}"
+    );
+    called(&db, "edge-1").await;
+    for target in [None, Some("edge-1")] {
+        let off_pin = vms.migrate(&tenant("acme"), "m-2", source, &cold(target)).await;
+        assert!(matches!(off_pin, Err(CommandError::Refused(VmError::PinMismatch))), "{off_pin:?}");
+    }
+    // Onto its own host, cold: allowed.
+    vms.migrate(&tenant("acme"), "m-3", source, &cold(Some("agent-1"))).await.expect("in place");
+    assert_eq!(version(&db, source).await, before + 1, "only the last one appended");
+}
+
+#[tokio::test]
 async fn a_failed_copy_leaves_its_source_untouched_and_migratable_again() {
     let db = TestDb::migrated().await;
-    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
-    register(&db, "agent-2", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    called(&db, "agent-1").await;
+    called(&db, "agent-2").await;
     let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Spread);
     let source = running_vm(&vms, "src", spec()).await;
     let (_, before) = vms.owned(source).await.expect("stored");
@@ -216,14 +310,16 @@ async fn a_failed_copy_leaves_its_source_untouched_and_migratable_again() {
     );
     let (host, _) = replay_host(&db, target.as_str()).await;
     assert!(host.reservations.is_empty(), "the copy's room is given back");
+    let (_, failed) = vms.owned(copy).await.expect("stored");
+    assert_eq!(failed.task, Some(TaskStatus::Assigned), "the task runs on at the source");
     vms.migrate(&tenant("acme"), "m-2", source, &cold(None)).await.expect("migratable again");
 }
 
 #[tokio::test]
 async fn every_migration_guard_refuses_with_nothing_appended() {
     let db = TestDb::migrated().await;
-    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
-    register(&db, "agent-2", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    called(&db, "agent-1").await;
+    called(&db, "agent-2").await;
     register(&db, "qemu-1", host_spec(HostBackend::Qemu, 16, 4)).await;
     let vms = service(&db, &["agent-1", "agent-2", "qemu-1"], PlacementPolicy::Spread);
     let mut pinned = spec();
@@ -274,7 +370,7 @@ async fn every_migration_guard_refuses_with_nothing_appended() {
 async fn of_two_concurrent_migrations_of_one_vm_one_wins() {
     let db = TestDb::migrated().await;
     for name in ["agent-1", "agent-2", "agent-3"] {
-        register(&db, name, host_spec(HostBackend::Firecracker, 16, 4)).await;
+        called(&db, name).await;
     }
     let hosts = ["agent-1", "agent-2", "agent-3"];
     let first = service(&db, &hosts, PlacementPolicy::Spread);
