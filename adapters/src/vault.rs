@@ -148,6 +148,42 @@ fn token() -> Result<String, StoreError> {
     Ok(hex::encode(bytes))
 }
 
+/// Keeps sealed credentials (replacing those of a refused create under the same reference, of
+/// the same tenant only) unless the stream `$5` exists; its own transaction's commit does not
+/// wait for the WAL flush (`set_config(..., true)`: this transaction only).
+const KEEP_SQL: &str = "WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true)) \
+     INSERT INTO vm_credentials (reference, tenant_id, nonce, sealed) \
+     SELECT $1, $2, $3, $4 FROM unflushed \
+     WHERE NOT EXISTS (SELECT 1 FROM streams WHERE stream_id = $5) \
+     ON CONFLICT (reference) DO UPDATE SET nonce = excluded.nonce, sealed = excluded.sealed \
+     WHERE vm_credentials.tenant_id = excluded.tenant_id";
+
+impl PgCredentialVault {
+    /// Seals and keeps credentials for `reference` unless the stream `unless` exists; whether
+    /// they were kept.
+    ///
+    /// Committed without waiting for the commit's WAL flush: the VM's creation, appended next
+    /// with a flushed commit, flushes this one with it (the WAL is written in order, and this
+    /// commit comes first). Should nothing follow (a refused create) a crash may lose it, and
+    /// no VM refers to it. It spares a create the cost of a flush of its own.
+    async fn keep_unless(
+        &self,
+        (reference, tenant): (CredentialRef, &TenantId),
+        secrets: &BTreeMap<String, String>,
+        unless: &str,
+    ) -> Result<bool, StoreError> {
+        let credentials = Sealed { auth_token: token()?, secrets: secrets.clone() };
+        let (nonce, sealed) = self.seal(reference, tenant, &credentials)?;
+        let endpoint = self.store.endpoint();
+        let driver = |error| from_driver(error, endpoint);
+        let client = self.store.client().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&reference.0, &tenant.as_str(), &nonce.as_slice(), &sealed, &unless];
+        let kept = client.execute(KEEP_SQL, &params).await.map_err(driver)?;
+        Ok(kept == 1)
+    }
+}
+
 impl CredentialVault for PgCredentialVault {
     async fn keep(
         &self,
@@ -155,20 +191,18 @@ impl CredentialVault for PgCredentialVault {
         tenant: &TenantId,
         secrets: &BTreeMap<String, String>,
     ) -> Result<(), StoreError> {
-        let credentials = Sealed { auth_token: token()?, secrets: secrets.clone() };
-        let (nonce, sealed) = self.seal(reference, tenant, &credentials)?;
-        let client = self.store.client().await?;
-        client
-            .execute(
-                "INSERT INTO vm_credentials (reference, tenant_id, nonce, sealed) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO UPDATE \
-                 SET nonce = excluded.nonce, sealed = excluded.sealed \
-                 WHERE vm_credentials.tenant_id = excluded.tenant_id",
-                &[&reference.0, &tenant.as_str(), &nonce.as_slice(), &sealed],
-            )
-            .await
-            .map_err(|error| from_driver(error, self.store.endpoint()))?;
-        Ok(())
+        // No stream has an empty id: kept whatever exists.
+        self.keep_unless((reference, tenant), secrets, "").await.map(|_| ())
+    }
+
+    async fn keep_new(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+        secrets: &BTreeMap<String, String>,
+        vm: &leasehold_domain::StreamId,
+    ) -> Result<bool, StoreError> {
+        self.keep_unless((reference, tenant), secrets, vm.as_str()).await
     }
 
     async fn called_hosts(

@@ -43,6 +43,17 @@ impl StateCache {
         entry.downcast_ref::<Cached<A>>().cloned()
     }
 
+    /// What `look` makes of the state kept for `stream`, without copying it whole.
+    pub fn peek<A: Send + Sync + 'static, R>(
+        &self,
+        stream: &StreamId,
+        look: impl FnOnce(&A) -> R,
+    ) -> Option<R> {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = inner.entries.get(&(TypeId::of::<A>(), stream.clone()))?;
+        entry.downcast_ref::<Cached<A>>().map(|cached| look(&cached.state))
+    }
+
     /// Keeps `cached` unless a later version of the stream is already kept.
     pub fn put<A: Clone + Send + Sync + 'static>(&self, stream: &StreamId, cached: Cached<A>) {
         if self.capacity == 0 {

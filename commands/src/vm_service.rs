@@ -106,6 +106,17 @@ pub trait CredentialVault: Send + Sync {
         &self,
     ) -> impl Future<Output = std::result::Result<BTreeSet<HostId>, StoreError>> + Send;
 
+    /// As [`CredentialVault::keep`], unless the stream `vm` exists (the VM was created): then
+    /// nothing is kept, and the answer is false. One look for a create, which otherwise reads
+    /// the VM's stream first.
+    fn keep_new(
+        &self,
+        reference: CredentialRef,
+        tenant: &TenantId,
+        secrets: &std::collections::BTreeMap<String, String>,
+        vm: &leasehold_domain::StreamId,
+    ) -> impl Future<Output = std::result::Result<bool, StoreError>> + Send;
+
     /// The credentials of `reference`, if its tenant kept any.
     fn open(
         &self,
@@ -142,6 +153,56 @@ pub struct VmService<S, C, V> {
     vault: V,
     policy: PlacementPolicy,
     facts: VmFacts,
+    reserving: Reserving,
+    fleet: FleetPicture,
+}
+
+/// When the catalog answered, and what.
+type KeptPicture = (std::time::Instant, std::sync::Arc<Vec<Host>>);
+
+/// The catalog's last answer, kept for [`VmService::with_catalog_max_age`] (shared by the
+/// clones of one service); placement reads it with this process's own appends over it.
+#[derive(Debug, Clone, Default)]
+struct FleetPicture {
+    kept: std::sync::Arc<std::sync::Mutex<Option<KeptPicture>>>,
+    max_age: std::time::Duration,
+}
+
+/// The hosts this process's creates are reserving room on right now (shared by the clones of
+/// one service), with how many each.
+#[derive(Debug, Clone, Default)]
+struct Reserving(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<HostId, u32>>>);
+
+impl Reserving {
+    fn hosts(&self) -> BTreeSet<HostId> {
+        let held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.keys().cloned().collect()
+    }
+
+    /// Marks `host` taken by one more create until the answer is dropped.
+    fn hold(&self, host: &HostId) -> ReservingHold {
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *held.entry(host.clone()).or_default() += 1;
+        ReservingHold { reserving: self.clone(), host: host.clone() }
+    }
+}
+
+/// One create's mark on a host, removed when it is dropped (the create answered or failed).
+struct ReservingHold {
+    reserving: Reserving,
+    host: HostId,
+}
+
+impl Drop for ReservingHold {
+    fn drop(&mut self) {
+        let mut held = self.reserving.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.host) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.host);
+            }
+        }
+    }
 }
 
 /// What a create's retry must repeat to be one.
@@ -164,7 +225,26 @@ where
         (catalog, vault): (C, V),
         policy: PlacementPolicy,
     ) -> Self {
-        Self { pipeline, catalog, vault, policy, facts: VmFacts::default() }
+        Self {
+            pipeline,
+            catalog,
+            vault,
+            policy,
+            facts: VmFacts::default(),
+            reserving: Reserving::default(),
+            fleet: FleetPicture::default(),
+        }
+    }
+
+    /// The same service reading its catalog at most once per `max_age` (none by default): a
+    /// create places over the catalog's last answer with this process's own appends over it,
+    /// and a create no host fits is placed again over a fresh read before it is refused. A
+    /// host another process filled meanwhile refuses its Reserve, and the create is placed
+    /// again; correctness never rests on the picture.
+    #[must_use]
+    pub fn with_catalog_max_age(mut self, max_age: std::time::Duration) -> Self {
+        self.fleet.max_age = max_age;
+        self
     }
 
     /// The same service with the fleet's configuration `facts`.
@@ -215,23 +295,22 @@ where
             operation,
             origin: None,
         };
-        // A VM already made for the task: its own placement, so that the VM answers (a retry
-        // its first outcome, another key that the task has its VM) whatever the fleet is now.
-        if let Some((_, _, existing)) = self.pipeline.state::<Vm>(&vm.stream_id()).await?
-            && let Some(placement) = existing.placement.clone()
-        {
+        // No VM yet: its credentials are kept (again: a create refused before, retried with
+        // other secrets, keeps the latest). A VM already made for the task keeps its own, and
+        // answers with its own placement (a retry its first outcome, another key that the task
+        // has its VM), whatever the fleet is now.
+        if !self.vault.keep_new(credentials, tenant, secrets, &vm.stream_id()).await? {
+            let found = self.pipeline.state::<Vm>(&vm.stream_id()).await?;
+            let placement = found.and_then(|(_, _, existing)| existing.placement);
+            let placement = placement.ok_or(CommandError::Refused(VmError::TaskAlreadyAssigned))?;
             let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
-            let outcome = self.pipeline.execute(request.hashed_as(hash)).await?;
+            let outcome = Box::pin(self.pipeline.execute(request.hashed_as(hash))).await?;
             return Ok(VmOutcome { vm, outcome, replacements: 0 });
         }
-        // No VM yet: its credentials are kept (again: a create refused before, retried with
-        // other secrets, keeps the latest).
-        self.vault.keep(credentials, tenant, secrets).await?;
-        let hosts = self.fresh_hosts().await?;
         let ask =
             Ask { demand: spec.demand(), pin: spec.pin.clone(), excluded: BTreeSet::new(), vm };
         let (outcome, replacements) = self
-            .place_and_run(hosts, &ask, |placement| {
+            .place_over_fleet(&ask, |placement| {
                 let host = placement.host.clone();
                 let request = self.request(caller, tenant.clone(), vm, key, make(placement))?;
                 let reserve = HostCommand::Reserve { vm, demand: ask.demand.clone() };
@@ -245,15 +324,61 @@ where
     /// The fleet's hosts as placement sees them: the catalog, with what this process appended
     /// last (fresher than the catalog, which lags the log) over it.
     async fn fresh_hosts(&self) -> Result<Vec<Host>> {
-        let mut hosts = self.catalog.hosts().await?;
-        for host in &mut hosts {
-            let fresher =
-                host.id.as_ref().and_then(|id| self.pipeline.cache.get::<Host>(&id.stream_id()));
-            if let Some(cached) = fresher {
-                *host = cached.state;
+        Ok(self.fleet_hosts(true).await?.0)
+    }
+
+    /// As [`Self::fresh_hosts`], from the catalog's kept answer unless `fresh` or it is older
+    /// than the max age; whether it was the kept one. Each host is placement's view of it
+    /// (`placement_view`).
+    async fn fleet_hosts(&self, fresh: bool) -> Result<(Vec<Host>, bool)> {
+        let kept = {
+            let kept = self.fleet.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.as_ref()
+                .filter(|(at, _)| !fresh && at.elapsed() < self.fleet.max_age)
+                .map(|(_, hosts)| std::sync::Arc::clone(hosts))
+        };
+        let was_kept = kept.is_some();
+        let picture = match kept {
+            Some(hosts) => hosts,
+            None => {
+                let read: Vec<Host> =
+                    self.catalog.hosts().await?.iter().map(placement_view).collect();
+                let read = std::sync::Arc::new(read);
+                let mut kept =
+                    self.fleet.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *kept = Some((std::time::Instant::now(), std::sync::Arc::clone(&read)));
+                read
             }
+        };
+        let hosts = picture
+            .iter()
+            .map(|host| {
+                let stream = host.id.as_ref().map(HostId::stream_id);
+                let fresher = stream.and_then(|stream| {
+                    self.pipeline.cache.peek::<Host, _>(&stream, placement_view)
+                });
+                fresher.unwrap_or_else(|| host.clone())
+            })
+            .collect();
+        Ok((hosts, was_kept))
+    }
+
+    /// Places over the fleet as [`Self::place_and_run`] does, over the kept picture first and
+    /// over a fresh read before a refusal for want of a host.
+    async fn place_over_fleet<F>(&self, ask: &Ask, run: F) -> Result<(CommandOutcome, u32)>
+    where
+        F: Fn(
+            leasehold_domain::vm::Placement,
+        ) -> Result<(CommandRequest<Vm>, Vec<Box<dyn Link<S>>>)>,
+    {
+        let (hosts, kept) = self.fleet_hosts(false).await?;
+        match self.place_and_run(hosts, ask, &run).await {
+            Err(CommandError::Refused(VmError::NoHostFits { .. })) if kept => {
+                let (hosts, _) = self.fleet_hosts(true).await?;
+                self.place_and_run(hosts, ask, &run).await
+            }
+            placed => placed,
         }
-        Ok(hosts)
     }
 
     /// Places `ask` over `hosts` and runs what `run` makes of the placement (a VM's creation
@@ -272,19 +397,41 @@ where
         ) -> Result<(CommandRequest<Vm>, Vec<Box<dyn Link<S>>>)>,
     {
         let artifact_hosts = BTreeSet::new();
-        let placing = |retries| PlacementRequest {
-            demand: &ask.demand,
-            pin: ask.pin.as_ref(),
-            policy: self.policy,
-            artifact_hosts: &artifact_hosts,
-            excluded: &ask.excluded,
-            retries,
-            tie_break: tie_break(ask.vm),
-        };
+        let policy = self.policy;
+        fn placing<'a>(
+            (ask, policy, artifact_hosts): (&'a Ask, PlacementPolicy, &'a BTreeSet<HostId>),
+            retries: u32,
+            excluded: &'a BTreeSet<HostId>,
+        ) -> PlacementRequest<'a> {
+            PlacementRequest {
+                demand: &ask.demand,
+                pin: ask.pin.as_ref(),
+                policy,
+                artifact_hosts,
+                excluded,
+                retries,
+                tie_break: tie_break(ask.vm),
+            }
+        }
+        let given = (ask, policy, &artifact_hosts);
         for retries in 0..PLACEMENT_TRIES_MAX {
-            let placement = place(&hosts, &placing(retries))
-                .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
+            // Spread keeps off a host another create of this process is reserving on right
+            // now, while any other host fits: two creates placed on one picture of the fleet
+            // would otherwise pick the same roomiest host, and one of them lose the race.
+            // (Pack wants the fullest host whatever: its creates contend by design.)
+            let busy: BTreeSet<HostId> = match self.policy {
+                PlacementPolicy::Spread => {
+                    ask.excluded.union(&self.reserving.hosts()).cloned().collect()
+                }
+                PlacementPolicy::Pack => BTreeSet::new(),
+            };
+            let placement = match place(&hosts, &placing(given, retries, &busy)) {
+                Ok(placement) => Ok(placement),
+                Err(_) => place(&hosts, &placing(given, retries, &ask.excluded)),
+            }
+            .map_err(|gate| CommandError::Refused(VmError::NoHostFits { gate }))?;
             let host = placement.host.clone();
+            let _hold = self.reserving.hold(&host);
             let (request, links) = run(placement)?;
             // Boxed: a linked execution's future is large, and a create's nests it in a
             // resolver's on a runtime worker's stack.
@@ -305,7 +452,7 @@ where
                 Err(error) => return Err(error),
             }
         }
-        let gate = place(&hosts, &placing(PLACEMENT_TRIES_MAX))
+        let gate = place(&hosts, &placing(given, PLACEMENT_TRIES_MAX, &ask.excluded))
             .err()
             .unwrap_or(leasehold_domain::host::Gate::HostActive);
         Err(CommandError::Refused(VmError::NoHostFits { gate }))
@@ -562,6 +709,27 @@ async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
 fn tie_break(vm: VmId) -> u64 {
     let bytes = vm.0.as_bytes();
     u64::from_le_bytes(bytes[8..16].try_into().expect("eight bytes"))
+}
+
+/// `host` as placement needs it: all of it but the reservations, of which only those holding
+/// MIG instances (the instances free are the ones no reservation holds). A fleet's picture
+/// stays small however many VMs its hosts carry.
+fn placement_view(host: &Host) -> Host {
+    let reservations = host
+        .reservations
+        .iter()
+        .filter(|(_, held)| !held.mig_instances.is_empty())
+        .map(|(vm, held)| (*vm, held.clone()))
+        .collect();
+    Host {
+        status: host.status,
+        id: host.id.clone(),
+        spec: host.spec.clone(),
+        reservations,
+        allocated: host.allocated.clone(),
+        last_seen: host.last_seen,
+        updated_at: host.updated_at,
+    }
 }
 
 /// The reference of `vm`'s credentials: one per VM.

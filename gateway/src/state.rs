@@ -20,6 +20,11 @@ use crate::live::hub::Hub;
 use crate::metrics::Metrics;
 use crate::reads::Reads;
 
+/// How long VM placement keeps its picture of the fleet (the host catalog's answer, with this
+/// process's own appends always over it): a create refused for want of a host is placed again
+/// over a fresh read first, and a host another process filled meanwhile refuses its Reserve.
+pub const VM_CATALOG_MAX_AGE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// How often a wait for the projections re-reads the checkpoint when no in-process projector
 /// publishes it (and a wait for the log, its head).
 const CHECKPOINT_POLL: Duration = Duration::from_millis(20);
@@ -192,7 +197,8 @@ impl AppState {
                 pipeline.clone(),
                 (catalog, vault.clone()),
                 config.placement_policy,
-            ),
+            )
+            .with_catalog_max_age(VM_CATALOG_MAX_AGE),
             vault,
             hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
@@ -231,7 +237,8 @@ impl AppState {
         let catalog = leasehold_adapters::PgHostCatalog::new(inner.store.clone());
         let pipeline = inner.leases.pipeline().clone();
         inner.vms =
-            VmService::new(pipeline, (catalog, vault.clone()), inner.config.placement_policy);
+            VmService::new(pipeline, (catalog, vault.clone()), inner.config.placement_policy)
+                .with_catalog_max_age(VM_CATALOG_MAX_AGE);
         inner.vault = vault;
         self
     }

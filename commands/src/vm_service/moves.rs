@@ -109,7 +109,6 @@ where
         };
         let spec = copy_spec(&terms.spec);
         self.seal_copy(&tenant, &copy, terms.credentials).await?;
-        let hosts = self.fresh_hosts().await?;
         let ask = Ask {
             demand: spec.demand(),
             pin: Some(host.clone()),
@@ -117,7 +116,7 @@ where
             vm: fork,
         };
         let (outcome, replacements) =
-            self.place_and_run(hosts, &ask, |placement| run(placement, &spec)).await?;
+            self.place_over_fleet(&ask, |placement| run(placement, &spec)).await?;
         Ok(VmOutcome { vm: fork, outcome, replacements })
     }
 

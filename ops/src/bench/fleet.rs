@@ -44,6 +44,9 @@ pub struct FleetBenchArgs {
 
 const CLIENTS: usize = 16;
 
+/// How long placement's picture of the fleet is kept, as in `serve`.
+const CATALOG_MAX_AGE: Duration = leasehold_gateway::VM_CATALOG_MAX_AGE;
+
 /// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
 pub async fn run(args: &FleetBenchArgs) -> anyhow::Result<()> {
     args.common.in_scratch(|url| async move { measure_all(&url, args).await }).await
@@ -131,7 +134,7 @@ async fn creates(
         PgHostCatalog::new(store.clone()),
         PgCredentialVault::new(store.clone(), b"bench-vm-credentials-key-0123456789abcdef"),
     );
-    let vms = VmService::new(pipeline, ports, policy);
+    let vms = VmService::new(pipeline, ports, policy).with_catalog_max_age(CATALOG_MAX_AGE);
     let replaced = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let started = Instant::now();

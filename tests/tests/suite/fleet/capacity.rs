@@ -137,3 +137,22 @@ async fn each_gate_refuses_by_name_and_appends_nothing() {
         assert!(host.reservations.is_empty(), "{name} holds nothing");
     }
 }
+
+#[tokio::test]
+async fn a_kept_picture_of_the_fleet_never_refuses_a_create_a_fresh_one_would_place() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 2, 1)).await;
+    let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Spread)
+        .with_catalog_max_age(std::time::Duration::from_secs(3_600));
+    vms.create(&tenant("acme"), "c-1", (&task("t-1"), spec()), &no_secrets())
+        .await
+        .expect("placed on agent-1, the fleet's picture kept");
+    // A host registered since: absent from the kept picture, which has no room left.
+    register(&db, "agent-2", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let second = vms
+        .create(&tenant("acme"), "c-2", (&task("t-2"), spec()), &no_secrets())
+        .await
+        .expect("placed over a fresh read before any refusal");
+    let (_, stored) = vms.owned(second.vm).await.expect("stored");
+    assert_eq!(stored.host().map(|host| host.as_str()), Some("agent-2"));
+}

@@ -141,3 +141,30 @@ async fn a_create_refused_then_retried_with_other_secrets_keeps_the_latest() {
     let opened = vault.open(reference, &acme).await.expect("readable").expect("kept");
     assert_eq!(opened.secrets, second, "the refused create's secrets are not the VM's");
 }
+
+#[tokio::test]
+async fn a_vms_credentials_are_its_own_whatever_keys_are_reused() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vms = service(&db, &["agent-1"], PlacementPolicy::Spread);
+    let first: BTreeMap<String, String> = [("API_KEY".to_string(), "first".to_string())].into();
+    let created =
+        vms.create(&tenant("acme"), "c-1", (&task("a"), spec()), &first).await.expect("placed");
+    let (_, stored) = vms.owned(created.vm).await.expect("stored");
+    let reference = stored.terms.expect("created").credentials;
+    let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+    let acme = TenantId::parse("acme").expect("valid");
+    let before = vault.open(reference, &acme).await.expect("readable").expect("kept");
+    let other: BTreeMap<String, String> = [("API_KEY".to_string(), "other".to_string())].into();
+    // The same key for another task: a conflict, and the first VM's credentials untouched.
+    let reused = vms.create(&tenant("acme"), "c-1", (&task("b"), spec()), &other).await;
+    assert!(
+        matches!(reused, Err(leasehold_commands::CommandError::IdempotencyConflict)),
+        "{reused:?}"
+    );
+    // Another key for the same task: the task has its VM, and keeps its credentials.
+    let again = vms.create(&tenant("acme"), "c-2", (&task("a"), spec()), &other).await;
+    assert!(again.is_err(), "{again:?}");
+    let after = vault.open(reference, &acme).await.expect("readable").expect("kept");
+    assert_eq!(after, before, "its token and secrets as first kept");
+}
