@@ -49,6 +49,17 @@ async fn a_host_agent_takes_its_hosts_vm_work_and_reports_on_it() {
     let id = data(&created)["createVm"]["id"].clone();
     let boot = item(&mut socket, "work").await;
     assert_eq!((boot["vmId"].clone(), boot["action"].as_str()), (id.clone(), Some("boot")));
+    // A second boot, both still awaited: resumed after the first, the second comes, and the
+    // first does not come again.
+    let mut waiting = create_input("c-0", "build-0");
+    waiting["input"]["hostId"] = json!("agent-1");
+    let waiting = server.graphql(&acme, CREATE, waiting).await;
+    let waiting = data(&waiting)["createVm"]["id"].clone();
+    assert_eq!(item(&mut socket, "work").await["vmId"], waiting);
+    let mut after_first =
+        Socket::connect(&server, "graphql-transport-ws", &host_agent("agent-1")).await;
+    after_first.subscribe("after", WORK, json!({ "after": boot["cursor"] })).await;
+    assert_eq!(item(&mut after_first, "after").await["vmId"], waiting, "no gap, no duplicate");
     let name = format!("lh-{}", id.as_str().expect("an id"));
     assert_eq!(boot["request"]["agent"]["name"], name.as_str());
     assert_eq!(boot["request"]["agent"]["cpus"], 2);
@@ -62,7 +73,7 @@ async fn a_host_agent_takes_its_hosts_vm_work_and_reports_on_it() {
     );
     wait_for_state(&server, &acme, &id, "running").await;
 
-    // Resumed after the boot: the destroy, and no boot again.
+    // Resumed after the first boot: the other's, then the destroy, and no first boot again.
     let mut resumed =
         Socket::connect(&server, "graphql-transport-ws", &host_agent("agent-1")).await;
     resumed.subscribe("again", WORK, json!({ "after": boot["cursor"] })).await;
@@ -72,6 +83,8 @@ async fn a_host_agent_takes_its_hosts_vm_work_and_reports_on_it() {
             .graphql(&acme, destroy, json!({ "input": { "vmId": id, "operationKey": "d-1" } }))
             .await,
     );
+    // (The other VM's boot, still awaited, comes first.)
+    assert_eq!(item(&mut resumed, "again").await["vmId"], waiting);
     let removal = item(&mut resumed, "again").await;
     assert_eq!(
         (removal["vmId"].clone(), removal["action"].as_str()),
