@@ -12,6 +12,7 @@ mod projections;
 mod query;
 mod subscription;
 pub(crate) mod vm;
+mod work_feed;
 mod workloads;
 
 use async_graphql::{Context, MergedObject, MergedSubscription, Schema};

@@ -78,25 +78,10 @@ impl VmSubscription {
         let feed = Feed::new(state.store.clone(), live, scope, start);
         let app = ctx.data_unchecked::<crate::AppState>().clone();
         let subscriber = (principal, host);
-        Ok(futures_util::stream::unfold(Some(feed), move |feed| {
-            let (app, subscriber) = (app.clone(), subscriber.clone());
-            async move {
-                let mut feed = feed?;
-                loop {
-                    let event = match feed.next().await {
-                        Ok(Some(event)) => event,
-                        Ok(None) => return None,
-                        // Reported once; the agent resumes from its last cursor.
-                        Err(error) => return Some((Err(ApiError::from(error)), None)),
-                    };
-                    match item_of(&app.inner, &subscriber, event).await {
-                        Ok(Some(item)) => return Some((Ok(item), Some(feed))),
-                        Ok(None) => {}
-                        Err(error) => return Some((Err(error), None)),
-                    }
-                }
-            }
-        }))
+        let item = |app: crate::AppState, subscriber, event| async move {
+            item_of(&app.inner, &subscriber, event).await
+        };
+        Ok(crate::schema::work_feed::items(feed, app, subscriber, item))
     }
 }
 
