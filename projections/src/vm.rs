@@ -81,11 +81,16 @@ pub struct VmRow {
     pub destroy_reason: Option<&'static str>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// 0016_vm_copies.sql: the VM it is a copy of, how, and the copy it migrates to.
+    pub copied_from: Option<Uuid>,
+    pub copy_kind: Option<&'static str>,
+    pub migrating_to: Option<Uuid>,
 }
 
 /// Revisions of what the VM projection derives from its view; its version adds the state's
 /// schema, so a new `Vm::STATE_SCHEMA` rebuilds it.
-const ROWS_REVISION: u32 = 0;
+/// 1: the copy columns (0016_vm_copies.sql).
+const ROWS_REVISION: u32 = 1;
 
 impl Projection for VmProjection {
     const NAME: &'static str = "vm_views";
@@ -230,6 +235,12 @@ pub fn rows_of(view: &VmView) -> VmRows {
             destroy_reason: vm.destroy_reason.map(destroy_name),
             created_at: terms.created_at,
             updated_at,
+            copied_from: vm.origin.map(|origin| origin.source().0),
+            copy_kind: vm.origin.map(|origin| match origin {
+                leasehold_domain::vm::VmOrigin::Fork { .. } => "fork",
+                leasehold_domain::vm::VmOrigin::Migration { .. } => "migration",
+            }),
+            migrating_to: vm.migration.as_ref().map(|migration| migration.to.0),
         },
         workload: WorkloadRow {
             kind: VM_KIND,

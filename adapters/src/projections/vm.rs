@@ -19,14 +19,16 @@ const PUT_VIEWS_SQL: &str = "INSERT INTO vm_view_states (vm_id, tenant_id, state
      ON CONFLICT (vm_id) DO UPDATE SET state = excluded.state";
 
 const PUT_VMS_SQL: &str = "INSERT INTO vms (vm_id, tenant_id, task_id, state, task_state, \
-     host_id, url, spec, reason, message, destroy_reason, created_at, updated_at) \
+     host_id, url, spec, reason, message, destroy_reason, created_at, updated_at, \
+     copied_from, copy_kind, migrating_to) \
      SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], \
      $6::text[], $7::text[], $8::jsonb[], $9::text[], $10::text[], $11::text[], \
-     $12::timestamptz[], $13::timestamptz[]) \
+     $12::timestamptz[], $13::timestamptz[], $14::uuid[], $15::text[], $16::uuid[]) \
      ON CONFLICT (vm_id) DO UPDATE SET state = excluded.state, \
      task_state = excluded.task_state, host_id = excluded.host_id, url = excluded.url, \
      reason = excluded.reason, message = excluded.message, \
-     destroy_reason = excluded.destroy_reason, updated_at = excluded.updated_at";
+     destroy_reason = excluded.destroy_reason, updated_at = excluded.updated_at, \
+     migrating_to = excluded.migrating_to";
 
 const PUT_DEAD_LETTER_SQL: &str = "INSERT INTO dead_letters (kind, entity_id, task_id, reason, \
      retry_count, payload, first_seen, last_seen) VALUES ($1, $2, $3, $4, 1, $5, $6, $6) \
@@ -117,7 +119,10 @@ async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteEr
     let destroys: Vec<Option<&str>> = rows.iter().map(|r| r.destroy_reason).collect();
     let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
     let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
-    let params: [Param<'_>; 13] = [
+    let sources: Vec<Option<Uuid>> = rows.iter().map(|r| r.copied_from).collect();
+    let kinds: Vec<Option<&str>> = rows.iter().map(|r| r.copy_kind).collect();
+    let migrating: Vec<Option<Uuid>> = rows.iter().map(|r| r.migrating_to).collect();
+    let params: [Param<'_>; 16] = [
         &ids,
         &tenants,
         &tasks,
@@ -131,6 +136,9 @@ async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteEr
         &destroys,
         &created,
         &updated,
+        &sources,
+        &kinds,
+        &migrating,
     ];
     execute(tx, PUT_VMS_SQL, &params).await
 }

@@ -25,6 +25,9 @@ pub struct VmSummary {
     pub destroy_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub copied_from: Option<Uuid>,
+    pub copy_kind: Option<String>,
+    pub migrating_to: Option<Uuid>,
 }
 
 /// A filter and a position for listing VMs, newest first.
@@ -71,7 +74,7 @@ pub struct DeadLetter {
 }
 
 const VM_COLUMNS: &str = "vm_id, task_id, state, task_state, host_id, url, spec, reason, \
-     message, destroy_reason, created_at, updated_at";
+     message, destroy_reason, created_at, updated_at, copied_from, copy_kind, migrating_to";
 
 const HOST_COLUMNS: &str = "host_id, state, backend, region, url, labels, capacity, allocated, \
      headroom, vm_count, last_seen, updated_at";
@@ -163,6 +166,9 @@ fn vm_of(row: &Row) -> VmSummary {
         destroy_reason: row.get(9),
         created_at: row.get(10),
         updated_at: row.get(11),
+        copied_from: row.get(12),
+        copy_kind: row.get(13),
+        migrating_to: row.get(14),
     }
 }
 

@@ -57,6 +57,9 @@ async fn a_fork_boots_beside_its_source_and_a_migration_moves_it_to_the_other_ho
     assert_eq!(forked["source"]["events"], json!([{ "type": "VmForked" }]), "{forked}");
     let fork = forked["copyId"].clone();
     let running = wait_for_state(&server, &acme, &fork, "running").await;
+    let copies = "query($id: ID!) { vm(id: $id) { copiedFrom copyKind } }";
+    let copied = server.graphql(&acme, copies, json!({ "id": fork })).await;
+    assert_eq!(data(&copied)["vm"], json!({ "copiedFrom": source, "copyKind": "fork" }));
     assert_eq!(running["data"]["vm"]["hostId"], "agent-1");
     let mut beside = vec![agent_name(&source), agent_name(&fork)];
     beside.sort();
@@ -68,10 +71,19 @@ async fn a_fork_boots_beside_its_source_and_a_migration_moves_it_to_the_other_ho
     assert_eq!(moved["source"]["events"], json!([{ "type": "VmMigrating" }]), "{moved}");
     let copy = moved["copyId"].clone();
     let running = wait_for_state(&server, &acme, &copy, "running").await;
+    let copies = "query($id: ID!) { vm(id: $id) { copiedFrom copyKind migratingTo taskState } }";
+    let copied = server.graphql(&acme, copies, json!({ "id": copy })).await;
+    assert_eq!(
+        data(&copied)["vm"],
+        json!({ "copiedFrom": source, "copyKind": "migration", "migratingTo": null, "taskState": "running" })
+    );
     assert_eq!(running["data"]["vm"]["hostId"], "agent-2");
     assert_eq!(running["data"]["vm"]["taskId"], "build-1", "the task moves with its VM");
     let gone = wait_for_state(&server, &acme, &source, "destroyed").await;
     assert_eq!(gone["data"]["vm"]["destroyReason"], "migrated");
+    let moved_task = "query($id: ID!) { vm(id: $id) { taskState migratingTo } }";
+    let source_read = server.graphql(&acme, moved_task, json!({ "id": source })).await;
+    assert_eq!(data(&source_read)["vm"], json!({ "taskState": "moved", "migratingTo": null }));
     assert_eq!(names(&agent_vms(&two).await), vec![agent_name(&copy)]);
     eventually("the source gone from its agent", || async {
         (names(&agent_vms(&one).await) == vec![agent_name(&fork)]).then_some(())

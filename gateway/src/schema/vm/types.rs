@@ -14,7 +14,7 @@ pub struct Vm {
     pub task_id: String,
     /// `provisioning`, `running`, `draining`, `destroying`, `destroyed` or `failed`.
     pub state: String,
-    /// Its task: `assigned`, `running`, `completed` or `failed`.
+    /// Its task: `assigned`, `running`, `completed`, `failed` or `moved` (with its migration).
     pub task_state: Option<String>,
     /// The host it is placed on.
     pub host_id: Option<String>,
@@ -32,6 +32,12 @@ pub struct Vm {
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
+    /// The VM it is a copy of (a fork's or a migration's source).
+    pub copied_from: Option<ID>,
+    /// `fork` or `migration`, for a copy.
+    pub copy_kind: Option<String>,
+    /// The copy it is migrating to, while its migration is in flight.
+    pub migrating_to: Option<ID>,
 }
 
 impl From<VmSummary> for Vm {
@@ -49,6 +55,9 @@ impl From<VmSummary> for Vm {
             destroy_reason: vm.destroy_reason,
             created_at: vm.created_at,
             updated_at: vm.updated_at,
+            copied_from: vm.copied_from.map(|id| ID(id.to_string())),
+            copy_kind: vm.copy_kind,
+            migrating_to: vm.migrating_to.map(|id| ID(id.to_string())),
         }
     }
 }

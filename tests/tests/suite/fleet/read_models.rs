@@ -127,3 +127,45 @@ async fn a_lagging_catalog_still_never_over_commits_a_host() {
     assert!(never_over.is_ok(), "{never_over:?}");
     assert_eq!(host.allocated.vm_count, 10);
 }
+
+#[tokio::test]
+async fn a_migration_in_flight_shows_on_its_source_and_a_copy_names_its_source() {
+    let db = TestDb::migrated().await;
+    for name in ["agent-1", "agent-2"] {
+        register(&db, name, host_spec(HostBackend::Firecracker, 16, 4)).await;
+        let vault = PgCredentialVault::new(db.store(), VAULT_KEY);
+        vault.keep_host_token(&host_id(name), "an-agent-token").await.expect("kept");
+    }
+    let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Spread);
+    let created = vms
+        .create(&tenant("acme"), "c-1", (&task("t"), spec()), &no_secrets())
+        .await
+        .expect("placed");
+    let (_, stored) = vms.owned(created.vm).await.expect("stored");
+    let (host, boot) = (stored.host().expect("placed").clone(), stored.operation.expect("a boot"));
+    let url = leasehold_domain::vm::VmUrl::parse("url", "127.0.0.1:19551").expect("valid");
+    vms.report_booted(&agent(), &host, "b-1", created.vm, (boot, url)).await.expect("booted");
+    let options =
+        leasehold_commands::vm_service::MigrateOptions { target: None, live: false, lazy: false };
+    let copy = vms.migrate(&tenant("acme"), "m-1", created.vm, &options).await.expect("ok").vm;
+    project(&db).await;
+    let client = db.client().await;
+    let row = |vm: uuid::Uuid| {
+        let client = &client;
+        async move {
+            client
+                .query_one(
+                    "SELECT copied_from, copy_kind, migrating_to FROM vms WHERE vm_id = $1",
+                    &[&vm],
+                )
+                .await
+                .expect("a row")
+        }
+    };
+    let source = row(created.vm.0).await;
+    assert_eq!(source.get::<_, Option<uuid::Uuid>>(2), Some(copy.0), "migrating to its copy");
+    assert_eq!(source.get::<_, Option<uuid::Uuid>>(0), None);
+    let copied = row(copy.0).await;
+    assert_eq!(copied.get::<_, Option<uuid::Uuid>>(0), Some(created.vm.0));
+    assert_eq!(copied.get::<_, Option<&str>>(1), Some("migration"));
+}
