@@ -2,6 +2,7 @@
 //! reports on the VMs of its own host (its token names the host), fenced by the operation.
 
 use async_graphql::{Context, Object};
+use leasehold_commands::lease_service::Caller;
 use leasehold_commands::vm_input::{self, VmInput};
 use leasehold_commands::vm_service::MigrateOptions;
 use leasehold_domain::values::fleet::{HostId, VmId};
@@ -93,10 +94,12 @@ async fn copy_result(
     Ok(VmCopyResult { copy_id: copied.vm.0.to_string().into(), source: result })
 }
 
-/// The host a host agent's token names.
-fn agent_host<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a HostId> {
-    let principal = require(ctx, &[Role::Agent], what)?;
-    principal.host.as_ref().ok_or_else(|| ApiError::forbidden(what))
+/// A host agent reporting on the VMs of its host: the host its token names, and it as a
+/// caller of the VM service.
+fn reporting_agent<'a>(ctx: &Context<'a>) -> ApiResult<(&'a HostId, Caller)> {
+    let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+    let host = principal.host.as_ref().ok_or_else(|| ApiError::forbidden("report on VMs"))?;
+    Ok((host, caller_of(principal, None)))
 }
 
 #[Object]
@@ -207,11 +210,9 @@ impl VmMutation {
         ctx: &Context<'_>,
         input: VmReportInput,
     ) -> ApiResult<CommandResult> {
-        let host = agent_host(ctx, "report on VMs")?;
-        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let (host, caller) = reporting_agent(ctx)?;
         let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
         let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
-        let caller = caller_of(principal, None);
         let vms = &shared(ctx).vms;
         let key = input.operation_key.as_str();
         let run = async {
@@ -250,8 +251,7 @@ impl VmMutation {
         ctx: &Context<'_>,
         input: VmReportInput,
     ) -> ApiResult<CommandResult> {
-        let host = agent_host(ctx, "report on VMs")?;
-        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let (host, caller) = reporting_agent(ctx)?;
         let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
         let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
         if input.reason.is_some() || input.message.is_some() || input.detail.is_some() {
@@ -265,7 +265,6 @@ impl VmMutation {
             }
             None => Found::Missing,
         };
-        let caller = caller_of(principal, None);
         let run =
             shared(ctx).vms.recover(&caller, host, &input.operation_key, vm, (operation, found));
         answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
@@ -279,10 +278,8 @@ impl VmMutation {
         ctx: &Context<'_>,
         input: VmOperationInput,
     ) -> ApiResult<CommandResult> {
-        let host = agent_host(ctx, "report on VMs")?;
-        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let (host, caller) = reporting_agent(ctx)?;
         let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
-        let caller = caller_of(principal, None);
         let run = shared(ctx).vms.record_activity(&caller, host, &input.operation_key, vm);
         answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
     }
@@ -293,11 +290,9 @@ impl VmMutation {
         ctx: &Context<'_>,
         input: VmReportInput,
     ) -> ApiResult<CommandResult> {
-        let host = agent_host(ctx, "report on VMs")?;
-        let principal = require(ctx, &[Role::Agent], "report on VMs")?;
+        let (host, caller) = reporting_agent(ctx)?;
         let vm = VmId(uuid_arg("vmId", &input.vm_id)?);
         let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
-        let caller = caller_of(principal, None);
         let run =
             shared(ctx).vms.confirm_removed(&caller, host, &input.operation_key, (vm, operation));
         answer_on(ctx, vm.0.to_string(), async { run.await.map(|done| done.outcome) }).await
