@@ -43,15 +43,30 @@ impl StateCache {
         entry.downcast_ref::<Cached<A>>().cloned()
     }
 
-    /// What `look` makes of the state kept for `stream`, without copying it whole.
+    /// What `look` makes of the state kept for `stream` and its version, without copying it
+    /// whole.
     pub fn peek<A: Send + Sync + 'static, R>(
         &self,
         stream: &StreamId,
-        look: impl FnOnce(&A) -> R,
+        look: impl FnOnce(u64, &A) -> R,
     ) -> Option<R> {
         let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = inner.entries.get(&(TypeId::of::<A>(), stream.clone()))?;
-        entry.downcast_ref::<Cached<A>>().map(|cached| look(&cached.state))
+        entry.downcast_ref::<Cached<A>>().map(|cached| look(cached.version, &cached.state))
+    }
+
+    /// The version kept of each of `streams` (`None` where nothing is), under one lock: a
+    /// caller that keeps what it made of each state redoes only those that moved.
+    pub fn versions<A: Send + Sync + 'static>(&self, streams: &[StreamId]) -> Vec<Option<u64>> {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kind = TypeId::of::<A>();
+        streams
+            .iter()
+            .map(|stream| {
+                let entry = inner.entries.get(&(kind, stream.clone()))?;
+                entry.downcast_ref::<Cached<A>>().map(|cached| cached.version)
+            })
+            .collect()
     }
 
     /// Keeps `cached` unless a later version of the stream is already kept.
@@ -110,5 +125,21 @@ mod tests {
         cache.put(&stream(3), cached(1));
         assert!(cache.get::<u64>(&stream(1)).is_none());
         assert!(cache.get::<u64>(&stream(3)).is_some());
+    }
+
+    #[test]
+    fn versions_and_peeks_answer_what_is_kept_of_the_type_asked() {
+        let cache = StateCache::new(4);
+        cache.put(&stream(1), cached(3));
+        cache.put(&stream(2), cached(5));
+        assert_eq!(
+            cache.versions::<u64>(&[stream(2), stream(9), stream(1)]),
+            [Some(5), None, Some(3)]
+        );
+        assert_eq!(cache.versions::<u32>(&[stream(1)]), [None]);
+        assert_eq!(
+            cache.peek::<u64, _>(&stream(2), |version, state| (version, *state)),
+            Some((5, 50))
+        );
     }
 }

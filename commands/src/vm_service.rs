@@ -35,6 +35,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 mod moves;
+mod picture;
+
+use picture::{FleetPicture, View};
 
 pub use moves::MigrateOptions;
 
@@ -155,17 +158,6 @@ pub struct VmService<S, C, V> {
     facts: VmFacts,
     reserving: Reserving,
     fleet: FleetPicture,
-}
-
-/// When the catalog answered, and what.
-type KeptPicture = (std::time::Instant, std::sync::Arc<Vec<Host>>);
-
-/// The catalog's last answer, kept for [`VmService::with_catalog_max_age`] (shared by the
-/// clones of one service); placement reads it with this process's own appends over it.
-#[derive(Debug, Clone, Default)]
-struct FleetPicture {
-    kept: std::sync::Arc<std::sync::Mutex<Option<KeptPicture>>>,
-    max_age: std::time::Duration,
 }
 
 /// The hosts this process's creates are reserving room on right now (shared by the clones of
@@ -323,44 +315,19 @@ where
 
     /// The fleet's hosts as placement sees them: the catalog, with what this process appended
     /// last (fresher than the catalog, which lags the log) over it.
-    async fn fresh_hosts(&self) -> Result<Vec<Host>> {
+    async fn fresh_hosts(&self) -> Result<Vec<View>> {
         Ok(self.fleet_hosts(true).await?.0)
     }
 
-    /// As [`Self::fresh_hosts`], from the catalog's kept answer unless `fresh` or it is older
-    /// than the max age; whether it was the kept one. Each host is placement's view of it
-    /// (`placement_view`).
-    async fn fleet_hosts(&self, fresh: bool) -> Result<(Vec<Host>, bool)> {
-        let kept = {
-            let kept = self.fleet.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            kept.as_ref()
-                .filter(|(at, _)| !fresh && at.elapsed() < self.fleet.max_age)
-                .map(|(_, hosts)| std::sync::Arc::clone(hosts))
-        };
-        let was_kept = kept.is_some();
-        let picture = match kept {
-            Some(hosts) => hosts,
-            None => {
-                let read: Vec<Host> =
-                    self.catalog.hosts().await?.iter().map(placement_view).collect();
-                let read = std::sync::Arc::new(read);
-                let mut kept =
-                    self.fleet.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                *kept = Some((std::time::Instant::now(), std::sync::Arc::clone(&read)));
-                read
-            }
-        };
-        let hosts = picture
-            .iter()
-            .map(|host| {
-                let stream = host.id.as_ref().map(HostId::stream_id);
-                let fresher = stream.and_then(|stream| {
-                    self.pipeline.cache.peek::<Host, _>(&stream, placement_view)
-                });
-                fresher.unwrap_or_else(|| host.clone())
-            })
-            .collect();
-        Ok((hosts, was_kept))
+    /// As [`Self::fresh_hosts`], over the catalog's kept answer unless `fresh` or it is older
+    /// than the max age; whether it was the kept one.
+    async fn fleet_hosts(&self, fresh: bool) -> Result<(Vec<View>, bool)> {
+        let cache = &self.pipeline.cache;
+        if !fresh && let Some(hosts) = self.fleet.over_kept(cache) {
+            return Ok((hosts, true));
+        }
+        let read = self.catalog.hosts().await?;
+        Ok((self.fleet.over_read(&read, cache), false))
     }
 
     /// Places over the fleet as [`Self::place_and_run`] does, over the kept picture first and
@@ -387,7 +354,7 @@ where
     /// [`PLACEMENT_TRIES_MAX`] times. Answers the outcome and the placements decided again.
     async fn place_and_run<F>(
         &self,
-        mut hosts: Vec<Host>,
+        mut hosts: Vec<View>,
         ask: &Ask,
         run: F,
     ) -> Result<(CommandOutcome, u32)>
@@ -691,7 +658,7 @@ fn release_on<S: CommandStore + Send + Sync>(host: &HostId, vm: VmId) -> Vec<Box
 /// Replaces `host` in `hosts` with its stored state.
 async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
     pipeline: &CommandPipeline<S>,
-    hosts: &mut Vec<Host>,
+    hosts: &mut Vec<View>,
     host: &HostId,
 ) -> std::result::Result<(), CommandError<VmError>> {
     let stored = pipeline.state::<Host>(&host.stream_id()).await.map_err(|error| match error {
@@ -700,7 +667,7 @@ async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
     })?;
     hosts.retain(|known| known.id.as_ref() != Some(host));
     if let Some((_, _, stored)) = stored {
-        hosts.push(stored);
+        hosts.push(std::sync::Arc::new(stored));
     }
     Ok(())
 }
@@ -709,27 +676,6 @@ async fn refresh<S: CommandStore + Clone + Send + Sync + 'static>(
 fn tie_break(vm: VmId) -> u64 {
     let bytes = vm.0.as_bytes();
     u64::from_le_bytes(bytes[8..16].try_into().expect("eight bytes"))
-}
-
-/// `host` as placement needs it: all of it but the reservations, of which only those holding
-/// MIG instances (the instances free are the ones no reservation holds). A fleet's picture
-/// stays small however many VMs its hosts carry.
-fn placement_view(host: &Host) -> Host {
-    let reservations = host
-        .reservations
-        .iter()
-        .filter(|(_, held)| !held.mig_instances.is_empty())
-        .map(|(vm, held)| (*vm, held.clone()))
-        .collect();
-    Host {
-        status: host.status,
-        id: host.id.clone(),
-        spec: host.spec.clone(),
-        reservations,
-        allocated: host.allocated.clone(),
-        last_seen: host.last_seen,
-        updated_at: host.updated_at,
-    }
 }
 
 /// The reference of `vm`'s credentials: one per VM.

@@ -22,7 +22,8 @@ use leasehold_domain::vm::{
 use serde::Serialize;
 
 use super::{
-    Ask, CredentialVault, HostCatalog, Result, VmOutcome, VmService, host_link, own_tenant, vm_of,
+    Ask, CredentialVault, HostCatalog, Result, View, VmOutcome, VmService, host_link, own_tenant,
+    vm_of,
 };
 use crate::lease_service::{Caller, minted_id};
 use crate::{CommandError, CommandStore, Link, LinkedCommand, caller_hash};
@@ -267,7 +268,7 @@ struct Guards<'a> {
     source_host: &'a HostId,
     source_backend: HostBackend,
     called: &'a BTreeSet<HostId>,
-    fleet: &'a [Host],
+    fleet: &'a [View],
 }
 
 impl Guards<'_> {
@@ -314,8 +315,8 @@ impl Guards<'_> {
 
     /// The hosts placement may choose from: with no target, those of the source's backend whose
     /// agents Leasehold calls.
-    fn candidates(&self, options: &MigrateOptions) -> Vec<Host> {
-        let usable = |host: &&Host| {
+    fn candidates(&self, options: &MigrateOptions) -> Vec<View> {
+        let usable = |host: &&View| {
             options.target.is_some()
                 || (fleet_backend(host) == Some(self.source_backend)
                     && host.id.as_ref().is_some_and(|id| self.called.contains(id)))
@@ -364,10 +365,10 @@ fn fleet_backend(host: &Host) -> Option<HostBackend> {
 }
 
 /// The backend of `host` among `hosts` (firecracker, fuse's default, if not listed).
-fn backend_of(hosts: &[Host], host: &HostId) -> HostBackend {
+fn backend_of(hosts: &[View], host: &HostId) -> HostBackend {
     hosts
         .iter()
         .find(|known| known.id.as_ref() == Some(host))
-        .and_then(fleet_backend)
+        .and_then(|known| fleet_backend(known))
         .unwrap_or(HostBackend::Firecracker)
 }

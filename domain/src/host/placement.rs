@@ -6,6 +6,7 @@
 //! The decision is advice: the host's Reserve, linked to the VM's creation, checks the gates
 //! again on the host's stored state, and that is what decides.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 
 use super::Host;
@@ -36,15 +37,20 @@ pub struct PlacementRequest<'a> {
 
 /// The host `request` goes on among `hosts`, or the gate that kept it off every host: the
 /// pinned host's, or else the furthest any host got (the most specific reason).
+/// `hosts` may be the hosts themselves or shared ones (`Arc<Host>`): placement only reads them.
 ///
 /// # Errors
 /// The [`Gate`] that refused.
-pub fn place(hosts: &[Host], request: &PlacementRequest<'_>) -> Result<Placement, Gate> {
+pub fn place<H: Borrow<Host>>(
+    hosts: &[H],
+    request: &PlacementRequest<'_>,
+) -> Result<Placement, Gate> {
     let open = |host: &&Host| host.id.as_ref().is_some_and(|id| !request.excluded.contains(id));
+    let hosts = || hosts.iter().map(Borrow::borrow);
     let passing: Vec<&Host> = match request.pin {
         // A pin is a hard gate: only the pinned host counts, and its own gates still apply.
         Some(pin) => {
-            let host = hosts.iter().filter(open).find(|host| host.id.as_ref() == Some(pin));
+            let host = hosts().filter(open).find(|host| host.id.as_ref() == Some(pin));
             let host = host.ok_or(Gate::Pin)?;
             fit(host, request.demand)?;
             vec![host]
@@ -52,7 +58,7 @@ pub fn place(hosts: &[Host], request: &PlacementRequest<'_>) -> Result<Placement
         None => {
             let mut furthest: Option<Gate> = None;
             let mut passing = Vec::new();
-            for host in hosts.iter().filter(open).filter(|host| host.status.is_member()) {
+            for host in hosts().filter(open).filter(|host| host.status.is_member()) {
                 match fit(host, request.demand) {
                     Ok(_) => passing.push(host),
                     Err(gate) => furthest = Some(furthest.map_or(gate, |seen| further(seen, gate))),

@@ -120,7 +120,7 @@ fn the_refusal_names_the_furthest_gate() {
         Err(Gate::Cpus)
     );
     assert_eq!(
-        place(&[], &request(&big, None, PlacementPolicy::Spread, &none, &none)),
+        place::<Host>(&[], &request(&big, None, PlacementPolicy::Spread, &none, &none)),
         Err(Gate::HostActive)
     );
 }

@@ -156,3 +156,34 @@ async fn a_kept_picture_of_the_fleet_never_refuses_a_create_a_fresh_one_would_pl
     let (_, stored) = vms.owned(second.vm).await.expect("stored");
     assert_eq!(stored.host().map(|host| host.as_str()), Some("agent-2"));
 }
+
+#[tokio::test]
+async fn a_kept_picture_shows_every_host_as_this_process_last_left_it() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 4, 2)).await;
+    register(&db, "agent-2", host_spec(HostBackend::Firecracker, 8, 4)).await;
+    // Pack fills the fullest host that fits first (agent-1, then agent-2): a picture that
+    // showed a host as it was before this process's last reservation on it would send the
+    // third create to agent-1, full by then.
+    let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Pack)
+        .with_catalog_max_age(std::time::Duration::from_secs(3_600));
+    let mut placed = std::collections::BTreeMap::<String, u32>::new();
+    for n in 0..6 {
+        let name = task(&format!("t-{n}"));
+        let created = vms
+            .create(&tenant("acme"), &format!("c-{n}"), (&name, spec()), &no_secrets())
+            .await
+            .expect("placed");
+        assert_eq!(created.replacements, 0, "create {n} was placed on a stale picture");
+        let (_, stored) = vms.owned(created.vm).await.expect("stored");
+        *placed.entry(stored.host().expect("placed").to_string()).or_default() += 1;
+    }
+    assert_eq!(vms.pipeline().decided_again(), 0, "no create lost a race to a stale picture");
+    assert_eq!(placed.into_values().collect::<Vec<_>>(), [2, 4]);
+    let refused =
+        vms.create(&tenant("acme"), "c-full", (&task("t-full"), spec()), &no_secrets()).await;
+    assert!(
+        matches!(&refused, Err(CommandError::Refused(VmError::NoHostFits { .. }))),
+        "{refused:?}"
+    );
+}
