@@ -40,7 +40,8 @@ impl PgProjected for HostProjection {
         keys: &[HostId],
     ) -> Result<HashMap<HostId, Host>, ReadError> {
         let ids: Vec<&str> = keys.iter().map(HostId::as_str).collect();
-        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
+        let statement = client.prepare_cached(VIEWS_SQL).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
         let mut views = HashMap::with_capacity(rows.len());
         for row in rows {
             let id: &str = row.get(0);

@@ -71,7 +71,8 @@ impl PgProjected for LeaseProjection {
         keys: &[LeaseId],
     ) -> Result<HashMap<LeaseId, LeaseView>, ReadError> {
         let ids: Vec<Uuid> = keys.iter().map(|key| key.0).collect();
-        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
+        let statement = client.prepare_cached(VIEWS_SQL).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
         let mut views = HashMap::with_capacity(rows.len());
         for row in rows {
             let lease = LeaseId(row.get(0));

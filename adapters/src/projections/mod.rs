@@ -38,6 +38,16 @@ impl From<tokio_postgres::Error> for WriteError {
     }
 }
 
+/// A projection's first checkpoint.
+const START_CHECKPOINT_SQL: &str = "INSERT INTO projection_checkpoints \
+     (projection, version, log_epoch, tx_id, position, events_applied, kind) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+
+/// A projection's checkpoint moved, only from where it was (else another writer moved it).
+const MOVE_CHECKPOINT_SQL: &str = "UPDATE projection_checkpoints SET log_epoch = $2, \
+     tx_id = $3, position = $4, events_applied = events_applied + $5, updated_at = now() \
+     WHERE projection = $1 AND (log_epoch, tx_id, position) = ($6, $7, $8)";
+
 /// Runs one prepared (cached) statement in `tx`.
 pub(crate) async fn execute(
     tx: &deadpool_postgres::Transaction<'_>,
@@ -158,20 +168,19 @@ impl PgProjectionSession {
         let (tx_id, position, events) = (Xid8(to.tx_id), to_i64(to.position), to_i64(events));
         let moved = match from {
             None => {
+                let statement = tx.prepare_cached(START_CHECKPOINT_SQL).await?;
                 tx.execute(
-                    "INSERT INTO projection_checkpoints \
-                     (projection, version, log_epoch, tx_id, position, events_applied, kind) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                    &statement,
                     &[&name, &version, &epoch, &tx_id, &position, &events, &kind],
                 )
                 .await?
             }
             Some(from) => {
                 let from_epoch = i32::try_from(from.log_epoch).unwrap_or(i32::MAX);
+                // Prepared once per connection: it runs with every batch a projection applies.
+                let statement = tx.prepare_cached(MOVE_CHECKPOINT_SQL).await?;
                 tx.execute(
-                    "UPDATE projection_checkpoints SET log_epoch = $2, tx_id = $3, position = $4, \
-                     events_applied = events_applied + $5, updated_at = now() \
-                     WHERE projection = $1 AND (log_epoch, tx_id, position) = ($6, $7, $8)",
+                    &statement,
                     &[
                         &name,
                         &epoch,

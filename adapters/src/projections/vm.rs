@@ -41,7 +41,8 @@ impl PgProjected for VmProjection {
         keys: &[VmId],
     ) -> Result<HashMap<VmId, VmView>, ReadError> {
         let ids: Vec<Uuid> = keys.iter().map(|key| key.0).collect();
-        let rows = client.query(VIEWS_SQL, &[&ids]).await?;
+        let statement = client.prepare_cached(VIEWS_SQL).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
         let mut views = HashMap::with_capacity(rows.len());
         for row in rows {
             let vm = VmId(row.get(0));
