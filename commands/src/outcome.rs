@@ -73,6 +73,7 @@ fn class_of(kind: RefusalKind) -> ErrorClass {
         RefusalKind::InvalidState => ErrorClass::InvalidState,
         RefusalKind::Fenced => ErrorClass::Fenced,
         RefusalKind::Conflict => ErrorClass::Conflict,
+        RefusalKind::QuotaExceeded => ErrorClass::QuotaExceeded,
     }
 }
 
@@ -91,6 +92,8 @@ pub enum ErrorClass {
     Conflict,
     /// `IDEMPOTENCY_CONFLICT`
     IdempotencyConflict,
+    /// `QUOTA_EXCEEDED`
+    QuotaExceeded,
     /// `INTERNAL`
     Internal,
 }

@@ -28,6 +28,8 @@ pub enum RefusalKind {
     Fenced,
     /// The command contradicts what is recorded (for example a different shape than expected).
     Conflict,
+    /// A quota of the tenant's does not allow it.
+    QuotaExceeded,
 }
 
 /// A refusal by `decide`: a typed error that can say which [`RefusalKind`] it is.

@@ -306,6 +306,74 @@ fn host_samples() -> Vec<(&'static str, serde_json::Value)> {
     events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
 }
 
+/// One event of every snapshot event type, every optional field present.
+fn snapshot_samples() -> Vec<(&'static str, serde_json::Value)> {
+    use leasehold_domain::snapshot::{
+        DeleteCause, Digest, ExportDestination, LayerKey, ReportedSizes, RequestedKind,
+        SnapshotEvent as S, SnapshotId, SnapshotKind, SnapshotMode, SnapshotName, SnapshotTerms,
+        Written,
+    };
+    use leasehold_domain::values::fleet::{Arch, HostId, TaskId, VmId};
+    use leasehold_domain::vm::SnapshotRef;
+    let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
+    let operation = OperationId(Uuid::from_u128(8));
+    let terms = SnapshotTerms {
+        snapshot: SnapshotId(Uuid::from_u128(1)),
+        vm: VmId(Uuid::from_u128(2)),
+        task: TaskId::parse("t", "build-1").expect("valid"),
+        host: HostId::parse("h", "agent-1").expect("valid"),
+        arch: Arch::amd64(),
+        mode: SnapshotMode::Build,
+        requested: RequestedKind::Live,
+        parent: Some(SnapshotId(Uuid::from_u128(3))),
+        layer_key: Some(LayerKey::parse("l", "step:abc").expect("valid")),
+        name: Some(SnapshotName::parse("n", "before upgrade").expect("valid")),
+        retention_until: Some(at),
+        estimate_bytes: 10,
+    };
+    let written = Written {
+        kind: SnapshotKind::Live,
+        sizes: ReportedSizes { disk_bytes: 10, memory_bytes: 5 },
+        digest: Some(Digest::parse("d", "ab".repeat(32)).expect("valid")),
+        store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+    };
+    let destination = || ExportDestination::parse("e", "s3://bucket/key").expect("valid");
+    let detail = || OperatorDetail::new("500");
+    let cause = DeleteCause::Gc;
+    let events = vec![
+        S::SnapshotRequested { terms, operation, at },
+        S::SnapshotCreated { written, size_bytes: 15, at },
+        S::SnapshotFailed { detail: detail(), at },
+        S::SnapshotRestoring { operation, at },
+        S::SnapshotRestored { at },
+        S::SnapshotRestoreFailed { missing: true, detail: detail(), at },
+        S::SnapshotDeleting { cause, operation, at },
+        S::SnapshotDeleted { cause, not_found: true, at },
+        S::SnapshotDeleteFailed { cause, failures: 1, detail: detail(), at },
+        S::SnapshotGcDeadLettered { failures: 5, at },
+        S::SnapshotExportRequested { destination: destination(), at },
+        S::SnapshotExported { destination: destination(), at },
+        S::SnapshotExportFailed { destination: destination(), detail: detail(), at },
+        S::SnapshotUsed { at },
+    ];
+    events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
+}
+
+/// One event of every tenant quota event type.
+fn quota_samples() -> Vec<(&'static str, serde_json::Value)> {
+    use leasehold_domain::quota::{QuotaEvent as Q, QuotaLimits};
+    use leasehold_domain::snapshot::SnapshotId;
+    let at = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).single().expect("a time");
+    let snapshot = SnapshotId(Uuid::from_u128(1));
+    let events = [
+        Q::QuotaLimitsSet { limits: QuotaLimits { max_count: 5, max_bytes: 100 }, at },
+        Q::QuotaReserved { snapshot, bytes: 10, at },
+        Q::QuotaSettled { snapshot, bytes: 12, at },
+        Q::QuotaReleased { snapshot, bytes: 12, at },
+    ];
+    events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
+}
+
 /// One stored payload of every event type of the kind `stream_type`, by event type; `None`
 /// for a kind this test has no samples of yet (which fails it: add them here).
 fn samples_of(stream_type: &str) -> Option<Vec<(&'static str, serde_json::Value)>> {
@@ -315,7 +383,21 @@ fn samples_of(stream_type: &str) -> Option<Vec<(&'static str, serde_json::Value)
         ),
         "vm" => Some(vm_samples()),
         "host" => Some(host_samples()),
+        "snapshot" => Some(snapshot_samples()),
+        "tenant-quota" => Some(quota_samples()),
         _ => None,
+    }
+}
+
+/// Kinds declared and not yet listed in `KINDS` (their projection and GraphQL come first):
+/// their views are held to the same rule now.
+#[test]
+fn every_field_of_the_kinds_still_to_be_listed_was_decided_for_tenants() {
+    let pending = [&leasehold_domain::snapshot::KIND, &leasehold_domain::quota::KIND];
+    for kind in pending {
+        assert!(registry::kind(kind.stream_type).is_none(), "listed: move it to the test below");
+        let samples = samples_of(kind.stream_type).expect("samples");
+        check_views(kind, &samples);
     }
 }
 
@@ -360,9 +442,13 @@ fn check_views(
         for path in &shown {
             assert!(leaves.contains(path), "{event_type}: shown path {path} is not a leaf");
         }
-        // And the tenant sees exactly the shown leaves.
+        // And the tenant sees exactly the shown leaves (nothing of a kind not listed yet).
         let seen = leaves_of(&registry::tenant_view(kind.stream_type, event_type, payload));
-        assert_eq!(seen, shown, "{event_type}");
+        if registry::kind(kind.stream_type).is_some() {
+            assert_eq!(seen, shown, "{event_type}");
+        } else {
+            assert!(seen.is_empty(), "{event_type}: an unlisted kind shows tenants nothing");
+        }
     }
 }
 

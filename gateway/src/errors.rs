@@ -132,6 +132,7 @@ impl<E: Refusal> From<CommandError<E>> for ApiError {
             ErrorClass::Fenced => Code::Fenced,
             ErrorClass::Conflict => Code::Conflict,
             ErrorClass::IdempotencyConflict => Code::IdempotencyConflict,
+            ErrorClass::QuotaExceeded => Code::QuotaExceeded,
             ErrorClass::Internal => return Self::internal(&error),
         };
         Self::new(code, error.to_string())

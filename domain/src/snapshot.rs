@@ -1,0 +1,475 @@
+//! The Snapshot: a checkpoint of a running VM held in its host's store (DOMAIN.md §1.3).
+//!
+//! A tenant asks for a snapshot of its running VM; Leasehold records it as `creating` and the
+//! VM's host agent takes it. The agent's confirmation makes it `ready` with what the agent
+//! **actually** wrote: its kind as reported (a live request served as disk is filed as disk),
+//! its honest size (memory included for a live one), its digest, and its host's store
+//! reference; its architecture is the building host's, recorded at creation from the host's
+//! registration and never taken from the caller. A snapshot is restored onto its own VM,
+//! deleted by its tenant, by retention GC or by the layer cache's eviction, and exported to
+//! object storage. Every agent report names the snapshot's current operation: a report of
+//! another operation is `Fenced`.
+//!
+//! Facts the service looks up before deciding ([`SnapshotFacts`]): whether the VM is running
+//! and has GPUs, the VM's last live snapshot, and the snapshot's children still alive.
+//!
+//! | from | command | to | events | guard |
+//! |---|---|---|---|---|
+//! | none | Create(terms) | creating | SnapshotRequested | VM running (`VmNotRunning`); no GPU (`GpuUnsupported`); a diff's parent is the VM's last live snapshot (`DiffNeedsLiveParent`); a layer key only in build mode (`LayerKeyNeedsBuild`) |
+//! | any but none | Create | unchanged | — when the same terms (a retry), else `AlreadyExists` | — |
+//! | creating | Confirm(op, kind, sizes, digest, ref) | ready | SnapshotCreated (honest size) | the current operation (`Fenced`) |
+//! | creating | Fail(op, detail) | error | SnapshotFailed | the current operation |
+//! | ready | Restore(vm, op) | restoring | SnapshotRestoring | the snapshot's own VM (`NotFound` otherwise); VM running (`VmNotRunning`); a diff is never restored on its own (`DiffNotRestorable`) |
+//! | restoring | Restore(same op) | restoring | — (a retry) | — |
+//! | restoring | ConfirmRestore(op) | ready | SnapshotRestored | the current operation |
+//! | restoring | FailRestore(op, missing, detail) | error | SnapshotRestoreFailed (missing: "snapshot missing from provider") | the current operation |
+//! | ready, error | Delete(op, cause) | deleting | SnapshotDeleting | no child alive (`HasLiveChildren`); GC and eviction never touch a build artifact of the other kind: GC skips build artifacts (`BuildArtifact`), eviction takes only layers (`NotALayer`) |
+//! | deleting, deleted | Delete | unchanged | — (idempotent) | — |
+//! | creating, restoring | Delete | unchanged | refused | `InvalidState` |
+//! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
+//! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, the Nth failure in a row (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
+//! | ready | RequestExport(destination) | ready | SnapshotExportRequested (pending) | — when that destination is already pending or ready |
+//! | ready, restoring | ReportExport(destination, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed | an export pending there (`NoSuchExport`) |
+//! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | — |
+//! | deleted | anything else | deleted | refused | `InvalidState` |
+//!
+//! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
+//! are on a removed VM. The tenant's snapshot quota follows the states that count
+//! ([`Snapshot::counts`]): the command service links the quota's reservation to the
+//! creation, its settlement to the confirmation, and its release to every move out of the
+//! counted states (`quota_effect`).
+
+mod decide;
+mod events;
+mod evolve;
+pub mod values;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
+use crate::values::fleet::{Arch, HostId, TaskId, VmId};
+use crate::values::{OperationId, OperatorDetail};
+use crate::vm::SnapshotRef;
+
+pub use events::{KIND, SnapshotEvent};
+pub use values::{
+    Digest, Export, ExportDestination, ExportStatus, LayerKey, ReportedSizes, RequestedKind,
+    SnapshotId, SnapshotKind, SnapshotMode, SnapshotName,
+};
+
+/// Where a snapshot stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotStatus {
+    /// Never asked for: the stream is empty.
+    None,
+    /// Asked of the host's agent, not confirmed yet.
+    Creating,
+    /// Held by its host.
+    Ready,
+    /// Being restored onto its VM.
+    Restoring,
+    /// Being deleted at its host.
+    Deleting,
+    /// A creation, restore or deletion failed (`last_error`, operators only).
+    Error,
+    /// Gone.
+    Deleted,
+}
+
+impl SnapshotStatus {
+    /// Every status.
+    pub const ALL: [Self; 7] = [
+        Self::None,
+        Self::Creating,
+        Self::Ready,
+        Self::Restoring,
+        Self::Deleting,
+        Self::Error,
+        Self::Deleted,
+    ];
+
+    /// Its name, the one spelling read models, clients and events use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Creating => "creating",
+            Self::Ready => "ready",
+            Self::Restoring => "restoring",
+            Self::Deleting => "deleting",
+            Self::Error => "error",
+            Self::Deleted => "deleted",
+        }
+    }
+}
+
+/// Who deletes a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteCause {
+    /// Its tenant.
+    Tenant,
+    /// Retention GC: its retention passed.
+    Gc,
+    /// The layer cache: its tenant's layers exceeded the cap and it was the least recently
+    /// used.
+    Evicted,
+}
+
+impl DeleteCause {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tenant => "tenant",
+            Self::Gc => "gc",
+            Self::Evicted => "evicted",
+        }
+    }
+}
+
+/// What a snapshot was asked to be: fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotTerms {
+    /// Its id.
+    pub snapshot: SnapshotId,
+    /// The VM it is taken of.
+    pub vm: VmId,
+    /// The VM's task.
+    pub task: TaskId,
+    /// The host that takes it (the VM's).
+    pub host: HostId,
+    /// The building host's architecture, from its registration (never the caller's).
+    pub arch: Arch,
+    /// Who takes it and what for.
+    pub mode: SnapshotMode,
+    /// What was asked of the agent.
+    pub requested: RequestedKind,
+    /// Its parent: a diff's base (the VM's last live snapshot), else the VM's newest ready
+    /// snapshot when it was asked for, if any.
+    pub parent: Option<SnapshotId>,
+    /// A build artifact's cache key.
+    pub layer_key: Option<LayerKey>,
+    /// Its tenant's name for it.
+    pub name: Option<SnapshotName>,
+    /// When GC may delete it (none: never by retention).
+    pub retention_until: Option<DateTime<Utc>>,
+    /// The bytes its quota reservation holds until its honest size is known.
+    pub estimate_bytes: u64,
+}
+
+/// What a host's agent reports it wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Written {
+    /// Its kind as written.
+    pub kind: SnapshotKind,
+    /// Its sizes.
+    pub sizes: ReportedSizes,
+    /// Its rootfs's sha256, when the agent hashes.
+    pub digest: Option<Digest>,
+    /// Its reference in the host's store.
+    pub store_ref: SnapshotRef,
+}
+
+/// The Snapshot aggregate's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Where it stands.
+    pub status: SnapshotStatus,
+    /// What it was asked to be (set by its creation).
+    pub terms: Option<SnapshotTerms>,
+    /// What the agent wrote (set by its confirmation).
+    pub written: Option<Written>,
+    /// Its honest size in bytes (0 until confirmed).
+    pub size_bytes: u64,
+    /// The operation agents' reports must name.
+    pub operation: Option<OperationId>,
+    /// Who is deleting it, while it is being or was deleted.
+    pub deletion: Option<DeleteCause>,
+    /// GC deletions failed in a row.
+    pub gc_failures: u32,
+    /// Its exports.
+    pub exports: Vec<Export>,
+    /// The last failure (operators only).
+    pub last_error: Option<OperatorDetail>,
+    /// When it was asked for.
+    pub created_at: Option<DateTime<Utc>>,
+    /// When a layer cache hit last used it (else when it became ready).
+    pub last_used: Option<DateTime<Utc>>,
+    /// When it last changed.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// What can be asked of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotCommand {
+    /// Asks the VM's host to take it.
+    Create {
+        /// What it is to be.
+        terms: Box<SnapshotTerms>,
+        /// The creation's operation (the agent's confirmation names it).
+        operation: OperationId,
+    },
+    /// The agent wrote it.
+    Confirm {
+        /// The operation reported on.
+        operation: OperationId,
+        /// What it wrote.
+        written: Written,
+    },
+    /// The agent could not write it.
+    Fail {
+        /// The operation reported on.
+        operation: OperationId,
+        /// Why (redacted before it reaches the command).
+        detail: OperatorDetail,
+    },
+    /// Restores it onto its VM.
+    Restore {
+        /// The VM asked for (it must be the snapshot's own).
+        vm: VmId,
+        /// The restore's operation.
+        operation: OperationId,
+    },
+    /// The agent restored it.
+    ConfirmRestore {
+        /// The operation reported on.
+        operation: OperationId,
+    },
+    /// The agent could not restore it.
+    FailRestore {
+        /// The operation reported on.
+        operation: OperationId,
+        /// Whether the agent's store no longer has it.
+        missing: bool,
+        /// Why.
+        detail: OperatorDetail,
+    },
+    /// Deletes it.
+    Delete {
+        /// The deletion's operation.
+        operation: OperationId,
+        /// Who deletes it.
+        cause: DeleteCause,
+    },
+    /// The agent deleted it, or did not have it.
+    ConfirmDeleted {
+        /// The operation reported on.
+        operation: OperationId,
+        /// Whether the agent answered not-found.
+        not_found: bool,
+    },
+    /// The agent could not delete it.
+    FailDelete {
+        /// The operation reported on.
+        operation: OperationId,
+        /// Why.
+        detail: OperatorDetail,
+    },
+    /// Asks for an export.
+    RequestExport {
+        /// Where to.
+        destination: ExportDestination,
+    },
+    /// The agent reports on an export.
+    ReportExport {
+        /// Where to.
+        destination: ExportDestination,
+        /// Whether it was written (else it failed).
+        ready: bool,
+        /// Why it failed.
+        detail: Option<OperatorDetail>,
+    },
+    /// A layer cache hit used it.
+    Use,
+}
+
+impl SnapshotCommand {
+    /// Its name, for refusals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Create { .. } => "create",
+            Self::Confirm { .. } => "confirm",
+            Self::Fail { .. } => "fail",
+            Self::Restore { .. } => "restore",
+            Self::ConfirmRestore { .. } => "confirm a restore",
+            Self::FailRestore { .. } => "fail a restore",
+            Self::Delete { .. } => "delete",
+            Self::ConfirmDeleted { .. } => "confirm a deletion",
+            Self::FailDelete { .. } => "fail a deletion",
+            Self::RequestExport { .. } => "export",
+            Self::ReportExport { .. } => "report an export",
+            Self::Use => "use",
+        }
+    }
+
+    /// The operation an agent's report names, if it is one.
+    pub fn reported_operation(&self) -> Option<OperationId> {
+        match self {
+            Self::Confirm { operation, .. }
+            | Self::Fail { operation, .. }
+            | Self::ConfirmRestore { operation }
+            | Self::FailRestore { operation, .. }
+            | Self::ConfirmDeleted { operation, .. }
+            | Self::FailDelete { operation, .. } => Some(*operation),
+            _ => None,
+        }
+    }
+}
+
+/// Why a snapshot refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// No such snapshot (for this tenant), or not of this VM.
+    #[error("snapshot not found")]
+    NotFound,
+    /// Not allowed in its state.
+    #[error("a snapshot that is {status} cannot {command}")]
+    InvalidState {
+        /// Its status's name.
+        status: &'static str,
+        /// What was asked.
+        command: &'static str,
+    },
+    /// The VM is not running.
+    #[error("the VM is not running: snapshots and restores need a running VM")]
+    VmNotRunning,
+    /// The VM has GPUs passed through, which cannot be checkpointed.
+    #[error("the VM has a GPU passthrough device: snapshots are not supported for GPU VMs")]
+    GpuUnsupported,
+    /// A diff's parent is not the VM's last live snapshot.
+    #[error("a diff snapshot needs the VM's last live snapshot as its parent{}", last_live.map(|id| format!(" ({id})")).unwrap_or_else(|| ": the VM has none".into()))]
+    DiffNeedsLiveParent {
+        /// The VM's last live snapshot, if any.
+        last_live: Option<SnapshotId>,
+    },
+    /// A diff is only a delta over its parent.
+    #[error("a diff snapshot is never restored on its own")]
+    DiffNotRestorable,
+    /// A layer key on a snapshot that is not a build artifact.
+    #[error("only a build snapshot may have a layer key")]
+    LayerKeyNeedsBuild,
+    /// Children are still alive.
+    #[error("the snapshot has {count} children that are not being deleted")]
+    HasLiveChildren {
+        /// How many.
+        count: usize,
+    },
+    /// GC never deletes a build artifact.
+    #[error("retention GC never deletes a build artifact")]
+    BuildArtifact,
+    /// Eviction takes only layers.
+    #[error("only a layer artifact is evicted from the layer cache")]
+    NotALayer,
+    /// The snapshot exists with other terms.
+    #[error("a snapshot with this id exists with other terms")]
+    AlreadyExists,
+    /// No export is pending at that destination.
+    #[error("no export of the snapshot is pending there")]
+    NoSuchExport,
+    /// A report of another operation than the snapshot's current one.
+    #[error("the report is for another operation than the snapshot's current one")]
+    Fenced,
+}
+
+impl Refusal for SnapshotError {
+    fn kind(&self) -> RefusalKind {
+        match self {
+            Self::NotFound | Self::NoSuchExport => RefusalKind::NotFound,
+            Self::LayerKeyNeedsBuild => RefusalKind::BadInput,
+            Self::InvalidState { .. }
+            | Self::VmNotRunning
+            | Self::GpuUnsupported
+            | Self::DiffNeedsLiveParent { .. }
+            | Self::DiffNotRestorable
+            | Self::HasLiveChildren { .. }
+            | Self::BuildArtifact
+            | Self::NotALayer => RefusalKind::InvalidState,
+            Self::AlreadyExists => RefusalKind::Conflict,
+            Self::Fenced => RefusalKind::Fenced,
+        }
+    }
+}
+
+/// What a snapshot's commands are decided with, looked up by the service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotFacts {
+    /// Whether the VM (the snapshot's, or the one asked for) is running.
+    pub vm_running: bool,
+    /// The VM's GPUs.
+    pub vm_gpus: u32,
+    /// The VM's last live snapshot.
+    pub last_live: Option<SnapshotId>,
+    /// The snapshot's children that are not being deleted.
+    pub live_children: usize,
+    /// GC failures in a row that make a dead letter (0: the default, 5).
+    pub gc_dead_letter_after: u32,
+}
+
+/// GC failures in a row that make a dead letter when the facts name none.
+pub const GC_DEAD_LETTER_AFTER_DEFAULT: u32 = 5;
+
+impl Aggregate for Snapshot {
+    const STREAM_TYPE: &'static str = "snapshot";
+    const STATE_SCHEMA: u32 = 1;
+    type Command = SnapshotCommand;
+    type Event = SnapshotEvent;
+    type Error = SnapshotError;
+    type Facts = SnapshotFacts;
+
+    fn initial() -> Self {
+        Self {
+            status: SnapshotStatus::None,
+            terms: None,
+            written: None,
+            size_bytes: 0,
+            operation: None,
+            deletion: None,
+            gc_failures: 0,
+            exports: Vec::new(),
+            last_error: None,
+            created_at: None,
+            last_used: None,
+            updated_at: None,
+        }
+    }
+
+    fn decide(
+        &self,
+        command: &SnapshotCommand,
+        ctx: &Context<SnapshotFacts>,
+    ) -> Result<Vec<SnapshotEvent>, SnapshotError> {
+        decide::decide(self, command, &ctx.facts, ctx.now)
+    }
+
+    fn evolve(self, event: &SnapshotEvent) -> Self {
+        evolve::evolve(self, event)
+    }
+
+    fn is_terminal(&self) -> bool {
+        self.status == SnapshotStatus::Deleted
+    }
+
+    fn is_creation(command: &SnapshotCommand) -> bool {
+        matches!(command, SnapshotCommand::Create { .. })
+    }
+}
+
+impl Snapshot {
+    /// Whether its tenant's snapshot quota counts it now: creating, ready or restoring, and
+    /// not a build artifact.
+    pub fn counts(&self) -> bool {
+        let counted = matches!(
+            self.status,
+            SnapshotStatus::Creating | SnapshotStatus::Ready | SnapshotStatus::Restoring
+        );
+        counted && self.terms.as_ref().is_some_and(|terms| terms.mode.counts_for_quota())
+    }
+
+    /// Whether it is a layer artifact (a build snapshot with a layer key).
+    pub fn is_layer(&self) -> bool {
+        self.terms
+            .as_ref()
+            .is_some_and(|terms| terms.mode == SnapshotMode::Build && terms.layer_key.is_some())
+    }
+}

@@ -1,0 +1,165 @@
+//! The snapshot's transition table (the module doc of `snapshot.rs`), as code.
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    DeleteCause, ExportStatus, GC_DEAD_LETTER_AFTER_DEFAULT, RequestedKind, Snapshot,
+    SnapshotCommand as C, SnapshotError, SnapshotEvent as E, SnapshotFacts, SnapshotStatus as S,
+    SnapshotTerms,
+};
+
+type Decided = Result<Vec<E>, SnapshotError>;
+
+pub(super) fn decide(
+    snapshot: &Snapshot,
+    command: &C,
+    facts: &SnapshotFacts,
+    at: DateTime<Utc>,
+) -> Decided {
+    if snapshot.status == S::None && !matches!(command, C::Create { .. }) {
+        return Err(SnapshotError::NotFound);
+    }
+    if let Some(operation) = command.reported_operation() {
+        // A report on a deleted snapshot is a redelivery: nothing is left to change.
+        if snapshot.status == S::Deleted {
+            return Ok(Vec::new());
+        }
+        if snapshot.operation != Some(operation) {
+            return Err(SnapshotError::Fenced);
+        }
+    }
+    let invalid =
+        || SnapshotError::InvalidState { status: snapshot.status.name(), command: command.name() };
+    match (snapshot.status, command) {
+        (S::None, C::Create { terms, operation }) => {
+            check_create(terms, facts)?;
+            let terms = (**terms).clone();
+            Ok(vec![E::SnapshotRequested { terms, operation: *operation, at }])
+        }
+        (_, C::Create { terms, .. }) if snapshot.terms.as_ref() == Some(terms) => Ok(Vec::new()),
+        (_, C::Create { .. }) => Err(SnapshotError::AlreadyExists),
+        (S::Creating, C::Confirm { written, .. }) => {
+            let size_bytes = written.sizes.honest(written.kind);
+            Ok(vec![E::SnapshotCreated { written: written.clone(), size_bytes, at }])
+        }
+        (S::Creating, C::Fail { detail, .. }) => {
+            Ok(vec![E::SnapshotFailed { detail: detail.clone(), at }])
+        }
+        (S::Ready, C::Restore { vm, operation }) => {
+            let terms = snapshot.terms.as_ref().ok_or(SnapshotError::NotFound)?;
+            if terms.vm != *vm {
+                return Err(SnapshotError::NotFound);
+            }
+            if terms.requested == RequestedKind::Diff {
+                return Err(SnapshotError::DiffNotRestorable);
+            }
+            if !facts.vm_running {
+                return Err(SnapshotError::VmNotRunning);
+            }
+            Ok(vec![E::SnapshotRestoring { operation: *operation, at }])
+        }
+        (S::Restoring, C::Restore { operation, .. }) if snapshot.operation == Some(*operation) => {
+            Ok(Vec::new())
+        }
+        (S::Restoring, C::ConfirmRestore { .. }) => Ok(vec![E::SnapshotRestored { at }]),
+        (S::Restoring, C::FailRestore { missing, detail, .. }) => {
+            Ok(vec![E::SnapshotRestoreFailed { missing: *missing, detail: detail.clone(), at }])
+        }
+        (S::Ready | S::Error, C::Delete { operation, cause }) => {
+            check_delete(snapshot, *cause, facts)?;
+            Ok(vec![E::SnapshotDeleting { cause: *cause, operation: *operation, at }])
+        }
+        (S::Deleting | S::Deleted, C::Delete { .. }) => Ok(Vec::new()),
+        (S::Deleting, C::ConfirmDeleted { not_found, .. }) => {
+            let cause = snapshot.deletion.unwrap_or(DeleteCause::Tenant);
+            Ok(vec![E::SnapshotDeleted { cause, not_found: *not_found, at }])
+        }
+        (S::Deleting, C::FailDelete { detail, .. }) => {
+            Ok(delete_failed(snapshot, detail, facts, at))
+        }
+        (S::Ready, C::RequestExport { destination }) => {
+            let known = snapshot.exports.iter().any(|export| {
+                export.destination == *destination && export.status != ExportStatus::Error
+            });
+            if known {
+                return Ok(Vec::new());
+            }
+            Ok(vec![E::SnapshotExportRequested { destination: destination.clone(), at }])
+        }
+        (S::Ready | S::Restoring, C::ReportExport { destination, ready, detail }) => {
+            let pending = snapshot.exports.iter().any(|export| {
+                export.destination == *destination && export.status == ExportStatus::Pending
+            });
+            if !pending {
+                return Err(SnapshotError::NoSuchExport);
+            }
+            let destination = destination.clone();
+            Ok(vec![if *ready {
+                E::SnapshotExported { destination, at }
+            } else {
+                let detail = detail.clone().unwrap_or_else(|| {
+                    crate::values::OperatorDetail::new("the agent reported no detail")
+                });
+                E::SnapshotExportFailed { destination, detail, at }
+            }])
+        }
+        (S::Ready, C::Use) => Ok(vec![E::SnapshotUsed { at }]),
+        _ => Err(invalid()),
+    }
+}
+
+/// A create's guards, in the seed's order: the VM, then its capability, then the request.
+fn check_create(terms: &SnapshotTerms, facts: &SnapshotFacts) -> Result<(), SnapshotError> {
+    if !facts.vm_running {
+        return Err(SnapshotError::VmNotRunning);
+    }
+    if facts.vm_gpus > 0 {
+        return Err(SnapshotError::GpuUnsupported);
+    }
+    if terms.requested == RequestedKind::Diff
+        && (facts.last_live.is_none() || terms.parent != facts.last_live)
+    {
+        return Err(SnapshotError::DiffNeedsLiveParent { last_live: facts.last_live });
+    }
+    if terms.layer_key.is_some() && terms.mode != super::SnapshotMode::Build {
+        return Err(SnapshotError::LayerKeyNeedsBuild);
+    }
+    Ok(())
+}
+
+/// A deletion's guards: no child alive, and GC and eviction each on their own artifacts.
+fn check_delete(
+    snapshot: &Snapshot,
+    cause: DeleteCause,
+    facts: &SnapshotFacts,
+) -> Result<(), SnapshotError> {
+    if facts.live_children > 0 {
+        return Err(SnapshotError::HasLiveChildren { count: facts.live_children });
+    }
+    let build = snapshot.terms.as_ref().is_some_and(|t| t.mode == super::SnapshotMode::Build);
+    match cause {
+        DeleteCause::Gc if build => Err(SnapshotError::BuildArtifact),
+        DeleteCause::Evicted if !snapshot.is_layer() => Err(SnapshotError::NotALayer),
+        _ => Ok(()),
+    }
+}
+
+/// A failed deletion; by GC, counted, and a dead letter at the Nth failure in a row.
+fn delete_failed(
+    snapshot: &Snapshot,
+    detail: &crate::values::OperatorDetail,
+    facts: &SnapshotFacts,
+    at: DateTime<Utc>,
+) -> Vec<E> {
+    let cause = snapshot.deletion.unwrap_or(DeleteCause::Tenant);
+    let failures = if cause == DeleteCause::Gc { snapshot.gc_failures + 1 } else { 0 };
+    let mut events = vec![E::SnapshotDeleteFailed { cause, failures, detail: detail.clone(), at }];
+    let after = match facts.gc_dead_letter_after {
+        0 => GC_DEAD_LETTER_AFTER_DEFAULT,
+        n => n,
+    };
+    if cause == DeleteCause::Gc && failures == after {
+        events.push(E::SnapshotGcDeadLettered { failures, at });
+    }
+    events
+}

@@ -1,0 +1,444 @@
+//! The snapshot's transition table, row by row (the doc comment of `domain/src/snapshot.rs`),
+//! with every guard's refusal; the tenant quota's table (`domain/src/quota.rs`); then
+//! properties over random quota command sequences: usage is the sum of the reservations and
+//! a reservation never takes usage over a limit.
+
+mod quota;
+
+use chrono::{DateTime, TimeZone, Utc};
+use leasehold_domain::snapshot::{
+    DeleteCause, ExportDestination, LayerKey, ReportedSizes, RequestedKind, Snapshot,
+    SnapshotCommand as C, SnapshotError, SnapshotEvent, SnapshotFacts, SnapshotId, SnapshotKind,
+    SnapshotMode, SnapshotStatus as S, SnapshotTerms, Written,
+};
+use leasehold_domain::values::fleet::{Arch, HostId, TaskId, VmId};
+use leasehold_domain::values::{OperationId, OperatorDetail};
+use leasehold_domain::vm::SnapshotRef;
+use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, Refusal, RefusalKind, TenantId};
+use uuid::Uuid;
+
+fn t(minute: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 12, minute, 0).single().expect("a valid time")
+}
+
+fn ctx(facts: SnapshotFacts) -> Context<SnapshotFacts> {
+    Context {
+        now: t(30),
+        tenant: TenantId::parse("acme").expect("valid"),
+        actor: Actor { subject: "acme".into(), role: "tenant".into() },
+        new_ids: Vec::new(),
+        facts,
+    }
+}
+
+fn running() -> SnapshotFacts {
+    SnapshotFacts { vm_running: true, ..SnapshotFacts::default() }
+}
+
+fn op(n: u128) -> OperationId {
+    OperationId(Uuid::from_u128(100 + n))
+}
+
+fn vm() -> VmId {
+    VmId(Uuid::from_u128(2))
+}
+
+fn terms(mode: SnapshotMode, requested: RequestedKind) -> SnapshotTerms {
+    SnapshotTerms {
+        snapshot: SnapshotId(Uuid::from_u128(1)),
+        vm: vm(),
+        task: TaskId::parse("t", "task-1").expect("valid"),
+        host: HostId::parse("h", "agent-1").expect("valid"),
+        arch: Arch::amd64(),
+        mode,
+        requested,
+        parent: None,
+        layer_key: None,
+        name: None,
+        retention_until: None,
+        estimate_bytes: 1_000,
+    }
+}
+
+fn create(terms: SnapshotTerms) -> C {
+    C::Create { terms: Box::new(terms), operation: op(1) }
+}
+
+fn written(kind: SnapshotKind) -> Written {
+    Written {
+        kind,
+        sizes: ReportedSizes { disk_bytes: 800, memory_bytes: 4_096 },
+        digest: None,
+        store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+    }
+}
+
+fn detail() -> OperatorDetail {
+    OperatorDetail::new("agent said 500")
+}
+
+fn destination() -> ExportDestination {
+    ExportDestination::parse("d", "s3://bucket/snap-1").expect("valid")
+}
+
+/// Each step is a command with the facts it is decided with.
+type History = Vec<(C, SnapshotFacts)>;
+
+fn replay(history: &History) -> Snapshot {
+    history.iter().fold(Snapshot::initial(), |state, (command, facts)| {
+        let events = state.decide(command, &ctx(facts.clone())).expect("the history is valid");
+        events.iter().fold(state, |state, event| state.evolve(event))
+    })
+}
+
+fn creating_of(terms: SnapshotTerms) -> History {
+    vec![(create(terms), running())]
+}
+
+fn creating() -> History {
+    creating_of(terms(SnapshotMode::Manual, RequestedKind::Disk))
+}
+
+fn ready() -> History {
+    let mut history = creating();
+    history
+        .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) }, running()));
+    history
+}
+
+fn restoring() -> History {
+    let mut history = ready();
+    history.push((C::Restore { vm: vm(), operation: op(2) }, running()));
+    history
+}
+
+fn errored() -> History {
+    let mut history = creating();
+    history.push((C::Fail { operation: op(1), detail: detail() }, running()));
+    history
+}
+
+fn deleting(cause: DeleteCause) -> History {
+    let mut history = ready();
+    history.push((C::Delete { operation: op(3), cause }, SnapshotFacts::default()));
+    history
+}
+
+fn deleted() -> History {
+    let mut history = deleting(DeleteCause::Tenant);
+    history
+        .push((C::ConfirmDeleted { operation: op(3), not_found: false }, SnapshotFacts::default()));
+    history
+}
+
+enum Expect {
+    Events(&'static [&'static str]),
+    NoChange,
+    Refused(SnapshotError),
+}
+
+/// Decides `command` on `given` and checks the outcome; the state after it.
+fn check(given: &History, command: C, facts: SnapshotFacts, expect: Expect) -> Snapshot {
+    let state = replay(given);
+    let decided = state.decide(&command, &ctx(facts));
+    match expect {
+        Expect::Events(types) => {
+            let events = decided.unwrap_or_else(|e| panic!("{command:?} refused: {e}"));
+            let got: Vec<_> = events.iter().map(SnapshotEvent::event_type).collect();
+            assert_eq!(got, types, "{command:?}");
+            events.iter().fold(state, |state, event| state.evolve(event))
+        }
+        Expect::NoChange => {
+            assert_eq!(decided, Ok(Vec::new()), "{command:?}");
+            state
+        }
+        Expect::Refused(error) => {
+            assert_eq!(decided, Err(error), "{command:?}");
+            state
+        }
+    }
+}
+
+use Expect::{Events, NoChange, Refused};
+
+#[test]
+fn creating_a_snapshot_of_a_running_vm() {
+    let snapshot = check(
+        &[].into(),
+        create(terms(SnapshotMode::Manual, RequestedKind::Disk)),
+        running(),
+        Events(&["SnapshotRequested"]),
+    );
+    assert_eq!(snapshot.status, S::Creating);
+    assert_eq!(snapshot.operation, Some(op(1)));
+    assert!(snapshot.counts(), "a creating snapshot counts for the quota");
+    // A retry with the same terms changes nothing; other terms under the same id conflict.
+    check(
+        &creating(),
+        create(terms(SnapshotMode::Manual, RequestedKind::Disk)),
+        running(),
+        NoChange,
+    );
+    let refused = check(
+        &creating(),
+        create(terms(SnapshotMode::Auto, RequestedKind::Disk)),
+        running(),
+        Refused(SnapshotError::AlreadyExists),
+    );
+    assert_eq!(refused.status, S::Creating);
+}
+
+#[test]
+fn a_create_is_guarded_vm_first() {
+    let disk = || create(terms(SnapshotMode::Manual, RequestedKind::Disk));
+    check(&[].into(), disk(), SnapshotFacts::default(), Refused(SnapshotError::VmNotRunning));
+    let gpu = SnapshotFacts { vm_gpus: 1, ..running() };
+    check(&[].into(), disk(), gpu, Refused(SnapshotError::GpuUnsupported));
+    assert_eq!(SnapshotError::GpuUnsupported.kind(), RefusalKind::InvalidState);
+    let mut layered = terms(SnapshotMode::Manual, RequestedKind::Disk);
+    layered.layer_key = Some(LayerKey::parse("l", "step:1").expect("valid"));
+    check(
+        &[].into(),
+        create(layered.clone()),
+        running(),
+        Refused(SnapshotError::LayerKeyNeedsBuild),
+    );
+    layered.mode = SnapshotMode::Build;
+    let built = check(&[].into(), create(layered), running(), Events(&["SnapshotRequested"]));
+    assert!(built.is_layer());
+    assert!(!built.counts(), "a build artifact never counts for the quota");
+}
+
+#[test]
+fn a_diff_needs_the_vms_last_live_snapshot_as_parent() {
+    let live = SnapshotId(Uuid::from_u128(50));
+    let mut diff = terms(SnapshotMode::Manual, RequestedKind::Diff);
+    let none = Refused(SnapshotError::DiffNeedsLiveParent { last_live: None });
+    check(&[].into(), create(diff.clone()), running(), none);
+    let with_live = SnapshotFacts { last_live: Some(live), ..running() };
+    let wrong = Refused(SnapshotError::DiffNeedsLiveParent { last_live: Some(live) });
+    diff.parent = Some(SnapshotId(Uuid::from_u128(51)));
+    check(&[].into(), create(diff.clone()), with_live.clone(), wrong);
+    let message = SnapshotError::DiffNeedsLiveParent { last_live: None }.to_string();
+    assert!(message.contains("last live snapshot"), "the refusal says why: {message}");
+    diff.parent = Some(live);
+    check(&[].into(), create(diff), with_live, Events(&["SnapshotRequested"]));
+}
+
+#[test]
+fn a_confirmation_records_what_the_agent_wrote_and_its_honest_size() {
+    // Asked live, written live: memory counts.
+    let live = creating_of(terms(SnapshotMode::Manual, RequestedKind::Live));
+    let confirm = |kind| C::Confirm { operation: op(1), written: written(kind) };
+    let snapshot =
+        check(&live, confirm(SnapshotKind::Live), running(), Events(&["SnapshotCreated"]));
+    assert_eq!(snapshot.status, S::Ready);
+    assert_eq!(snapshot.size_bytes, 800 + 4_096, "a live snapshot's size counts its memory");
+    // Asked live, served as disk: filed as disk, memory not counted.
+    let snapshot =
+        check(&live, confirm(SnapshotKind::Disk), running(), Events(&["SnapshotCreated"]));
+    assert_eq!(snapshot.written.map(|w| w.kind), Some(SnapshotKind::Disk));
+    assert_eq!(snapshot.size_bytes, 800);
+    // The arch is the building host's, from the terms: the report has none to give.
+    assert_eq!(replay(&ready()).terms.map(|t| t.arch), Some(Arch::amd64()));
+}
+
+#[test]
+fn reports_are_fenced_by_the_current_operation() {
+    let stale = C::Confirm { operation: op(9), written: written(SnapshotKind::Disk) };
+    check(&creating(), stale, running(), Refused(SnapshotError::Fenced));
+    check(
+        &restoring(),
+        C::ConfirmRestore { operation: op(1) },
+        running(),
+        Refused(SnapshotError::Fenced),
+    );
+    assert_eq!(SnapshotError::Fenced.kind(), RefusalKind::Fenced);
+    // A report on a deleted snapshot is a redelivery.
+    check(
+        &deleted(),
+        C::ConfirmDeleted { operation: op(3), not_found: false },
+        running(),
+        NoChange,
+    );
+}
+
+#[test]
+fn a_failed_creation_is_an_error() {
+    let snapshot = check(
+        &creating(),
+        C::Fail { operation: op(1), detail: detail() },
+        running(),
+        Events(&["SnapshotFailed"]),
+    );
+    assert_eq!(snapshot.status, S::Error);
+    assert_eq!(snapshot.last_error, Some(detail()));
+    assert!(!snapshot.counts(), "an error no longer counts");
+}
+
+#[test]
+fn restoring_onto_its_own_running_vm() {
+    let restore = |vm| C::Restore { vm, operation: op(2) };
+    let snapshot = check(&ready(), restore(vm()), running(), Events(&["SnapshotRestoring"]));
+    assert_eq!(snapshot.status, S::Restoring);
+    assert!(snapshot.counts(), "restoring counts");
+    check(
+        &ready(),
+        restore(VmId(Uuid::from_u128(77))),
+        running(),
+        Refused(SnapshotError::NotFound),
+    );
+    check(&ready(), restore(vm()), SnapshotFacts::default(), Refused(SnapshotError::VmNotRunning));
+    check(&restoring(), restore(vm()), running(), NoChange);
+    let back = check(
+        &restoring(),
+        C::ConfirmRestore { operation: op(2) },
+        running(),
+        Events(&["SnapshotRestored"]),
+    );
+    assert_eq!(back.status, S::Ready);
+    let missing = C::FailRestore {
+        operation: op(2),
+        missing: true,
+        detail: OperatorDetail::new("snapshot missing from provider"),
+    };
+    let failed = check(&restoring(), missing, running(), Events(&["SnapshotRestoreFailed"]));
+    assert_eq!(failed.status, S::Error);
+    assert_eq!(
+        failed.last_error.map(|d| d.as_str().to_owned()).as_deref(),
+        Some("snapshot missing from provider")
+    );
+    // A diff is only a delta over its parent.
+    let live = SnapshotId(Uuid::from_u128(50));
+    let mut diff = terms(SnapshotMode::Manual, RequestedKind::Diff);
+    diff.parent = Some(live);
+    let mut history: History =
+        vec![(create(diff), SnapshotFacts { last_live: Some(live), ..running() })];
+    history
+        .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Live) }, running()));
+    check(&history, restore(vm()), running(), Refused(SnapshotError::DiffNotRestorable));
+}
+
+#[test]
+fn deleting_is_refused_while_a_child_lives_and_is_idempotent() {
+    let delete = |cause| C::Delete { operation: op(3), cause };
+    let children = SnapshotFacts { live_children: 1, ..SnapshotFacts::default() };
+    let refused = Refused(SnapshotError::HasLiveChildren { count: 1 });
+    check(&ready(), delete(DeleteCause::Tenant), children, refused);
+    assert_eq!(SnapshotError::HasLiveChildren { count: 1 }.kind(), RefusalKind::InvalidState);
+    for given in [ready(), errored()] {
+        let snapshot = check(
+            &given,
+            delete(DeleteCause::Tenant),
+            SnapshotFacts::default(),
+            Events(&["SnapshotDeleting"]),
+        );
+        assert_eq!(snapshot.status, S::Deleting);
+        assert!(!snapshot.counts());
+    }
+    check(
+        &deleting(DeleteCause::Tenant),
+        delete(DeleteCause::Tenant),
+        SnapshotFacts::default(),
+        NoChange,
+    );
+    check(&deleted(), delete(DeleteCause::Tenant), SnapshotFacts::default(), NoChange);
+    for given in [creating(), restoring()] {
+        let status = replay(&given).status.name();
+        let invalid = Refused(SnapshotError::InvalidState { status, command: "delete" });
+        check(&given, delete(DeleteCause::Tenant), SnapshotFacts::default(), invalid);
+    }
+    // A provider's not-found is a deletion too.
+    let gone = C::ConfirmDeleted { operation: op(3), not_found: true };
+    let snapshot = check(
+        &deleting(DeleteCause::Tenant),
+        gone,
+        SnapshotFacts::default(),
+        Events(&["SnapshotDeleted"]),
+    );
+    assert_eq!(snapshot.status, S::Deleted);
+    assert!(snapshot.is_terminal());
+}
+
+#[test]
+fn gc_and_eviction_keep_to_their_own_artifacts() {
+    let build = creating_of(terms(SnapshotMode::Build, RequestedKind::Disk));
+    let mut build_ready = build.clone();
+    build_ready
+        .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) }, running()));
+    let delete = |cause| C::Delete { operation: op(3), cause };
+    check(
+        &build_ready,
+        delete(DeleteCause::Gc),
+        SnapshotFacts::default(),
+        Refused(SnapshotError::BuildArtifact),
+    );
+    check(
+        &ready(),
+        delete(DeleteCause::Evicted),
+        SnapshotFacts::default(),
+        Refused(SnapshotError::NotALayer),
+    );
+    check(
+        &ready(),
+        delete(DeleteCause::Gc),
+        SnapshotFacts::default(),
+        Events(&["SnapshotDeleting"]),
+    );
+}
+
+#[test]
+fn a_failed_gc_deletion_is_an_error_and_the_fifth_in_a_row_a_dead_letter() {
+    let fail = C::FailDelete { operation: op(3), detail: detail() };
+    let mut history = deleting(DeleteCause::Gc);
+    for failures in 1..=5u32 {
+        let expected: &'static [&'static str] = if failures == 5 {
+            &["SnapshotDeleteFailed", "SnapshotGcDeadLettered"]
+        } else {
+            &["SnapshotDeleteFailed"]
+        };
+        let snapshot = check(&history, fail.clone(), SnapshotFacts::default(), Events(expected));
+        assert_eq!((snapshot.status, snapshot.gc_failures), (S::Error, failures));
+        history.push((fail.clone(), SnapshotFacts::default()));
+        history.push((
+            C::Delete { operation: op(3), cause: DeleteCause::Gc },
+            SnapshotFacts::default(),
+        ));
+    }
+    // A tenant's failed deletion is an error, never counted as GC's.
+    let snapshot = check(
+        &deleting(DeleteCause::Tenant),
+        fail,
+        SnapshotFacts::default(),
+        Events(&["SnapshotDeleteFailed"]),
+    );
+    assert_eq!(snapshot.gc_failures, 0);
+}
+
+#[test]
+fn exports_are_recorded_pending_then_ready_or_error() {
+    let request = C::RequestExport { destination: destination() };
+    let snapshot =
+        check(&ready(), request.clone(), running(), Events(&["SnapshotExportRequested"]));
+    assert_eq!(snapshot.exports.len(), 1);
+    let mut pending = ready();
+    pending.push((request.clone(), running()));
+    check(&pending, request.clone(), running(), NoChange);
+    let report = |ready| C::ReportExport { destination: destination(), ready, detail: None };
+    let done = check(&pending, report(true), running(), Events(&["SnapshotExported"]));
+    assert_eq!(done.exports[0].status.name(), "ready");
+    let failed = check(&pending, report(false), running(), Events(&["SnapshotExportFailed"]));
+    assert_eq!(failed.exports[0].status.name(), "error");
+    check(&ready(), report(true), running(), Refused(SnapshotError::NoSuchExport));
+    let bad = ExportDestination::parse("d", "s3://user:pass@bucket/key");
+    assert!(bad.is_err(), "a destination never carries credentials");
+}
+
+#[test]
+fn a_cache_hit_uses_a_ready_snapshot_and_nothing_acts_on_an_unknown_or_deleted_one() {
+    let used = check(&ready(), C::Use, running(), Events(&["SnapshotUsed"]));
+    assert_eq!(used.last_used, Some(t(30)));
+    check(&[].into(), C::Use, running(), Refused(SnapshotError::NotFound));
+    let invalid = Refused(SnapshotError::InvalidState { status: "deleted", command: "use" });
+    check(&deleted(), C::Use, running(), invalid);
+}
