@@ -147,7 +147,7 @@ where
     ) -> Result<Vec<B::Event>, LinkError> {
         match &before.tenant {
             Some(stored) if stored != owner => return Err(LinkError::NotFound),
-            None if !B::is_creation(&self.command) => return Err(LinkError::NotFound),
+            None if !B::may_open(&self.command) => return Err(LinkError::NotFound),
             _ => {}
         }
         let ctx = Context {

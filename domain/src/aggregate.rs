@@ -169,6 +169,14 @@ pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
         false
     }
 
+    /// Whether `command` may be the first on its stream when another kind's command links it
+    /// (`LinkedCommand`): decided on [`Aggregate::initial`] rather than refused as not found.
+    /// A creation may; so may any command of an aggregate whose initial state means something
+    /// (a tenant's quota with no limits and nothing counted).
+    fn may_open(command: &Self::Command) -> bool {
+        Self::is_creation(command)
+    }
+
     /// The fencing generation its events are issued under, if it has one (stamped into each
     /// event's metadata).
     fn generation(&self) -> Option<u64> {

@@ -211,6 +211,12 @@ impl Aggregate for SnapshotQuota {
     fn is_terminal(&self) -> bool {
         false
     }
+
+    /// A tenant's quota exists from its first snapshot (or its first limits) on: before
+    /// that, no limits and nothing counted.
+    fn may_open(_command: &QuotaCommand) -> bool {
+        true
+    }
 }
 
 impl SnapshotQuota {

@@ -8,4 +8,5 @@ mod moves;
 mod read_models;
 mod reaper;
 mod secrets;
+mod snapshot_quota;
 mod support;
