@@ -1,5 +1,5 @@
 //! Golden bytes of the fleet's stored states (snapshots and projection views are postcard,
-//! which is positional): a change of `Vm`'s or `Host`'s shape fails here until its
+//! which is positional): a change of the shape of `Vm`, `Host`, `Snapshot` or `SnapshotQuota` fails here until its
 //! `STATE_SCHEMA` is bumped and the new version's bytes are recorded beside the old.
 
 use chrono::{TimeZone as _, Utc};
@@ -20,6 +20,8 @@ use uuid::Uuid;
 const VM_STATE_GOLDEN: &[(u32, &str)] =
     &[(1, include_str!("golden/vm_state_v1.hex")), (2, include_str!("golden/vm_state_v2.hex"))];
 const HOST_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/host_state_v1.hex"))];
+const SNAPSHOT_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/snapshot_state_v1.hex"))];
+const QUOTA_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/quota_state_v1.hex"))];
 
 fn at(seconds: i64) -> chrono::DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + seconds, 0).single().expect("valid")
@@ -173,4 +175,77 @@ fn the_vm_state_keeps_its_stored_shape_for_its_schema() {
 #[test]
 fn the_host_state_keeps_its_stored_shape_for_its_schema() {
     check("Host", Host::STATE_SCHEMA, HOST_STATE_GOLDEN, &host());
+}
+
+/// A snapshot with every optional field present.
+fn snapshot() -> (TenantId, leasehold_domain::snapshot::Snapshot) {
+    use leasehold_domain::snapshot::{
+        DeleteCause, Digest, Export, ExportDestination, ExportStatus, LayerKey, ReportedSizes,
+        RequestedKind, Snapshot, SnapshotId, SnapshotKind, SnapshotMode, SnapshotName,
+        SnapshotStatus, SnapshotTerms, Written,
+    };
+    let state = Snapshot {
+        status: SnapshotStatus::Error,
+        terms: Some(SnapshotTerms {
+            snapshot: SnapshotId(Uuid::from_u128(1)),
+            vm: VmId(Uuid::from_u128(2)),
+            task: TaskId::parse("t", "build-1").expect("valid"),
+            host: host_id(),
+            arch: Arch::amd64(),
+            mode: SnapshotMode::Build,
+            requested: RequestedKind::Live,
+            parent: Some(SnapshotId(Uuid::from_u128(3))),
+            layer_key: Some(LayerKey::parse("l", "step:abc").expect("valid")),
+            name: Some(SnapshotName::parse("n", "base").expect("valid")),
+            retention_until: Some(at(9)),
+            estimate_bytes: 10,
+        }),
+        written: Some(Written {
+            kind: SnapshotKind::Live,
+            sizes: ReportedSizes { disk_bytes: 10, memory_bytes: 5 },
+            digest: Some(Digest::parse("d", "ab".repeat(32)).expect("valid")),
+            store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+        }),
+        size_bytes: 15,
+        operation: Some(OperationId(Uuid::from_u128(4))),
+        deletion: Some(DeleteCause::Gc),
+        gc_failures: 2,
+        exports: vec![Export {
+            destination: ExportDestination::parse("e", "s3://bucket/key").expect("valid"),
+            status: ExportStatus::Error,
+            requested_at: at(1),
+            updated_at: at(2),
+            last_error: Some(OperatorDetail::new("403")),
+        }],
+        last_error: Some(OperatorDetail::new("500")),
+        created_at: Some(at(0)),
+        last_used: Some(at(3)),
+        updated_at: Some(at(4)),
+    };
+    (TenantId::parse("acme").expect("valid"), state)
+}
+
+/// A tenant's quota with limits and a reservation.
+fn quota() -> (TenantId, leasehold_domain::quota::SnapshotQuota) {
+    use leasehold_domain::quota::{QuotaLimits, QuotaUsage, SnapshotQuota};
+    use leasehold_domain::snapshot::SnapshotId;
+    let state = SnapshotQuota {
+        limits: QuotaLimits { max_count: 5, max_bytes: 100 },
+        reservations: [(SnapshotId(Uuid::from_u128(1)), 10)].into(),
+        usage: QuotaUsage { count: 1, bytes: 10 },
+        updated_at: Some(at(1)),
+    };
+    (TenantId::parse("acme").expect("valid"), state)
+}
+
+#[test]
+fn the_snapshot_state_keeps_its_stored_shape_for_its_schema() {
+    use leasehold_domain::snapshot::Snapshot;
+    check("Snapshot", Snapshot::STATE_SCHEMA, SNAPSHOT_STATE_GOLDEN, &snapshot());
+}
+
+#[test]
+fn the_quota_state_keeps_its_stored_shape_for_its_schema() {
+    use leasehold_domain::quota::SnapshotQuota;
+    check("Quota", SnapshotQuota::STATE_SCHEMA, QUOTA_STATE_GOLDEN, &quota());
 }
