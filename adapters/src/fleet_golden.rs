@@ -1,6 +1,7 @@
 //! Golden bytes of the fleet's stored states (snapshots and projection views are postcard,
-//! which is positional): a change of the shape of `Vm`, `Host`, `Snapshot` or `SnapshotQuota` fails here until its
-//! `STATE_SCHEMA` is bumped and the new version's bytes are recorded beside the old.
+//! which is positional): a change of the shape of `Vm`, `Host`, `Snapshot` or `SnapshotQuota`
+//! fails here until its `STATE_SCHEMA` is bumped and the new version's bytes are recorded
+//! beside the old.
 
 use chrono::{TimeZone as _, Utc};
 use leasehold_domain::host::{Allocation, Host, HostCapacity, HostSpec, HostStatus, Reservation};
