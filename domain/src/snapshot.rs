@@ -473,3 +473,25 @@ impl Snapshot {
             .is_some_and(|terms| terms.mode == SnapshotMode::Build && terms.layer_key.is_some())
     }
 }
+
+/// The tenant quota command that must commit with `events` decided on `before` (the
+/// service links it to the snapshot's command, on the tenant's quota stream): a reservation
+/// when the snapshot starts counting (on its estimate), a settlement when a counted
+/// snapshot's size changes (to its honest size), a release when it stops counting. `None`
+/// when the quota is not concerned (a build artifact never counts).
+pub fn quota_effect(
+    before: &Snapshot,
+    events: &[SnapshotEvent],
+) -> Option<crate::quota::QuotaCommand> {
+    use crate::quota::QuotaCommand;
+    let after = events.iter().fold(before.clone(), |state, event| state.evolve(event));
+    let snapshot = after.terms.as_ref()?.snapshot;
+    match (before.counts(), after.counts()) {
+        (false, true) => Some(QuotaCommand::Reserve { snapshot, bytes: after.size_bytes }),
+        (true, true) if after.size_bytes != before.size_bytes => {
+            Some(QuotaCommand::Settle { snapshot, bytes: after.size_bytes })
+        }
+        (true, false) => Some(QuotaCommand::Release { snapshot }),
+        _ => None,
+    }
+}

@@ -6,10 +6,11 @@
 mod quota;
 
 use chrono::{DateTime, TimeZone, Utc};
+use leasehold_domain::quota::QuotaCommand;
 use leasehold_domain::snapshot::{
     DeleteCause, ExportDestination, LayerKey, ReportedSizes, RequestedKind, Snapshot,
     SnapshotCommand as C, SnapshotError, SnapshotEvent, SnapshotFacts, SnapshotId, SnapshotKind,
-    SnapshotMode, SnapshotStatus as S, SnapshotTerms, Written,
+    SnapshotMode, SnapshotStatus as S, SnapshotTerms, Written, quota_effect,
 };
 use leasehold_domain::values::fleet::{Arch, HostId, TaskId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail};
@@ -441,4 +442,45 @@ fn a_cache_hit_uses_a_ready_snapshot_and_nothing_acts_on_an_unknown_or_deleted_o
     check(&[].into(), C::Use, running(), Refused(SnapshotError::NotFound));
     let invalid = Refused(SnapshotError::InvalidState { status: "deleted", command: "use" });
     check(&deleted(), C::Use, running(), invalid);
+}
+
+/// The quota effect of `command` decided on `given`.
+fn effect(given: &History, command: C, facts: SnapshotFacts) -> Option<QuotaCommand> {
+    let before = replay(given);
+    let events = before.decide(&command, &ctx(facts)).expect("decided");
+    quota_effect(&before, &events)
+}
+
+#[test]
+fn the_quota_reserves_on_the_estimate_settles_to_the_honest_size_and_releases_on_leaving() {
+    let id = SnapshotId(Uuid::from_u128(1));
+    let disk = || create(terms(SnapshotMode::Manual, RequestedKind::Disk));
+    assert_eq!(
+        effect(&[].into(), disk(), running()),
+        Some(QuotaCommand::Reserve { snapshot: id, bytes: 1_000 })
+    );
+    let confirm = C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) };
+    assert_eq!(
+        effect(&creating(), confirm, running()),
+        Some(QuotaCommand::Settle { snapshot: id, bytes: 800 })
+    );
+    let fail = C::Fail { operation: op(1), detail: detail() };
+    assert_eq!(effect(&creating(), fail, running()), Some(QuotaCommand::Release { snapshot: id }));
+    // Restoring still counts; a failed restore does not.
+    assert_eq!(effect(&ready(), C::Restore { vm: vm(), operation: op(2) }, running()), None);
+    let missing = C::FailRestore { operation: op(2), missing: true, detail: detail() };
+    assert_eq!(
+        effect(&restoring(), missing, running()),
+        Some(QuotaCommand::Release { snapshot: id })
+    );
+    let delete = C::Delete { operation: op(3), cause: DeleteCause::Tenant };
+    assert_eq!(
+        effect(&ready(), delete, SnapshotFacts::default()),
+        Some(QuotaCommand::Release { snapshot: id })
+    );
+    let gone = C::ConfirmDeleted { operation: op(3), not_found: false };
+    assert_eq!(effect(&deleting(DeleteCause::Tenant), gone, SnapshotFacts::default()), None);
+    // A build artifact never touches the quota.
+    let build = create(terms(SnapshotMode::Build, RequestedKind::Disk));
+    assert_eq!(effect(&[].into(), build, running()), None);
 }
