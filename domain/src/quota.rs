@@ -13,13 +13,16 @@
 //! then no create is accepted until usage falls below the limit again (its snapshots
 //! deleted, or the limit raised). Leaving the counted states releases the reservation.
 //!
-//! A limit of 0 disables it. Operators set the limits; a change is an event too.
+//! A limit of 0 disables it. Operators set the limits; a change is an event too. The count
+//! refuses at usage ≥ max (as upstream); the bytes refuse a reservation that would take usage
+//! past the limit, and any at or past it: stricter than upstream's usage ≥ max, so that no
+//! accepted create ever takes usage over the limit.
 //!
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
 //! | any | SetLimits(count, bytes) | unchanged | QuotaLimitsSet, or — when unchanged | — |
 //! | any | Reserve(snapshot, bytes) | unchanged | QuotaReserved | count: usage < max (`QuotaExceeded(count)`); bytes: usage + bytes ≤ max (`QuotaExceeded(bytes)`); the same snapshot again: — when the same bytes, else `ReservationMismatch` |
-//! | any | Settle(snapshot, bytes) | unchanged | QuotaSettled (the honest size), or — when already that | the snapshot holds a reservation (`NotReserved`) |
+//! | any | Settle(snapshot, bytes) | unchanged | QuotaSettled (the honest size; counted even if it held no reservation), or — when already that | never refused |
 //! | any | Release(snapshot) | unchanged | QuotaReleased, or — when it holds none (idempotent) | — |
 
 mod events;
@@ -122,9 +125,6 @@ pub enum QuotaError {
     /// The snapshot already holds another reservation.
     #[error("the snapshot already holds a different reservation")]
     ReservationMismatch,
-    /// The snapshot holds no reservation to settle.
-    #[error("the snapshot holds no reservation")]
-    NotReserved,
 }
 
 impl Refusal for QuotaError {
@@ -132,7 +132,6 @@ impl Refusal for QuotaError {
         match self {
             Self::QuotaExceeded { .. } => RefusalKind::QuotaExceeded,
             Self::ReservationMismatch => RefusalKind::Conflict,
-            Self::NotReserved => RefusalKind::InvalidState,
         }
     }
 }
@@ -167,12 +166,11 @@ impl Aggregate for SnapshotQuota {
                 Ok(vec![QuotaEvent::QuotaLimitsSet { limits: *limits, at }])
             }
             QuotaCommand::Reserve { snapshot, bytes } => self.reserve(*snapshot, *bytes, at),
+            // The snapshot exists at its host: its settlement is recorded whatever it comes to,
+            // counted even without a reservation (never refused, or its confirmation would be).
             QuotaCommand::Settle { snapshot, bytes } => match self.reservations.get(snapshot) {
-                None => Err(QuotaError::NotReserved),
                 Some(held) if held == bytes => Ok(Vec::new()),
-                Some(_) => {
-                    Ok(vec![QuotaEvent::QuotaSettled { snapshot: *snapshot, bytes: *bytes, at }])
-                }
+                _ => Ok(vec![QuotaEvent::QuotaSettled { snapshot: *snapshot, bytes: *bytes, at }]),
             },
             QuotaCommand::Release { snapshot } => match self.reservations.get(snapshot) {
                 None => Ok(Vec::new()),

@@ -11,7 +11,8 @@
 //! another operation is `Fenced`.
 //!
 //! Facts the service looks up before deciding ([`SnapshotFacts`]): whether the VM is running
-//! and has GPUs, the VM's last live snapshot, and the snapshot's children still alive.
+//! and has GPUs, the VM's last live snapshot, the snapshot's children still alive, and
+//! whether it is its VM's latest.
 //!
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
@@ -20,17 +21,18 @@
 //! | creating | Confirm(op, kind, sizes, digest, ref) | ready | SnapshotCreated (honest size) | the current operation (`Fenced`) |
 //! | creating | Fail(op, detail) | error | SnapshotFailed | the current operation |
 //! | ready | Restore(vm, op) | restoring | SnapshotRestoring | the snapshot's own VM (`NotFound` otherwise); VM running (`VmNotRunning`); a diff is never restored on its own (`DiffNotRestorable`) |
-//! | restoring | Restore(same op) | restoring | — (a retry) | — |
+//! | restoring | Restore(same op) | restoring | — (a retry) | the same VM, else `NotFound` |
 //! | restoring | ConfirmRestore(op) | ready | SnapshotRestored | the current operation |
-//! | restoring | FailRestore(op, missing, detail) | error | SnapshotRestoreFailed (missing: "snapshot missing from provider") | the current operation |
-//! | ready, error | Delete(op, cause) | deleting | SnapshotDeleting | no child alive (`HasLiveChildren`); GC and eviction never touch a build artifact of the other kind: GC skips build artifacts (`BuildArtifact`), eviction takes only layers (`NotALayer`) |
+//! | restoring | FailRestore(op, missing, detail) | error | SnapshotRestoreFailed (`last_error` "snapshot missing from provider" when missing, else the detail) | the current operation |
+//! | ready, error | Delete(op, cause) | deleting | SnapshotDeleting | no child alive (`HasLiveChildren`); GC: never a build artifact (`BuildArtifact`), only past its retention (`RetentionNotPassed`), never its VM's latest (`LatestOfVm`); eviction: only layers (`NotALayer`) |
 //! | deleting, deleted | Delete | unchanged | — (idempotent) | — |
 //! | creating, restoring | Delete | unchanged | refused | `InvalidState` |
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
 //! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, the Nth failure in a row (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
 //! | ready | RequestExport(destination) | ready | SnapshotExportRequested (pending) | — when that destination is already pending or ready |
 //! | ready, restoring | ReportExport(destination, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed | an export pending there (`NoSuchExport`) |
-//! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | — |
+//! | deleted | ReportExport | deleted | — (a redelivery) | — |
+//! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
 //! | deleted | anything else | deleted | refused | `InvalidState` |
 //!
 //! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
@@ -180,7 +182,7 @@ pub struct Snapshot {
     pub terms: Option<SnapshotTerms>,
     /// What the agent wrote (set by its confirmation).
     pub written: Option<Written>,
-    /// Its honest size in bytes (0 until confirmed).
+    /// Its size in bytes: the estimate until confirmed, then the honest size.
     pub size_bytes: u64,
     /// The operation agents' reports must name.
     pub operation: Option<OperationId>,
@@ -358,8 +360,14 @@ pub enum SnapshotError {
     /// GC never deletes a build artifact.
     #[error("retention GC never deletes a build artifact")]
     BuildArtifact,
-    /// Eviction takes only layers.
-    #[error("only a layer artifact is evicted from the layer cache")]
+    /// GC deletes only past the retention.
+    #[error("the snapshot's retention has not passed")]
+    RetentionNotPassed,
+    /// GC never deletes a VM's latest snapshot.
+    #[error("retention GC never deletes a VM's latest snapshot")]
+    LatestOfVm,
+    /// Only layers are in the layer cache (used by its hits, evicted by its cap).
+    #[error("only a layer artifact is used by or evicted from the layer cache")]
     NotALayer,
     /// The snapshot exists with other terms.
     #[error("a snapshot with this id exists with other terms")]
@@ -384,6 +392,8 @@ impl Refusal for SnapshotError {
             | Self::DiffNotRestorable
             | Self::HasLiveChildren { .. }
             | Self::BuildArtifact
+            | Self::RetentionNotPassed
+            | Self::LatestOfVm
             | Self::NotALayer => RefusalKind::InvalidState,
             Self::AlreadyExists => RefusalKind::Conflict,
             Self::Fenced => RefusalKind::Fenced,
@@ -404,6 +414,8 @@ pub struct SnapshotFacts {
     pub live_children: usize,
     /// GC failures in a row that make a dead letter (0: the default, 5).
     pub gc_dead_letter_after: u32,
+    /// Whether the snapshot is its VM's latest (GC never deletes that one).
+    pub latest_of_vm: bool,
 }
 
 /// GC failures in a row that make a dead letter when the facts name none.

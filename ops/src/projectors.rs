@@ -5,6 +5,7 @@ use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_gateway::ProjectionProgress;
 use leasehold_projections::host::HostProjection;
 use leasehold_projections::lease::LeaseProjection;
+use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
 use tokio::sync::watch;
@@ -45,7 +46,7 @@ macro_rules! projections {
     };
 }
 
-projections!(LeaseProjection, VmProjection, HostProjection);
+projections!(LeaseProjection, VmProjection, HostProjection, SnapshotProjection);
 
 impl Projectors {
     fn spawn<P>(

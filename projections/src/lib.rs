@@ -15,6 +15,7 @@ mod projection;
 mod reconciler;
 mod runtime;
 pub mod shared;
+pub mod snapshot;
 pub mod vm;
 
 pub use clock::ManualClock;

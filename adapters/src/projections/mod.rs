@@ -7,6 +7,7 @@ mod kind;
 mod lease;
 mod reconcilers;
 mod shared;
+mod snapshot;
 mod status;
 mod vm;
 

@@ -58,15 +58,17 @@ pub(super) fn decide(
             }
             Ok(vec![E::SnapshotRestoring { operation: *operation, at }])
         }
-        (S::Restoring, C::Restore { operation, .. }) if snapshot.operation == Some(*operation) => {
-            Ok(Vec::new())
+        (S::Restoring, C::Restore { vm, operation }) if snapshot.operation == Some(*operation) => {
+            // The same operation for another VM contradicts the one recorded.
+            let own = snapshot.terms.as_ref().is_some_and(|terms| terms.vm == *vm);
+            if own { Ok(Vec::new()) } else { Err(SnapshotError::NotFound) }
         }
         (S::Restoring, C::ConfirmRestore { .. }) => Ok(vec![E::SnapshotRestored { at }]),
         (S::Restoring, C::FailRestore { missing, detail, .. }) => {
             Ok(vec![E::SnapshotRestoreFailed { missing: *missing, detail: detail.clone(), at }])
         }
         (S::Ready | S::Error, C::Delete { operation, cause }) => {
-            check_delete(snapshot, *cause, facts)?;
+            check_delete(snapshot, *cause, facts, at)?;
             Ok(vec![E::SnapshotDeleting { cause: *cause, operation: *operation, at }])
         }
         (S::Deleting | S::Deleted, C::Delete { .. }) => Ok(Vec::new()),
@@ -86,6 +88,8 @@ pub(super) fn decide(
             }
             Ok(vec![E::SnapshotExportRequested { destination: destination.clone(), at }])
         }
+        // An export's report on a deleted snapshot is a redelivery, as every agent report is.
+        (S::Deleted, C::ReportExport { .. }) => Ok(Vec::new()),
         (S::Ready | S::Restoring, C::ReportExport { destination, ready, detail }) => {
             let pending = snapshot.exports.iter().any(|export| {
                 export.destination == *destination && export.status == ExportStatus::Pending
@@ -103,7 +107,8 @@ pub(super) fn decide(
                 E::SnapshotExportFailed { destination, detail, at }
             }])
         }
-        (S::Ready, C::Use) => Ok(vec![E::SnapshotUsed { at }]),
+        (S::Ready, C::Use) if snapshot.is_layer() => Ok(vec![E::SnapshotUsed { at }]),
+        (S::Ready, C::Use) => Err(SnapshotError::NotALayer),
         _ => Err(invalid()),
     }
 }
@@ -127,18 +132,26 @@ fn check_create(terms: &SnapshotTerms, facts: &SnapshotFacts) -> Result<(), Snap
     Ok(())
 }
 
-/// A deletion's guards: no child alive, and GC and eviction each on their own artifacts.
+/// A deletion's guards: no child alive, and GC and eviction each on their own artifacts (GC:
+/// never a build artifact, only past its retention, never its VM's latest snapshot).
 fn check_delete(
     snapshot: &Snapshot,
     cause: DeleteCause,
     facts: &SnapshotFacts,
+    at: DateTime<Utc>,
 ) -> Result<(), SnapshotError> {
     if facts.live_children > 0 {
         return Err(SnapshotError::HasLiveChildren { count: facts.live_children });
     }
-    let build = snapshot.terms.as_ref().is_some_and(|t| t.mode == super::SnapshotMode::Build);
+    let terms = snapshot.terms.as_ref().ok_or(SnapshotError::NotFound)?;
     match cause {
-        DeleteCause::Gc if build => Err(SnapshotError::BuildArtifact),
+        DeleteCause::Gc if terms.mode == super::SnapshotMode::Build => {
+            Err(SnapshotError::BuildArtifact)
+        }
+        DeleteCause::Gc if terms.retention_until.is_none_or(|until| until > at) => {
+            Err(SnapshotError::RetentionNotPassed)
+        }
+        DeleteCause::Gc if facts.latest_of_vm => Err(SnapshotError::LatestOfVm),
         DeleteCause::Evicted if !snapshot.is_layer() => Err(SnapshotError::NotALayer),
         _ => Ok(()),
     }

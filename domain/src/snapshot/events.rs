@@ -85,8 +85,7 @@ impl DomainEvent for SnapshotEvent {
     }
 }
 
-/// The terms a tenant sees of its snapshot's request (all but nothing: the host and the
-/// quota's estimate are the fleet's).
+/// The terms a tenant sees of its snapshot's request (all but the host, the fleet's).
 const TERMS: &[&str] = &[
     "terms.snapshot",
     "terms.vm",
@@ -98,6 +97,7 @@ const TERMS: &[&str] = &[
     "terms.layer_key",
     "terms.name",
     "terms.retention_until",
+    "terms.estimate_bytes",
     "at",
 ];
 
@@ -105,7 +105,7 @@ const TERMS: &[&str] = &[
 pub const KIND: AggregateKind = AggregateKind {
     stream_type: "snapshot",
     events: &[
-        view("SnapshotRequested", TERMS, &["terms.host", "terms.estimate_bytes", "operation"]),
+        view("SnapshotRequested", TERMS, &["terms.host", "operation"]),
         view(
             "SnapshotCreated",
             &[

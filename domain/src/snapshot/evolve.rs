@@ -2,6 +2,9 @@
 
 use super::{Export, ExportStatus, Snapshot, SnapshotEvent as E, SnapshotStatus as S};
 
+/// What a restore of a snapshot its host no longer has records, as upstream does.
+pub const MISSING: &str = "snapshot missing from provider";
+
 pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
     match event {
         E::SnapshotRequested { terms, operation, at } => {
@@ -27,21 +30,27 @@ pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
         E::SnapshotRestoring { operation, at } => {
             snapshot.status = S::Restoring;
             snapshot.operation = Some(*operation);
+            snapshot.last_error = None;
             snapshot.updated_at = Some(*at);
         }
         E::SnapshotRestored { at } => {
             snapshot.status = S::Ready;
             snapshot.updated_at = Some(*at);
         }
-        E::SnapshotRestoreFailed { detail, at, .. } => {
+        E::SnapshotRestoreFailed { missing, detail, at } => {
             snapshot.status = S::Error;
-            snapshot.last_error = Some(detail.clone());
+            snapshot.last_error = Some(if *missing {
+                crate::values::OperatorDetail::new(MISSING)
+            } else {
+                detail.clone()
+            });
             snapshot.updated_at = Some(*at);
         }
         E::SnapshotDeleting { cause, operation, at } => {
             snapshot.status = S::Deleting;
             snapshot.deletion = Some(*cause);
             snapshot.operation = Some(*operation);
+            snapshot.last_error = None;
             snapshot.updated_at = Some(*at);
         }
         E::SnapshotDeleted { at, .. } => {

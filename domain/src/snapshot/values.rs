@@ -173,7 +173,9 @@ fn check_destination(value: &str) -> Result<(), Problem> {
         return Err(Problem::BadFormat { expected: "an s3://, gs:// or https:// URL" });
     };
     let known = matches!(scheme, "s3" | "gs" | "https");
-    if !known || rest.is_empty() || rest.contains('@') || value.chars().any(char::is_whitespace) {
+    // A query or fragment could carry a presigned credential (`?X-Amz-Signature=...`).
+    let carries = rest.contains(['@', '?', '#']) || value.chars().any(char::is_whitespace);
+    if !known || rest.is_empty() || carries {
         return Err(Problem::BadFormat {
             expected: "an s3://, gs:// or https:// URL without credentials",
         });

@@ -100,11 +100,29 @@ fn creating() -> History {
     creating_of(terms(SnapshotMode::Manual, RequestedKind::Disk))
 }
 
-fn ready() -> History {
-    let mut history = creating();
+fn ready_of(terms: SnapshotTerms) -> History {
+    let mut history = creating_of(terms);
     history
         .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) }, running()));
     history
+}
+
+fn ready() -> History {
+    ready_of(terms(SnapshotMode::Manual, RequestedKind::Disk))
+}
+
+/// Ready, and past its retention (it ended at minute 10; commands are decided at 30).
+fn expired() -> History {
+    let mut expired = terms(SnapshotMode::Manual, RequestedKind::Disk);
+    expired.retention_until = Some(t(10));
+    ready_of(expired)
+}
+
+/// A ready layer artifact (a build snapshot with a layer key).
+fn layer() -> History {
+    let mut layer = terms(SnapshotMode::Build, RequestedKind::Disk);
+    layer.layer_key = Some(LayerKey::parse("l", "step:1").expect("valid"));
+    ready_of(layer)
 }
 
 fn restoring() -> History {
@@ -363,35 +381,60 @@ fn deleting_is_refused_while_a_child_lives_and_is_idempotent() {
 
 #[test]
 fn gc_and_eviction_keep_to_their_own_artifacts() {
-    let build = creating_of(terms(SnapshotMode::Build, RequestedKind::Disk));
-    let mut build_ready = build.clone();
-    build_ready
-        .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) }, running()));
     let delete = |cause| C::Delete { operation: op(3), cause };
+    let none = SnapshotFacts::default;
+    let mut build = terms(SnapshotMode::Build, RequestedKind::Disk);
+    build.retention_until = Some(t(10));
+    let build = ready_of(build);
+    check(&build, delete(DeleteCause::Gc), none(), Refused(SnapshotError::BuildArtifact));
+    check(&ready(), delete(DeleteCause::Gc), none(), Refused(SnapshotError::RetentionNotPassed));
+    let mut later = terms(SnapshotMode::Manual, RequestedKind::Disk);
+    later.retention_until = Some(t(40));
     check(
-        &build_ready,
+        &ready_of(later),
         delete(DeleteCause::Gc),
-        SnapshotFacts::default(),
-        Refused(SnapshotError::BuildArtifact),
+        none(),
+        Refused(SnapshotError::RetentionNotPassed),
     );
+    let latest = SnapshotFacts { latest_of_vm: true, ..none() };
+    check(&expired(), delete(DeleteCause::Gc), latest, Refused(SnapshotError::LatestOfVm));
+    let parent = SnapshotFacts { live_children: 2, ..none() };
     check(
-        &ready(),
+        &expired(),
+        delete(DeleteCause::Gc),
+        parent.clone(),
+        Refused(SnapshotError::HasLiveChildren { count: 2 }),
+    );
+    let gc = check(&expired(), delete(DeleteCause::Gc), none(), Events(&["SnapshotDeleting"]));
+    assert_eq!(gc.deletion, Some(DeleteCause::Gc));
+    // Eviction: layers only, never a parent.
+    check(&ready(), delete(DeleteCause::Evicted), none(), Refused(SnapshotError::NotALayer));
+    check(&build, delete(DeleteCause::Evicted), none(), Refused(SnapshotError::NotALayer));
+    check(
+        &layer(),
         delete(DeleteCause::Evicted),
-        SnapshotFacts::default(),
-        Refused(SnapshotError::NotALayer),
+        parent,
+        Refused(SnapshotError::HasLiveChildren { count: 2 }),
     );
-    check(
-        &ready(),
-        delete(DeleteCause::Gc),
-        SnapshotFacts::default(),
-        Events(&["SnapshotDeleting"]),
+    check(&layer(), delete(DeleteCause::Evicted), none(), Events(&["SnapshotDeleting"]));
+    // The cause is kept to the end.
+    let mut gc = expired();
+    gc.push((delete(DeleteCause::Gc), none()));
+    let gone = check(
+        &gc,
+        C::ConfirmDeleted { operation: op(3), not_found: false },
+        none(),
+        Events(&["SnapshotDeleted"]),
     );
+    assert_eq!(gone.deletion, Some(DeleteCause::Gc));
 }
 
 #[test]
 fn a_failed_gc_deletion_is_an_error_and_the_fifth_in_a_row_a_dead_letter() {
     let fail = C::FailDelete { operation: op(3), detail: detail() };
-    let mut history = deleting(DeleteCause::Gc);
+    let gc = C::Delete { operation: op(3), cause: DeleteCause::Gc };
+    let mut history = expired();
+    history.push((gc.clone(), SnapshotFacts::default()));
     for failures in 1..=5u32 {
         let expected: &'static [&'static str] = if failures == 5 {
             &["SnapshotDeleteFailed", "SnapshotGcDeadLettered"]
@@ -401,11 +444,18 @@ fn a_failed_gc_deletion_is_an_error_and_the_fifth_in_a_row_a_dead_letter() {
         let snapshot = check(&history, fail.clone(), SnapshotFacts::default(), Events(expected));
         assert_eq!((snapshot.status, snapshot.gc_failures), (S::Error, failures));
         history.push((fail.clone(), SnapshotFacts::default()));
-        history.push((
-            C::Delete { operation: op(3), cause: DeleteCause::Gc },
-            SnapshotFacts::default(),
-        ));
+        history.push((gc.clone(), SnapshotFacts::default()));
     }
+    // A count of the deployment's own.
+    let mut history = expired();
+    history.push((gc, SnapshotFacts::default()));
+    let twice = SnapshotFacts { gc_dead_letter_after: 1, ..SnapshotFacts::default() };
+    check(
+        &history,
+        fail.clone(),
+        twice,
+        Events(&["SnapshotDeleteFailed", "SnapshotGcDeadLettered"]),
+    );
     // A tenant's failed deletion is an error, never counted as GC's.
     let snapshot = check(
         &deleting(DeleteCause::Tenant),
@@ -431,14 +481,22 @@ fn exports_are_recorded_pending_then_ready_or_error() {
     let failed = check(&pending, report(false), running(), Events(&["SnapshotExportFailed"]));
     assert_eq!(failed.exports[0].status.name(), "error");
     check(&ready(), report(true), running(), Refused(SnapshotError::NoSuchExport));
-    let bad = ExportDestination::parse("d", "s3://user:pass@bucket/key");
-    assert!(bad.is_err(), "a destination never carries credentials");
+    for bad in
+        ["s3://user:pass@bucket/key", "https://b.example/k?X-Amz-Signature=abc", "s3://b/k#t"]
+    {
+        assert!(
+            ExportDestination::parse("d", bad).is_err(),
+            "{bad}: a destination never carries credentials"
+        );
+    }
+    check(&deleted(), report(true), running(), NoChange);
 }
 
 #[test]
 fn a_cache_hit_uses_a_ready_snapshot_and_nothing_acts_on_an_unknown_or_deleted_one() {
-    let used = check(&ready(), C::Use, running(), Events(&["SnapshotUsed"]));
+    let used = check(&layer(), C::Use, running(), Events(&["SnapshotUsed"]));
     assert_eq!(used.last_used, Some(t(30)));
+    check(&ready(), C::Use, running(), Refused(SnapshotError::NotALayer));
     check(&[].into(), C::Use, running(), Refused(SnapshotError::NotFound));
     let invalid = Refused(SnapshotError::InvalidState { status: "deleted", command: "use" });
     check(&deleted(), C::Use, running(), invalid);

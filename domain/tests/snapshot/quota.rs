@@ -67,10 +67,9 @@ fn reservations_are_refused_over_the_bytes_limit_and_settlement_is_recorded_what
     assert_eq!(quota.usage, QuotaUsage { count: 2, bytes: 130 });
     let full = apply(quota.clone(), &Q::Reserve { snapshot: snap(3), bytes: 0 });
     assert_eq!(full, Err(QuotaError::QuotaExceeded { limit: QuotaLimit::Bytes, max: 100 }));
-    assert_eq!(
-        quota.decide(&Q::Settle { snapshot: snap(9), bytes: 1 }, &ctx()),
-        Err(QuotaError::NotReserved)
-    );
+    // A settlement without a reservation is counted, never refused.
+    let unreserved = apply(quota.clone(), &Q::Settle { snapshot: snap(9), bytes: 1 });
+    assert_eq!(unreserved.map(|q| q.usage), Ok(QuotaUsage { count: 3, bytes: 131 }));
     assert_eq!(quota.decide(&Q::Settle { snapshot: snap(2), bytes: 70 }, &ctx()), Ok(Vec::new()));
     assert_eq!(
         quota.decide(&Q::Release { snapshot: snap(9) }, &ctx()),
@@ -103,24 +102,34 @@ fn command() -> impl Strategy<Value = Q> {
     ]
 }
 
+/// Whether a reservation of `bytes` has room under `quota`'s limits.
+fn has_room(quota: &SnapshotQuota, bytes: u64) -> bool {
+    let QuotaLimits { max_count, max_bytes } = quota.limits;
+    let count = max_count == 0 || quota.usage.count < max_count;
+    let within =
+        max_bytes == 0 || (quota.usage.bytes < max_bytes && quota.usage.bytes + bytes <= max_bytes);
+    count && within
+}
+
 proptest! {
     #[test]
-    fn usage_is_the_sum_of_reservations_and_a_reservation_never_exceeds_a_limit(
+    fn usage_is_the_sum_of_reservations_and_a_reservation_is_refused_exactly_when_no_room(
         commands in proptest::collection::vec(command(), 1..60)
     ) {
         let mut quota = SnapshotQuota::initial();
         for command in &commands {
             let before = quota.clone();
-            let Ok(after) = apply(quota.clone(), command) else { continue };
+            let after = apply(quota.clone(), command);
+            if let Q::Reserve { snapshot, bytes } = command {
+                let new = !before.reservations.contains_key(snapshot);
+                let exceeded = matches!(after, Err(QuotaError::QuotaExceeded { .. }));
+                prop_assert_eq!(exceeded, new && !has_room(&before, *bytes), "{:?}", command);
+            }
+            let Ok(after) = after else { continue };
             quota = after;
             let count = u32::try_from(quota.reservations.len()).expect("small");
             let bytes: u64 = quota.reservations.values().sum();
             prop_assert_eq!(quota.usage, QuotaUsage { count, bytes });
-            if matches!(command, Q::Reserve { .. }) && quota.usage != before.usage {
-                let QuotaLimits { max_count, max_bytes } = quota.limits;
-                prop_assert!(max_count == 0 || quota.usage.count <= max_count);
-                prop_assert!(max_bytes == 0 || quota.usage.bytes <= max_bytes);
-            }
         }
     }
 }

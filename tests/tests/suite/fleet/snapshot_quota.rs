@@ -160,3 +160,84 @@ async fn a_tenants_first_snapshot_opens_its_quota_with_no_limits() {
     assert_eq!((quota.usage.count, quota.usage.bytes), (1, 1_000));
     assert_eq!(quota.limits, QuotaLimits::default());
 }
+
+/// Runs `command` on snapshot `n` with the quota command its events carry linked to it, as
+/// the snapshot service does (`snapshot::quota_effect`).
+async fn run(pipeline: &Pipeline, n: u128, key: &str, command: SnapshotCommand) {
+    let stream = SnapshotId(Uuid::from_u128(n)).stream_id();
+    let before = pipeline.state::<Snapshot>(&stream).await.expect("readable").expect("exists").2;
+    let facts = SnapshotFacts { vm_running: true, ..SnapshotFacts::default() };
+    let ctx = leasehold_domain::Context {
+        now: chrono::Utc::now(),
+        tenant: acme(),
+        actor: Actor { subject: "agent".into(), role: "host-agent".into() },
+        new_ids: Vec::new(),
+        facts: facts.clone(),
+    };
+    let events = before.decide(&command, &ctx).expect("decided");
+    let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
+        leasehold_domain::snapshot::quota_effect(&before, &events)
+            .map(|effect| {
+                Box::new(LinkedCommand::<SnapshotQuota>::new(quota::stream_of(&acme()), effect, ()))
+                    as Box<dyn Link<_>>
+            })
+            .into_iter()
+            .collect();
+    let actor = Actor { subject: "agent".into(), role: "host-agent".into() };
+    let key = OperationKey::parse(key).expect("valid");
+    let request = CommandRequest::<Snapshot>::new(acme(), actor, stream, key, command, facts);
+    pipeline.execute_linked(request, &links).await.expect("ran");
+}
+
+#[tokio::test]
+async fn snapshots_and_quota_usage_are_projected_and_settled_to_the_honest_size() {
+    use leasehold_domain::snapshot::{ReportedSizes, SnapshotKind, Written};
+    use leasehold_projections::snapshot::SnapshotProjection;
+
+    use crate::projections::support::{last_event, quick, start_of};
+    let db = TestDb::migrated().await;
+    set_limits(&db, QuotaLimits { max_count: 5, max_bytes: 1_000_000 }).await;
+    let pipeline = process(&db);
+    create(&pipeline, 1).await.expect("created");
+    create(&pipeline, 2).await.expect("created");
+    let written = Written {
+        kind: SnapshotKind::Disk,
+        sizes: ReportedSizes { disk_bytes: 800, memory_bytes: 0 },
+        digest: Some(
+            leasehold_domain::snapshot::Digest::parse("d", "cd".repeat(32)).expect("valid"),
+        ),
+        store_ref: leasehold_domain::vm::SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+    };
+    let confirm = SnapshotCommand::Confirm { operation: OperationId(Uuid::from_u128(1)), written };
+    run(&pipeline, 1, "confirm-1", confirm).await;
+    let detail = leasehold_domain::values::OperatorDetail::new("disk full on agent-1");
+    let fail = SnapshotCommand::Fail { operation: OperationId(Uuid::from_u128(2)), detail };
+    run(&pipeline, 2, "fail-2", fail).await;
+
+    let head = last_event(&db).await;
+    let mut projector = start_of(SnapshotProjection, &db.store(), quick());
+    projector.reached(head).await;
+    projector.stop().await;
+    let client = db.client().await;
+    let rows = client
+        .query("SELECT snapshot_id, state, size_bytes, kind, digest, last_error FROM snapshot_records ORDER BY snapshot_id", &[])
+        .await
+        .expect("snapshots");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].get::<_, &str>(1), "ready");
+    assert_eq!(rows[0].get::<_, i64>(2), 800, "settled to the honest size");
+    assert_eq!(rows[0].get::<_, Option<&str>>(3), Some("disk"));
+    assert_eq!(rows[0].get::<_, Option<String>>(4), Some("cd".repeat(32)));
+    assert_eq!(rows[1].get::<_, &str>(1), "error");
+    assert_eq!(
+        rows[1].get::<_, Option<&str>>(5),
+        Some("disk full on agent-1"),
+        "kept for operators"
+    );
+    let usage = client
+        .query_one("SELECT count, bytes, max_count, max_bytes FROM snapshot_quota_usage WHERE tenant_id = 'acme'", &[])
+        .await
+        .expect("usage");
+    let usage: (i64, i64, i64, i64) = (usage.get(0), usage.get(1), usage.get(2), usage.get(3));
+    assert_eq!(usage, (1, 800, 5, 1_000_000), "the failed snapshot was released");
+}
