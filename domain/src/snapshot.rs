@@ -28,7 +28,7 @@
 //! | deleting, deleted | Delete | unchanged | — (idempotent) | — |
 //! | creating, restoring | Delete | unchanged | refused | `InvalidState` |
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
-//! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, the Nth failure in a row (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
+//! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, from the Nth failure in a row on (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
 //! | ready | RequestExport(destination) | ready | SnapshotExportRequested (pending) | — when that destination is already pending or ready |
 //! | ready, restoring | ReportExport(destination, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed | an export pending there (`NoSuchExport`) |
 //! | deleted | ReportExport | deleted | — (a redelivery) | — |

@@ -157,7 +157,7 @@ fn check_delete(
     }
 }
 
-/// A failed deletion; by GC, counted, and a dead letter at the Nth failure in a row.
+/// A failed deletion; by GC, counted, and a dead letter from the Nth failure in a row on.
 fn delete_failed(
     snapshot: &Snapshot,
     detail: &crate::values::OperatorDetail,
@@ -171,7 +171,9 @@ fn delete_failed(
         0 => GC_DEAD_LETTER_AFTER_DEFAULT,
         n => n,
     };
-    if cause == DeleteCause::Gc && failures == after {
+    // From the Nth failure in a row on, each one is recorded on the dead letter (one per
+    // snapshot, its count raised), so lowering N below a count already reached still files it.
+    if cause == DeleteCause::Gc && failures >= after {
         events.push(E::SnapshotGcDeadLettered { failures, at });
     }
     events

@@ -430,13 +430,13 @@ fn gc_and_eviction_keep_to_their_own_artifacts() {
 }
 
 #[test]
-fn a_failed_gc_deletion_is_an_error_and_the_fifth_in_a_row_a_dead_letter() {
+fn a_failed_gc_deletion_is_an_error_and_from_the_fifth_in_a_row_a_dead_letter() {
     let fail = C::FailDelete { operation: op(3), detail: detail() };
     let gc = C::Delete { operation: op(3), cause: DeleteCause::Gc };
     let mut history = expired();
     history.push((gc.clone(), SnapshotFacts::default()));
-    for failures in 1..=5u32 {
-        let expected: &'static [&'static str] = if failures == 5 {
+    for failures in 1..=6u32 {
+        let expected: &'static [&'static str] = if failures >= 5 {
             &["SnapshotDeleteFailed", "SnapshotGcDeadLettered"]
         } else {
             &["SnapshotDeleteFailed"]
@@ -446,7 +446,16 @@ fn a_failed_gc_deletion_is_an_error_and_the_fifth_in_a_row_a_dead_letter() {
         history.push((fail.clone(), SnapshotFacts::default()));
         history.push((gc.clone(), SnapshotFacts::default()));
     }
-    // A count of the deployment's own.
+    // A count of the deployment's own, even one lowered below failures already counted.
+    let mut three = expired();
+    for _ in 0..3 {
+        three.push((gc.clone(), SnapshotFacts::default()));
+        three.push((fail.clone(), SnapshotFacts::default()));
+    }
+    three.push((gc.clone(), SnapshotFacts::default()));
+    let lowered = SnapshotFacts { gc_dead_letter_after: 2, ..SnapshotFacts::default() };
+    let events = &["SnapshotDeleteFailed", "SnapshotGcDeadLettered"];
+    check(&three, fail.clone(), lowered, Events(events));
     let mut history = expired();
     history.push((gc, SnapshotFacts::default()));
     let twice = SnapshotFacts { gc_dead_letter_after: 1, ..SnapshotFacts::default() };
