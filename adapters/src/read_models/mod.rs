@@ -12,9 +12,11 @@ use deadpool_postgres::Pool;
 
 use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 
+mod artifacts;
 mod fleet;
 mod workloads;
 
+pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
 

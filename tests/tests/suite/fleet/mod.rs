@@ -2,6 +2,7 @@
 //! atomically under concurrent creates, capacity given back only on a boot failure or a
 //! confirmed removal, fenced agent reports, and tenants kept apart.
 
+mod artifacts;
 mod capacity;
 mod lifecycle;
 mod moves;

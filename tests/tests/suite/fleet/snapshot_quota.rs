@@ -19,7 +19,7 @@ use leasehold_domain::{
 use leasehold_tests::TestDb;
 use uuid::Uuid;
 
-type Pipeline = CommandPipeline<leasehold_adapters::PgEventStore>;
+pub(super) type Pipeline = CommandPipeline<leasehold_adapters::PgEventStore>;
 
 fn acme() -> TenantId {
     TenantId::parse("acme").expect("valid")
@@ -27,7 +27,7 @@ fn acme() -> TenantId {
 
 /// A pipeline of its own, as another process's would be (nothing remembered in common), that
 /// keeps deciding again after lost races long enough for eight contenders.
-fn process(db: &TestDb) -> Pipeline {
+pub(super) fn process(db: &TestDb) -> Pipeline {
     CommandPipeline::new(
         db.store(),
         PipelineConfig { retries_max: 32, ..PipelineConfig::default() },
@@ -49,7 +49,7 @@ async fn set_limits(db: &TestDb, limits: QuotaLimits) {
     process(db).execute(request).await.expect("limits set");
 }
 
-fn terms(n: u128) -> SnapshotTerms {
+pub(super) fn terms(n: u128) -> SnapshotTerms {
     SnapshotTerms {
         snapshot: SnapshotId(Uuid::from_u128(n)),
         vm: VmId(Uuid::from_u128(1_000 + n)),
@@ -74,19 +74,61 @@ async fn create(
     leasehold_commands::CommandOutcome,
     CommandError<leasehold_domain::snapshot::SnapshotError>,
 > {
-    let terms = terms(n);
-    let reserve = QuotaCommand::Reserve { snapshot: terms.snapshot, bytes: terms.estimate_bytes };
-    let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
-        vec![Box::new(LinkedCommand::<SnapshotQuota>::new(quota::stream_of(&acme()), reserve, ()))];
-    let actor = Actor { subject: "acme-user".into(), role: "tenant".into() };
-    let key = OperationKey::parse(format!("snap-{n}")).expect("valid");
+    create_as(pipeline, &acme(), terms(n)).await
+}
+
+/// A snapshot of `tenant`'s asked for, with the quota command its events carry linked to it
+/// (as the snapshot service links it).
+pub(super) async fn create_as(
+    pipeline: &Pipeline,
+    tenant: &TenantId,
+    terms: SnapshotTerms,
+) -> Result<
+    leasehold_commands::CommandOutcome,
+    CommandError<leasehold_domain::snapshot::SnapshotError>,
+> {
+    let key = OperationKey::parse(format!("snap-{}", terms.snapshot)).expect("valid");
     let stream = terms.snapshot.stream_id();
-    let command = SnapshotCommand::Create {
-        terms: Box::new(terms),
-        operation: OperationId(Uuid::from_u128(n)),
-    };
+    let operation = OperationId(terms.snapshot.0);
+    let command = SnapshotCommand::Create { terms: Box::new(terms), operation };
+    execute_as(pipeline, tenant, stream, key, command).await
+}
+
+/// Runs `command` on `stream` as `tenant`'s, with the quota command its events carry linked.
+async fn execute_as(
+    pipeline: &Pipeline,
+    tenant: &TenantId,
+    stream: leasehold_domain::StreamId,
+    key: OperationKey,
+    command: SnapshotCommand,
+) -> Result<
+    leasehold_commands::CommandOutcome,
+    CommandError<leasehold_domain::snapshot::SnapshotError>,
+> {
+    let found = pipeline.state::<Snapshot>(&stream).await.expect("readable");
+    let before = found.map_or_else(Snapshot::initial, |(_, _, state)| state);
     let facts = SnapshotFacts { vm_running: true, ..SnapshotFacts::default() };
-    let request = CommandRequest::<Snapshot>::new(acme(), actor, stream, key, command, facts);
+    let ctx = leasehold_domain::Context {
+        now: chrono::Utc::now(),
+        tenant: tenant.clone(),
+        actor: Actor { subject: "user".into(), role: "tenant".into() },
+        new_ids: Vec::new(),
+        facts: facts.clone(),
+    };
+    // The effect as decided now; the pipeline decides again on the stored state, and a
+    // stale effect loses its race on the quota stream's version.
+    let events = before.decide(&command, &ctx).unwrap_or_default();
+    let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
+        leasehold_domain::snapshot::quota_effect(&before, &events)
+            .map(|effect| {
+                let quota = quota::stream_of(tenant);
+                Box::new(LinkedCommand::<SnapshotQuota>::new(quota, effect, ())) as Box<dyn Link<_>>
+            })
+            .into_iter()
+            .collect();
+    let actor = Actor { subject: "user".into(), role: "tenant".into() };
+    let request =
+        CommandRequest::<Snapshot>::new(tenant.clone(), actor, stream, key, command, facts);
     pipeline.execute_linked(request, &links).await
 }
 
@@ -164,29 +206,19 @@ async fn a_tenants_first_snapshot_opens_its_quota_with_no_limits() {
 /// Runs `command` on snapshot `n` with the quota command its events carry linked to it, as
 /// the snapshot service does (`snapshot::quota_effect`).
 async fn run(pipeline: &Pipeline, n: u128, key: &str, command: SnapshotCommand) {
-    let stream = SnapshotId(Uuid::from_u128(n)).stream_id();
-    let before = pipeline.state::<Snapshot>(&stream).await.expect("readable").expect("exists").2;
-    let facts = SnapshotFacts { vm_running: true, ..SnapshotFacts::default() };
-    let ctx = leasehold_domain::Context {
-        now: chrono::Utc::now(),
-        tenant: acme(),
-        actor: Actor { subject: "agent".into(), role: "host-agent".into() },
-        new_ids: Vec::new(),
-        facts: facts.clone(),
-    };
-    let events = before.decide(&command, &ctx).expect("decided");
-    let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
-        leasehold_domain::snapshot::quota_effect(&before, &events)
-            .map(|effect| {
-                Box::new(LinkedCommand::<SnapshotQuota>::new(quota::stream_of(&acme()), effect, ()))
-                    as Box<dyn Link<_>>
-            })
-            .into_iter()
-            .collect();
-    let actor = Actor { subject: "agent".into(), role: "host-agent".into() };
+    run_as(pipeline, &acme(), SnapshotId(Uuid::from_u128(n)), key, command).await;
+}
+
+/// Runs `command` on `tenant`'s `snapshot` (an agent's report, say), with its quota link.
+pub(super) async fn run_as(
+    pipeline: &Pipeline,
+    tenant: &TenantId,
+    snapshot: SnapshotId,
+    key: &str,
+    command: SnapshotCommand,
+) {
     let key = OperationKey::parse(key).expect("valid");
-    let request = CommandRequest::<Snapshot>::new(acme(), actor, stream, key, command, facts);
-    pipeline.execute_linked(request, &links).await.expect("ran");
+    execute_as(pipeline, tenant, snapshot.stream_id(), key, command).await.expect("ran");
 }
 
 #[tokio::test]

@@ -1,0 +1,100 @@
+//! The artifact index over the projected snapshots: a digest finds the hosts holding a ready
+//! artifact of the same tenant's, a layer key and arch the same tenant's newest ready layer;
+//! another tenant's artifact with the same digest or layer key is a miss, never a hit.
+
+use leasehold_adapters::PgReadModels;
+use leasehold_domain::TenantId;
+use leasehold_domain::snapshot::{
+    Digest, LayerKey, ReportedSizes, SnapshotCommand, SnapshotId, SnapshotKind, SnapshotMode,
+    Written,
+};
+use leasehold_domain::values::OperationId;
+use leasehold_domain::values::fleet::{Arch, HostId};
+use leasehold_domain::vm::SnapshotRef;
+use leasehold_projections::snapshot::SnapshotProjection;
+use leasehold_tests::TestDb;
+use uuid::Uuid;
+
+use super::snapshot_quota::{Pipeline, create_as, process, run_as, terms};
+use crate::projections::support::{last_event, quick, start_of};
+
+fn tenant(name: &str) -> TenantId {
+    TenantId::parse(name).expect("valid")
+}
+
+fn digest() -> Digest {
+    Digest::parse("d", "ef".repeat(32)).expect("valid")
+}
+
+fn layer_key() -> LayerKey {
+    LayerKey::parse("l", "step:apt-install").expect("valid")
+}
+
+/// A ready layer of `owner`'s, snapshot `n` on `host`.
+async fn ready_layer(pipeline: &Pipeline, owner: &TenantId, n: u128, host: &str) {
+    let mut layer = terms(n);
+    layer.mode = SnapshotMode::Build;
+    layer.layer_key = Some(layer_key());
+    layer.host = HostId::parse("h", host).expect("valid");
+    create_as(pipeline, owner, layer).await.expect("created");
+    let written = Written {
+        kind: SnapshotKind::Disk,
+        sizes: ReportedSizes { disk_bytes: 500, memory_bytes: 0 },
+        digest: Some(digest()),
+        store_ref: SnapshotRef::parse("r", format!("snap-{n}")).expect("valid"),
+    };
+    let confirm = SnapshotCommand::Confirm { operation: OperationId(Uuid::from_u128(n)), written };
+    let snapshot = SnapshotId(Uuid::from_u128(n));
+    run_as(pipeline, owner, snapshot, &format!("confirm-{n}"), confirm).await;
+}
+
+#[tokio::test]
+async fn digest_and_layer_lookups_find_only_the_tenants_own_ready_artifacts() {
+    let db = TestDb::migrated().await;
+    let pipeline = process(&db);
+    let (acme, globex) = (tenant("acme"), tenant("globex"));
+    ready_layer(&pipeline, &acme, 1, "agent-1").await;
+    ready_layer(&pipeline, &acme, 2, "agent-2").await;
+    ready_layer(&pipeline, &globex, 3, "agent-3").await;
+    // One of acme's with the same layer key still being created: never served.
+    let mut creating = terms(4);
+    creating.mode = SnapshotMode::Build;
+    creating.layer_key = Some(layer_key());
+    create_as(&pipeline, &acme, creating).await.expect("created");
+
+    let head = last_event(&db).await;
+    let mut projector = start_of(SnapshotProjection, &db.store(), quick());
+    projector.reached(head).await;
+    projector.stop().await;
+
+    let index = PgReadModels::of(&db.store());
+    let hosts = |names: &[&str]| -> Vec<HostId> {
+        names.iter().map(|name| HostId::parse("h", *name).expect("valid")).collect()
+    };
+    assert_eq!(
+        index.artifact_holders(&acme, &digest()).await.expect("read"),
+        hosts(&["agent-1", "agent-2"])
+    );
+    assert_eq!(
+        index.artifact_holders(&globex, &digest()).await.expect("read"),
+        hosts(&["agent-3"])
+    );
+    let initech = tenant("initech");
+    assert!(index.artifact_holders(&initech, &digest()).await.expect("read").is_empty());
+
+    let amd64 = Arch::amd64();
+    // Snapshot 2 was created after 1 (each create a round trip later): the newest.
+    let newest = index.newest_layer(&acme, &layer_key(), &amd64).await.expect("read");
+    let newest = newest.expect("a hit");
+    assert_eq!(newest.snapshot, SnapshotId(Uuid::from_u128(2)));
+    assert_eq!(newest.host.as_str(), "agent-2");
+    let theirs = index.newest_layer(&globex, &layer_key(), &amd64).await.expect("read");
+    assert_eq!(theirs.map(|hit| hit.snapshot), Some(SnapshotId(Uuid::from_u128(3))));
+    assert_eq!(index.newest_layer(&initech, &layer_key(), &amd64).await.expect("read"), None);
+    let arm = Arch::parse("a", "arm64").expect("valid");
+    assert_eq!(
+        index.newest_layer(&acme, &layer_key(), &arm).await.expect("read"),
+        None,
+        "arch is part of the lookup"
+    );
+}
