@@ -206,6 +206,7 @@ fn snapshot() -> (TenantId, leasehold_domain::snapshot::Snapshot) {
             sizes: ReportedSizes { disk_bytes: 10, memory_bytes: 5 },
             digest: Some(Digest::parse("d", "ab".repeat(32)).expect("valid")),
             store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+            diff_of: Some(SnapshotId(Uuid::from_u128(3))),
         }),
         size_bytes: 15,
         operation: Some(OperationId(Uuid::from_u128(4))),

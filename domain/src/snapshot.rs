@@ -20,7 +20,7 @@
 //! | any but none | Create | unchanged | — when the same terms (a retry), else `AlreadyExists` | — |
 //! | creating | Confirm(op, kind, sizes, digest, ref) | ready | SnapshotCreated (honest size) | the current operation (`Fenced`) |
 //! | creating | Fail(op, detail) | error | SnapshotFailed | the current operation |
-//! | ready | Restore(vm, op) | restoring | SnapshotRestoring | the snapshot's own VM (`NotFound` otherwise); VM running (`VmNotRunning`); a diff is never restored on its own (`DiffNotRestorable`) |
+//! | ready | Restore(vm, op) | restoring | SnapshotRestoring | the snapshot's own VM (`NotFound` otherwise); VM running (`VmNotRunning`); a diff (as the agent wrote it) is never restored on its own (`DiffNotRestorable`) |
 //! | restoring | Restore(same op) | restoring | — (a retry) | the same VM, else `NotFound` |
 //! | restoring | ConfirmRestore(op) | ready | SnapshotRestored | the current operation |
 //! | restoring | FailRestore(op, missing, detail) | error | SnapshotRestoreFailed (`last_error` "snapshot missing from provider" when missing, else the detail) | the current operation |
@@ -171,6 +171,9 @@ pub struct Written {
     pub digest: Option<Digest>,
     /// Its reference in the host's store.
     pub store_ref: SnapshotRef,
+    /// The snapshot a diff was written over, as the agent reports it (none: a full snapshot,
+    /// whatever was asked). A diff is never restored on its own.
+    pub diff_of: Option<SnapshotId>,
 }
 
 /// The Snapshot aggregate's state.

@@ -336,6 +336,7 @@ fn snapshot_samples() -> Vec<(&'static str, serde_json::Value)> {
         sizes: ReportedSizes { disk_bytes: 10, memory_bytes: 5 },
         digest: Some(Digest::parse("d", "ab".repeat(32)).expect("valid")),
         store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+        diff_of: Some(SnapshotId(Uuid::from_u128(3))),
     };
     let destination = || ExportDestination::parse("e", "s3://bucket/key").expect("valid");
     let detail = || OperatorDetail::new("500");

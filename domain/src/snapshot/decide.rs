@@ -50,7 +50,8 @@ pub(super) fn decide(
             if terms.vm != *vm {
                 return Err(SnapshotError::NotFound);
             }
-            if terms.requested == RequestedKind::Diff {
+            // As written, not as asked: a diff request the agent served in full restores.
+            if snapshot.written.as_ref().is_some_and(|written| written.diff_of.is_some()) {
                 return Err(SnapshotError::DiffNotRestorable);
             }
             if !facts.vm_running {

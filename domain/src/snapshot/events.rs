@@ -113,6 +113,7 @@ pub const KIND: AggregateKind = AggregateKind {
                 "written.sizes.disk_bytes",
                 "written.sizes.memory_bytes",
                 "written.digest",
+                "written.diff_of",
                 "size_bytes",
                 "at",
             ],

@@ -71,6 +71,7 @@ fn written(kind: SnapshotKind) -> Written {
         sizes: ReportedSizes { disk_bytes: 800, memory_bytes: 4_096 },
         digest: None,
         store_ref: SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+        diff_of: None,
     }
 }
 
@@ -331,11 +332,17 @@ fn restoring_onto_its_own_running_vm() {
     let live = SnapshotId(Uuid::from_u128(50));
     let mut diff = terms(SnapshotMode::Manual, RequestedKind::Diff);
     diff.parent = Some(live);
-    let mut history: History =
-        vec![(create(diff), SnapshotFacts { last_live: Some(live), ..running() })];
+    let asked: History = vec![(create(diff), SnapshotFacts { last_live: Some(live), ..running() })];
+    let mut as_diff = written(SnapshotKind::Live);
+    as_diff.diff_of = Some(live);
+    let mut history = asked.clone();
+    history.push((C::Confirm { operation: op(1), written: as_diff }, running()));
+    check(&history, restore(vm()), running(), Refused(SnapshotError::DiffNotRestorable));
+    // Asked as a diff, written in full (the agent's report has no parent): it restores.
+    let mut history = asked;
     history
         .push((C::Confirm { operation: op(1), written: written(SnapshotKind::Live) }, running()));
-    check(&history, restore(vm()), running(), Refused(SnapshotError::DiffNotRestorable));
+    check(&history, restore(vm()), running(), Events(&["SnapshotRestoring"]));
 }
 
 #[test]

@@ -42,6 +42,7 @@ async fn ready_layer(pipeline: &Pipeline, owner: &TenantId, n: u128, host: &str)
         sizes: ReportedSizes { disk_bytes: 500, memory_bytes: 0 },
         digest: Some(digest()),
         store_ref: SnapshotRef::parse("r", format!("snap-{n}")).expect("valid"),
+        diff_of: None,
     };
     let confirm = SnapshotCommand::Confirm { operation: OperationId(Uuid::from_u128(n)), written };
     let snapshot = SnapshotId(Uuid::from_u128(n));

@@ -239,6 +239,7 @@ async fn snapshots_and_quota_usage_are_projected_and_settled_to_the_honest_size(
             leasehold_domain::snapshot::Digest::parse("d", "cd".repeat(32)).expect("valid"),
         ),
         store_ref: leasehold_domain::vm::SnapshotRef::parse("r", "snap-1-a").expect("valid"),
+        diff_of: None,
     };
     let confirm = SnapshotCommand::Confirm { operation: OperationId(Uuid::from_u128(1)), written };
     run(&pipeline, 1, "confirm-1", confirm).await;
