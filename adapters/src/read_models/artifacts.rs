@@ -64,3 +64,60 @@ impl PgReadModels {
         }))
     }
 }
+
+// The facts a snapshot's commands are decided with that only the listing of a VM's snapshots
+// knows (the snapshot service reads them before deciding).
+
+const LAST_LIVE_SQL: &str = "SELECT snapshot_id FROM snapshot_records \
+     WHERE tenant_id = $1 AND vm_id = $2 AND kind = 'live' AND state IN ('ready', 'restoring') \
+     ORDER BY created_at DESC, snapshot_id DESC LIMIT 1";
+
+const LIVE_CHILDREN_SQL: &str = "SELECT count(*) FROM snapshot_records \
+     WHERE tenant_id = $1 AND parent_snapshot_id = $2 AND state NOT IN ('deleting', 'deleted')";
+
+const LATEST_SQL: &str = "SELECT snapshot_id FROM snapshot_records \
+     WHERE tenant_id = $1 AND vm_id = $2 AND state <> 'deleted' \
+     ORDER BY created_at DESC, snapshot_id DESC LIMIT 1";
+
+impl PgReadModels {
+    /// `vm`'s last live snapshot (as its agent wrote it, ready or restoring): a diff's only
+    /// possible parent.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn last_live_snapshot(
+        &self,
+        tenant: &TenantId,
+        vm: leasehold_domain::values::fleet::VmId,
+    ) -> Result<Option<SnapshotId>, StoreError> {
+        let rows = self.query(LAST_LIVE_SQL, &[&tenant.as_str(), &vm.0]).await?;
+        Ok(rows.first().map(|row| SnapshotId(row.get(0))))
+    }
+
+    /// How many of `snapshot`'s children are not being deleted (while any is, it stays).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn live_children(
+        &self,
+        tenant: &TenantId,
+        snapshot: SnapshotId,
+    ) -> Result<usize, StoreError> {
+        let rows = self.query(LIVE_CHILDREN_SQL, &[&tenant.as_str(), &snapshot.0]).await?;
+        let count: i64 = rows.first().map_or(0, |row| row.get(0));
+        Ok(usize::try_from(count).unwrap_or(usize::MAX))
+    }
+
+    /// `vm`'s latest snapshot that is not deleted (retention GC never deletes it).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn latest_snapshot_of(
+        &self,
+        tenant: &TenantId,
+        vm: leasehold_domain::values::fleet::VmId,
+    ) -> Result<Option<SnapshotId>, StoreError> {
+        let rows = self.query(LATEST_SQL, &[&tenant.as_str(), &vm.0]).await?;
+        Ok(rows.first().map(|row| SnapshotId(row.get(0))))
+    }
+}

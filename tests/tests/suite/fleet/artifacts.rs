@@ -99,3 +99,59 @@ async fn digest_and_layer_lookups_find_only_the_tenants_own_ready_artifacts() {
         "arch is part of the lookup"
     );
 }
+
+#[tokio::test]
+async fn a_vms_last_live_snapshot_its_latest_and_a_snapshots_live_children_come_from_the_listing() {
+    use leasehold_domain::snapshot::{DeleteCause, RequestedKind};
+    use leasehold_domain::values::fleet::VmId;
+    let db = TestDb::migrated().await;
+    let pipeline = process(&db);
+    let acme = tenant("acme");
+    let vm = VmId(Uuid::from_u128(77));
+    let snapshot = |n: u128| SnapshotId(Uuid::from_u128(n));
+    // 1: live; 2: live, 1's child; 3: disk, 2's child, the newest.
+    for (n, requested, kind, parent) in [
+        (1, RequestedKind::Live, SnapshotKind::Live, None),
+        (2, RequestedKind::Live, SnapshotKind::Live, Some(snapshot(1))),
+        (3, RequestedKind::Disk, SnapshotKind::Disk, Some(snapshot(2))),
+    ] {
+        let mut asked = terms(n);
+        asked.vm = vm;
+        asked.requested = requested;
+        asked.parent = parent;
+        create_as(&pipeline, &acme, asked).await.expect("created");
+        let written = Written {
+            kind,
+            sizes: ReportedSizes { disk_bytes: 100, memory_bytes: 50 },
+            digest: None,
+            store_ref: SnapshotRef::parse("r", format!("snap-{n}")).expect("valid"),
+            diff_of: None,
+        };
+        let confirm =
+            SnapshotCommand::Confirm { operation: OperationId(Uuid::from_u128(n)), written };
+        run_as(&pipeline, &acme, snapshot(n), &format!("confirm-{n}"), confirm).await;
+    }
+    let project = || async {
+        let head = last_event(&db).await;
+        let mut projector = start_of(SnapshotProjection, &db.store(), quick());
+        projector.reached(head).await;
+        projector.stop().await;
+    };
+    project().await;
+    let listing = PgReadModels::of(&db.store());
+    assert_eq!(listing.last_live_snapshot(&acme, vm).await.expect("read"), Some(snapshot(2)));
+    assert_eq!(listing.latest_snapshot_of(&acme, vm).await.expect("read"), Some(snapshot(3)));
+    assert_eq!(listing.live_children(&acme, snapshot(1)).await.expect("read"), 1);
+    let globex = tenant("globex");
+    assert_eq!(listing.last_live_snapshot(&globex, vm).await.expect("read"), None);
+    assert_eq!(listing.live_children(&globex, snapshot(1)).await.expect("read"), 0);
+    // A child being deleted no longer holds its parent.
+    let delete = SnapshotCommand::Delete {
+        operation: OperationId(Uuid::from_u128(20)),
+        cause: DeleteCause::Tenant,
+    };
+    run_as(&pipeline, &acme, snapshot(2), "delete-2", delete).await;
+    project().await;
+    assert_eq!(listing.live_children(&acme, snapshot(1)).await.expect("read"), 0);
+    assert_eq!(listing.last_live_snapshot(&acme, vm).await.expect("read"), Some(snapshot(1)));
+}
