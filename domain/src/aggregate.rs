@@ -101,6 +101,38 @@ pub fn from_tagged<E: DeserializeOwned>(
     })
 }
 
+/// Implements [`DomainEvent`] for an event enum stored as `#[serde(tag = "type", content =
+/// "data")]` whose event types are its variants' names: every kind's events are, so none
+/// writes the codec again. A variant left out of the list fails to compile (the match is
+/// exhaustive).
+///
+/// ```text
+/// leasehold_domain::tagged_events!(BudgetEvent { BudgetOpened, BudgetReserved });
+/// ```
+#[macro_export]
+macro_rules! tagged_events {
+    ($event:ty { $($variant:ident),+ $(,)? }) => {
+        impl $crate::DomainEvent for $event {
+            fn event_type(&self) -> &'static str {
+                match self {
+                    $(Self::$variant { .. } => stringify!($variant),)+
+                }
+            }
+
+            fn to_payload(&self) -> ::serde_json::Value {
+                $crate::aggregate::tagged_payload(self)
+            }
+
+            fn from_stored(
+                event_type: &str,
+                payload: &::serde_json::Value,
+            ) -> Result<Self, $crate::EventDecodeError> {
+                $crate::aggregate::from_tagged(event_type, payload)
+            }
+        }
+    };
+}
+
 /// A stored event this code cannot read back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("stored event {event_type} cannot be decoded: {reason}")]

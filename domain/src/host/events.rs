@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{HostSpec, Reservation};
-use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::OperatorDetail;
 use crate::values::fleet::{HostId, VmId};
@@ -44,33 +43,18 @@ pub enum HostEvent {
     },
 }
 
-impl DomainEvent for HostEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::HostRegistered { .. } => "HostRegistered",
-            Self::HostRefreshed { .. } => "HostRefreshed",
-            Self::HostHeartbeat { .. } => "HostHeartbeat",
-            Self::HostCordoned { .. } => "HostCordoned",
-            Self::HostDraining { .. } => "HostDraining",
-            Self::HostUncordoned { .. } => "HostUncordoned",
-            Self::HostRemoved { .. } => "HostRemoved",
-            Self::HostCapacityReserved { .. } => "HostCapacityReserved",
-            Self::HostCapacityReleased { .. } => "HostCapacityReleased",
-            Self::HostOrphanDeadLettered { .. } => "HostOrphanDeadLettered",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        from_tagged(event_type, payload)
-    }
-}
+crate::tagged_events!(HostEvent {
+    HostRegistered,
+    HostRefreshed,
+    HostHeartbeat,
+    HostCordoned,
+    HostDraining,
+    HostUncordoned,
+    HostRemoved,
+    HostCapacityReserved,
+    HostCapacityReleased,
+    HostOrphanDeadLettered,
+});
 
 /// The host kind: its stream type and, per event type, what a tenant sees (nothing).
 pub const KIND: AggregateKind = AggregateKind {

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::values::{LeaseId, LeaseItems, MaintenanceId, PayloadHash};
 use super::{BackendName, CloseCause, ReapCause, TerminalVerdict};
-use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::{
     HostName, OperationId, OperatorDetail, ProviderId, Reason, ServiceName, TenantMessage,
@@ -145,50 +144,35 @@ pub enum LeaseEvent {
     LeaseDispatchFailed { generation: u64, attempt: u32, detail: OperatorDetail, at: DateTime<Utc> },
 }
 
-impl DomainEvent for LeaseEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::LeaseProvisionRequested { .. } => "LeaseProvisionRequested",
-            Self::LeaseProvisioned { .. } => "LeaseProvisioned",
-            Self::LeaseActivated { .. } => "LeaseActivated",
-            Self::LeaseProvisionFailed { .. } => "LeaseProvisionFailed",
-            Self::LeaseRejected { .. } => "LeaseRejected",
-            Self::LeaseFailing { .. } => "LeaseFailing",
-            Self::LeaseFailed { .. } => "LeaseFailed",
-            Self::LeaseRestartStarted { .. } => "LeaseRestartStarted",
-            Self::LeaseUpdateStarted { .. } => "LeaseUpdateStarted",
-            Self::LeaseMaintenanceSucceeded { .. } => "LeaseMaintenanceSucceeded",
-            Self::LeaseMaintenanceRecovered { .. } => "LeaseMaintenanceRecovered",
-            Self::LeaseMaintenanceFailed { .. } => "LeaseMaintenanceFailed",
-            Self::LeaseDeprovisionRequested { .. } => "LeaseDeprovisionRequested",
-            Self::LeaseDeprovisioned { .. } => "LeaseDeprovisioned",
-            Self::LeaseRestoreStarted { .. } => "LeaseRestoreStarted",
-            Self::LeaseRetentionRestoring { .. } => "LeaseRetentionRestoring",
-            Self::LeaseRetentionRestoreRolledBack { .. } => "LeaseRetentionRestoreRolledBack",
-            Self::LeaseRetentionConsumed { .. } => "LeaseRetentionConsumed",
-            Self::LeaseRetentionReaping { .. } => "LeaseRetentionReaping",
-            Self::LeaseRetentionDeleted { .. } => "LeaseRetentionDeleted",
-            Self::LeaseCustomDomainSet { .. } => "LeaseCustomDomainSet",
-            Self::LeaseTerminalBudgetObserved { .. } => "LeaseTerminalBudgetObserved",
-            Self::LeaseClosedForFailure { .. } => "LeaseClosedForFailure",
-            Self::LeaseClosed { .. } => "LeaseClosed",
-            Self::LeaseExpired { .. } => "LeaseExpired",
-            Self::LeaseDispatched { .. } => "LeaseDispatched",
-            Self::LeaseDispatchFailed { .. } => "LeaseDispatchFailed",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        from_tagged(event_type, payload)
-    }
-}
+crate::tagged_events!(LeaseEvent {
+    LeaseProvisionRequested,
+    LeaseProvisioned,
+    LeaseActivated,
+    LeaseProvisionFailed,
+    LeaseRejected,
+    LeaseFailing,
+    LeaseFailed,
+    LeaseRestartStarted,
+    LeaseUpdateStarted,
+    LeaseMaintenanceSucceeded,
+    LeaseMaintenanceRecovered,
+    LeaseMaintenanceFailed,
+    LeaseDeprovisionRequested,
+    LeaseDeprovisioned,
+    LeaseRestoreStarted,
+    LeaseRetentionRestoring,
+    LeaseRetentionRestoreRolledBack,
+    LeaseRetentionConsumed,
+    LeaseRetentionReaping,
+    LeaseRetentionDeleted,
+    LeaseCustomDomainSet,
+    LeaseTerminalBudgetObserved,
+    LeaseClosedForFailure,
+    LeaseClosed,
+    LeaseExpired,
+    LeaseDispatched,
+    LeaseDispatchFailed,
+});
 
 impl LeaseEvent {
     /// Every event type a lease stream may hold, for projections that subscribe to them.

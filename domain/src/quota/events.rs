@@ -5,7 +5,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::QuotaLimits;
-use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::snapshot::SnapshotId;
 
@@ -24,27 +23,7 @@ pub enum QuotaEvent {
     QuotaReleased { snapshot: SnapshotId, bytes: u64, at: DateTime<Utc> },
 }
 
-impl DomainEvent for QuotaEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::QuotaLimitsSet { .. } => "QuotaLimitsSet",
-            Self::QuotaReserved { .. } => "QuotaReserved",
-            Self::QuotaSettled { .. } => "QuotaSettled",
-            Self::QuotaReleased { .. } => "QuotaReleased",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        from_tagged(event_type, payload)
-    }
-}
+crate::tagged_events!(QuotaEvent { QuotaLimitsSet, QuotaReserved, QuotaSettled, QuotaReleased });
 
 const COUNTED: &[&str] = &["snapshot", "bytes", "at"];
 

@@ -5,7 +5,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{DeleteCause, ExportDestination, SnapshotTerms, Written};
-use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::{OperationId, OperatorDetail};
 
@@ -53,37 +52,22 @@ pub enum SnapshotEvent {
     SnapshotUsed { at: DateTime<Utc> },
 }
 
-impl DomainEvent for SnapshotEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::SnapshotRequested { .. } => "SnapshotRequested",
-            Self::SnapshotCreated { .. } => "SnapshotCreated",
-            Self::SnapshotFailed { .. } => "SnapshotFailed",
-            Self::SnapshotRestoring { .. } => "SnapshotRestoring",
-            Self::SnapshotRestored { .. } => "SnapshotRestored",
-            Self::SnapshotRestoreFailed { .. } => "SnapshotRestoreFailed",
-            Self::SnapshotDeleting { .. } => "SnapshotDeleting",
-            Self::SnapshotDeleted { .. } => "SnapshotDeleted",
-            Self::SnapshotDeleteFailed { .. } => "SnapshotDeleteFailed",
-            Self::SnapshotGcDeadLettered { .. } => "SnapshotGcDeadLettered",
-            Self::SnapshotExportRequested { .. } => "SnapshotExportRequested",
-            Self::SnapshotExported { .. } => "SnapshotExported",
-            Self::SnapshotExportFailed { .. } => "SnapshotExportFailed",
-            Self::SnapshotUsed { .. } => "SnapshotUsed",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        from_tagged(event_type, payload)
-    }
-}
+crate::tagged_events!(SnapshotEvent {
+    SnapshotRequested,
+    SnapshotCreated,
+    SnapshotFailed,
+    SnapshotRestoring,
+    SnapshotRestored,
+    SnapshotRestoreFailed,
+    SnapshotDeleting,
+    SnapshotDeleted,
+    SnapshotDeleteFailed,
+    SnapshotGcDeadLettered,
+    SnapshotExportRequested,
+    SnapshotExported,
+    SnapshotExportFailed,
+    SnapshotUsed,
+});
 
 /// The terms a tenant sees of its snapshot's request (all but the host, the fleet's).
 const TERMS: &[&str] = &[

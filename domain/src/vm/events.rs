@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use super::moves::CopyKind;
 use super::values::{CredentialRef, Placement, VmSpec, VmUrl};
 use super::{DestroyReason, StrikeReason};
-use crate::aggregate::{DomainEvent, EventDecodeError, from_tagged, tagged_payload};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::fleet::{HostId, TaskId, VmId};
 use crate::values::{OperationId, OperatorDetail, Reason, TenantMessage};
@@ -86,43 +85,28 @@ pub enum VmEvent {
     VmMigrationAbandoned { to: VmId, at: DateTime<Utc> },
 }
 
-impl DomainEvent for VmEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::VmProvisioning { .. } => "VmProvisioning",
-            Self::TaskAssigned { .. } => "TaskAssigned",
-            Self::VmScheduled { .. } => "VmScheduled",
-            Self::VmRunning { .. } => "VmRunning",
-            Self::TaskRunning { .. } => "TaskRunning",
-            Self::VmProvisionFailed { .. } => "VmProvisionFailed",
-            Self::TaskFailed { .. } => "TaskFailed",
-            Self::TaskCompleted { .. } => "TaskCompleted",
-            Self::VmDraining { .. } => "VmDraining",
-            Self::VmDestroying { .. } => "VmDestroying",
-            Self::VmRemoved { .. } => "VmRemoved",
-            Self::VmStruck { .. } => "VmStruck",
-            Self::VmStrikesCleared { .. } => "VmStrikesCleared",
-            Self::VmRecovered { .. } => "VmRecovered",
-            Self::VmActive { .. } => "VmActive",
-            Self::VmCopied { .. } => "VmCopied",
-            Self::VmForked { .. } => "VmForked",
-            Self::VmMigrating { .. } => "VmMigrating",
-            Self::VmMigrated { .. } => "VmMigrated",
-            Self::VmMigrationAbandoned { .. } => "VmMigrationAbandoned",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        from_tagged(event_type, payload)
-    }
-}
+crate::tagged_events!(VmEvent {
+    VmProvisioning,
+    TaskAssigned,
+    VmScheduled,
+    VmRunning,
+    TaskRunning,
+    VmProvisionFailed,
+    TaskFailed,
+    TaskCompleted,
+    VmDraining,
+    VmDestroying,
+    VmRemoved,
+    VmStruck,
+    VmStrikesCleared,
+    VmRecovered,
+    VmActive,
+    VmCopied,
+    VmForked,
+    VmMigrating,
+    VmMigrated,
+    VmMigrationAbandoned,
+});
 
 /// The spec's leaves a tenant sees (its own VM's spec, all of it but nothing new).
 const SPEC: &[&str] = &[

@@ -13,8 +13,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use leasehold_adapters::{PgEventStore, PgProjectionStore, PgReadModels};
 use leasehold_commands::{CommandPipeline, CommandRequest, PipelineConfig};
 use leasehold_domain::{
-    Actor, Aggregate, Clock, Context, DomainEvent, EventDecodeError, EventStore, ExpectedVersion,
-    OperationKey, Refusal, RefusalKind, StreamId, TenantId,
+    Actor, Aggregate, Clock, Context, DomainEvent, EventStore, ExpectedVersion, OperationKey,
+    Refusal, RefusalKind, StreamId, TenantId,
 };
 use leasehold_projections::{
     ManualClock, ReconcileError, Reconciler, ReconcilerConfig, ReconcilerRunner, Seen,
@@ -64,22 +64,7 @@ impl Refusal for Never {
     }
 }
 
-impl DomainEvent for TallyEvent {
-    fn event_type(&self) -> &'static str {
-        "Noted"
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        leasehold_domain::aggregate::tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        leasehold_domain::aggregate::from_tagged(event_type, payload)
-    }
-}
+leasehold_domain::tagged_events!(TallyEvent { Noted });
 
 impl Aggregate for Tally {
     const STREAM_TYPE: &'static str = "tally";

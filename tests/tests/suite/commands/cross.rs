@@ -8,10 +8,7 @@ use std::fmt;
 use futures_util::future::join_all;
 use leasehold_commands::{CommandError, ErrorClass, Link, LinkedCommand, PipelineConfig};
 use leasehold_domain::lease::LeaseId;
-use leasehold_domain::{
-    Aggregate, Context, DomainEvent, EventDecodeError, EventStore as _, Refusal, RefusalKind,
-    StreamId,
-};
+use leasehold_domain::{Aggregate, Context, EventStore as _, Refusal, RefusalKind, StreamId};
 use leasehold_tests::TestDb;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -64,25 +61,7 @@ impl Refusal for BudgetError {
     }
 }
 
-impl DomainEvent for BudgetEvent {
-    fn event_type(&self) -> &'static str {
-        match self {
-            Self::BudgetOpened { .. } => "BudgetOpened",
-            Self::BudgetReserved { .. } => "BudgetReserved",
-        }
-    }
-
-    fn to_payload(&self) -> serde_json::Value {
-        leasehold_domain::aggregate::tagged_payload(self)
-    }
-
-    fn from_stored(
-        event_type: &str,
-        payload: &serde_json::Value,
-    ) -> Result<Self, EventDecodeError> {
-        leasehold_domain::aggregate::from_tagged(event_type, payload)
-    }
-}
+leasehold_domain::tagged_events!(BudgetEvent { BudgetOpened, BudgetReserved });
 
 impl Aggregate for Budget {
     const STREAM_TYPE: &'static str = "budget";
