@@ -18,6 +18,7 @@ mod load;
 mod outcome;
 mod pipeline;
 mod port;
+pub mod quota;
 mod request;
 mod routing;
 pub mod vm_input;

@@ -1,7 +1,7 @@
 //! The tenant's snapshot quota (DOMAIN.md §1.9): one stream per tenant holding its limits and
 //! a reservation per snapshot its quota counts (creating, ready or restoring; build
-//! artifacts are never counted). Usage is the sum of the reservations, changed only by
-//! events: a snapshot's creation reserves in the same append as the snapshot's request, with
+//! artifacts are never counted), on the stream `tenant-quota-<uuid>` ([`QuotaId`]). Usage is
+//! the sum of the reservations, changed only by events: a snapshot's creation reserves in the same append as the snapshot's request, with
 //! an expected version on both streams, so concurrent creates can never take more than the
 //! limits allow.
 //!
@@ -28,13 +28,15 @@
 mod events;
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
+use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 use crate::snapshot::SnapshotId;
-use crate::{StreamId, TenantId};
 
 pub use events::{KIND, QuotaEvent};
 
@@ -136,10 +138,18 @@ impl Refusal for QuotaError {
     }
 }
 
-/// The stream of `tenant`'s snapshot quota: `tenant-quota-<tenant>`.
-pub fn stream_of(tenant: &TenantId) -> StreamId {
-    StreamId::parse(format!("tenant-quota-{}", tenant.as_str()))
-        .expect("a tenant id makes a stream id")
+crate::values::uuid_type!(
+    /// A tenant's snapshot quota, one per tenant, its id minted from the tenant by the
+    /// command service (`leasehold_commands::quota::quota_of`): a stream id spelled with the
+    /// tenant's own id could pass the length limit names share.
+    QuotaId
+);
+
+impl QuotaId {
+    /// The quota's stream: `tenant-quota-<uuid>`.
+    pub fn stream_id(&self) -> StreamId {
+        StreamId::parse(format!("tenant-quota-{}", self.0)).expect("a UUID makes a stream id")
+    }
 }
 
 impl Aggregate for SnapshotQuota {

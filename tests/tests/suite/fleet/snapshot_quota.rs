@@ -3,10 +3,11 @@
 //! separate processes can never take more than the quota allows, whatever the interleaving.
 
 use futures_util::future::join_all;
+use leasehold_commands::quota::quota_of;
 use leasehold_commands::{
     CommandError, CommandPipeline, CommandRequest, ErrorClass, Link, LinkedCommand, PipelineConfig,
 };
-use leasehold_domain::quota::{self, QuotaCommand, QuotaLimits, SnapshotQuota};
+use leasehold_domain::quota::{QuotaCommand, QuotaLimits, SnapshotQuota};
 use leasehold_domain::snapshot::{
     RequestedKind, Snapshot, SnapshotCommand, SnapshotFacts, SnapshotId, SnapshotMode,
     SnapshotTerms,
@@ -41,7 +42,7 @@ async fn set_limits(db: &TestDb, limits: QuotaLimits) {
     let request = CommandRequest::<SnapshotQuota>::new(
         acme(),
         actor,
-        quota::stream_of(&acme()),
+        quota_of(&acme()).stream_id(),
         key,
         command,
         (),
@@ -121,7 +122,7 @@ async fn execute_as(
     let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
         leasehold_domain::snapshot::quota_effect(&before, &events)
             .map(|effect| {
-                let quota = quota::stream_of(tenant);
+                let quota = quota_of(tenant).stream_id();
                 Box::new(LinkedCommand::<SnapshotQuota>::new(quota, effect, ())) as Box<dyn Link<_>>
             })
             .into_iter()
@@ -135,7 +136,7 @@ async fn execute_as(
 /// The quota at every version of its stream, oldest first.
 async fn quota_history(db: &TestDb) -> Vec<SnapshotQuota> {
     let events =
-        db.store().read_stream(&quota::stream_of(&acme()), 1, 1_000).await.expect("readable");
+        db.store().read_stream(&quota_of(&acme()).stream_id(), 1, 1_000).await.expect("readable");
     let mut quota = SnapshotQuota::initial();
     let mut history = Vec::new();
     for recorded in events {
