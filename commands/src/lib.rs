@@ -21,13 +21,14 @@ mod port;
 pub mod quota;
 mod request;
 mod routing;
+pub mod snapshot_service;
 pub mod vm_input;
 pub mod vm_service;
 
 pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};
-pub use pipeline::{CommandPipeline, PipelineConfig};
+pub use pipeline::{CommandPipeline, Follows, PipelineConfig};
 pub use port::{CommandStore, Recorded};
 pub use request::{CommandRequest, caller_hash};
 pub use routing::{BackendRouter, Routed};

@@ -155,6 +155,29 @@ impl<S: CommandStore> CommandPipeline<S> {
         A::Facts: Clone + Default + Send + Sync,
         A::Event: Send + Sync,
     {
+        self.execute_following(request, links, &no_consequences).await
+    }
+
+    /// As [`Self::execute_linked`], with the links `follows` derives from each decision: the
+    /// state decided on and the events decided (a snapshot's quota reservation follows its
+    /// creation). They are derived again whenever the command is decided again, so they never
+    /// come from a stale belief; a decision of no events derives none. Being consequences of
+    /// the decision, they are not part of the request hash.
+    ///
+    /// # Errors
+    /// [`CommandError`]; nothing was appended.
+    pub async fn execute_following<A>(
+        &self,
+        request: CommandRequest<A>,
+        links: &[Box<dyn Link<S>>],
+        follows: &Follows<'_, S, A>,
+    ) -> Result<CommandOutcome, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+        A::Command: Serialize + Sync,
+        A::Facts: Clone + Default + Send + Sync,
+        A::Event: Send + Sync,
+    {
         let ledger = LedgerEntry {
             tenant: request.tenant.clone(),
             namespace: request.namespace.clone(),
@@ -176,7 +199,7 @@ impl<S: CommandStore> CommandPipeline<S> {
             None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
         };
         for _ in 0..self.config.retries_max.max(1) {
-            match self.attempt(&request, links, &ledger, loaded).await? {
+            match self.attempt(&request, (links, follows), &ledger, loaded).await? {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Again(cached) => {
                     self.decided_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -193,7 +216,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     async fn attempt<A>(
         &self,
         request: &CommandRequest<A>,
-        links: &[Box<dyn Link<S>>],
+        links: (&[Box<dyn Link<S>>], &Follows<'_, S, A>),
         ledger: &LedgerEntry,
         loaded: Loaded<A>,
     ) -> Result<Attempt<A>, A>
@@ -262,7 +285,10 @@ impl<S: CommandStore> CommandPipeline<S> {
 
     async fn append<A>(
         &self,
-        (request, links): (&CommandRequest<A>, &[Box<dyn Link<S>>]),
+        (request, (links, follows)): (
+            &CommandRequest<A>,
+            (&[Box<dyn Link<S>>], &Follows<'_, S, A>),
+        ),
         ledger: &LedgerEntry,
         cached: Cached<A>,
         events: Vec<A::Event>,
@@ -280,8 +306,9 @@ impl<S: CommandStore> CommandPipeline<S> {
         let base = MetadataBase::of(request);
         let origin =
             Origin { tenant: &request.tenant, actor: &request.actor, metadata: &base, now };
-        let mut elsewhere = Vec::with_capacity(links.len());
-        for link in links {
+        let derived = follows(&cached.state, &events);
+        let mut elsewhere = Vec::with_capacity(links.len() + derived.len());
+        for link in links.iter().chain(&derived) {
             match link.decide(self, &origin).await {
                 Ok(Some(decision)) => elsewhere.push(decision),
                 Ok(None) => {}
@@ -402,6 +429,15 @@ impl<S: CommandStore> CommandPipeline<S> {
             })),
         }
     }
+}
+
+/// The links a command's decision brings with it, derived from the state decided on and the
+/// events decided ([`CommandPipeline::execute_following`]).
+pub type Follows<'a, S, A> =
+    dyn Fn(&A, &[<A as Aggregate>::Event]) -> Vec<Box<dyn Link<S>>> + Send + Sync + 'a;
+
+fn no_consequences<S, A: Aggregate>(_: &A, _: &[A::Event]) -> Vec<Box<dyn Link<S>>> {
+    Vec::new()
 }
 
 /// A retry's answer: the recorded outcome, or a conflict if the key served another request.

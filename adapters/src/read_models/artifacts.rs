@@ -121,3 +121,29 @@ impl PgReadModels {
         Ok(rows.first().map(|row| SnapshotId(row.get(0))))
     }
 }
+
+impl leasehold_commands::snapshot_service::SnapshotListing for PgReadModels {
+    async fn last_live(
+        &self,
+        tenant: &TenantId,
+        vm: leasehold_domain::values::fleet::VmId,
+    ) -> Result<Option<SnapshotId>, StoreError> {
+        self.last_live_snapshot(tenant, vm).await
+    }
+
+    async fn latest_of(
+        &self,
+        tenant: &TenantId,
+        vm: leasehold_domain::values::fleet::VmId,
+    ) -> Result<Option<SnapshotId>, StoreError> {
+        self.latest_snapshot_of(tenant, vm).await
+    }
+
+    async fn live_children(
+        &self,
+        tenant: &TenantId,
+        snapshot: SnapshotId,
+    ) -> Result<usize, StoreError> {
+        PgReadModels::live_children(self, tenant, snapshot).await
+    }
+}

@@ -4,8 +4,9 @@
 
 use futures_util::future::join_all;
 use leasehold_commands::quota::quota_of;
+use leasehold_commands::snapshot_service::quota_follows;
 use leasehold_commands::{
-    CommandError, CommandPipeline, CommandRequest, ErrorClass, Link, LinkedCommand, PipelineConfig,
+    CommandError, CommandPipeline, CommandRequest, ErrorClass, PipelineConfig,
 };
 use leasehold_domain::quota::{QuotaCommand, QuotaLimits, SnapshotQuota};
 use leasehold_domain::snapshot::{
@@ -95,7 +96,8 @@ pub(super) async fn create_as(
     execute_as(pipeline, tenant, stream, key, command).await
 }
 
-/// Runs `command` on `stream` as `tenant`'s, with the quota command its events carry linked.
+/// Runs `command` on `stream` as `tenant`'s, with the quota command its decision carries
+/// linked, as the snapshot service runs it.
 async fn execute_as(
     pipeline: &Pipeline,
     tenant: &TenantId,
@@ -106,31 +108,12 @@ async fn execute_as(
     leasehold_commands::CommandOutcome,
     CommandError<leasehold_domain::snapshot::SnapshotError>,
 > {
-    let found = pipeline.state::<Snapshot>(&stream).await.expect("readable");
-    let before = found.map_or_else(Snapshot::initial, |(_, _, state)| state);
     let facts = SnapshotFacts { vm_running: true, ..SnapshotFacts::default() };
-    let ctx = leasehold_domain::Context {
-        now: chrono::Utc::now(),
-        tenant: tenant.clone(),
-        actor: Actor { subject: "user".into(), role: "tenant".into() },
-        new_ids: Vec::new(),
-        facts: facts.clone(),
-    };
-    // The effect as decided now; the pipeline decides again on the stored state, and a
-    // stale effect loses its race on the quota stream's version.
-    let events = before.decide(&command, &ctx).unwrap_or_default();
-    let links: Vec<Box<dyn Link<leasehold_adapters::PgEventStore>>> =
-        leasehold_domain::snapshot::quota_effect(&before, &events)
-            .map(|effect| {
-                let quota = quota_of(tenant).stream_id();
-                Box::new(LinkedCommand::<SnapshotQuota>::new(quota, effect, ())) as Box<dyn Link<_>>
-            })
-            .into_iter()
-            .collect();
     let actor = Actor { subject: "user".into(), role: "tenant".into() };
     let request =
         CommandRequest::<Snapshot>::new(tenant.clone(), actor, stream, key, command, facts);
-    pipeline.execute_linked(request, &links).await
+    let follows = quota_follows::<leasehold_adapters::PgEventStore>(tenant);
+    pipeline.execute_following(request, &[], &follows).await
 }
 
 /// The quota at every version of its stream, oldest first.
