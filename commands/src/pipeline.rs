@@ -216,7 +216,7 @@ impl<S: CommandStore> CommandPipeline<S> {
     async fn attempt<A>(
         &self,
         request: &CommandRequest<A>,
-        links: (&[Box<dyn Link<S>>], &Follows<'_, S, A>),
+        links: Links<'_, S, A>,
         ledger: &LedgerEntry,
         loaded: Loaded<A>,
     ) -> Result<Attempt<A>, A>
@@ -285,10 +285,7 @@ impl<S: CommandStore> CommandPipeline<S> {
 
     async fn append<A>(
         &self,
-        (request, (links, follows)): (
-            &CommandRequest<A>,
-            (&[Box<dyn Link<S>>], &Follows<'_, S, A>),
-        ),
+        (request, (links, follows)): (&CommandRequest<A>, Links<'_, S, A>),
         ledger: &LedgerEntry,
         cached: Cached<A>,
         events: Vec<A::Event>,
@@ -435,6 +432,9 @@ impl<S: CommandStore> CommandPipeline<S> {
 /// events decided ([`CommandPipeline::execute_following`]).
 pub type Follows<'a, S, A> =
     dyn Fn(&A, &[<A as Aggregate>::Event]) -> Vec<Box<dyn Link<S>>> + Send + Sync + 'a;
+
+/// The links given with a command, and those its decision brings.
+type Links<'a, S, A> = (&'a [Box<dyn Link<S>>], &'a Follows<'a, S, A>);
 
 fn no_consequences<S, A: Aggregate>(_: &A, _: &[A::Event]) -> Vec<Box<dyn Link<S>>> {
     Vec::new()
