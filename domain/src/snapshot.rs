@@ -147,8 +147,9 @@ pub struct SnapshotTerms {
     pub mode: SnapshotMode,
     /// What was asked of the agent.
     pub requested: RequestedKind,
-    /// Its parent: a diff's base (the VM's last live snapshot), else the VM's newest ready
-    /// snapshot when it was asked for, if any.
+    /// Its parent: a diff's base (the VM's last live snapshot); none for a full snapshot. (A
+    /// lineage link from every snapshot to the one before would keep each while its successor
+    /// lives, and retention GC, which skips parents, could delete none.)
     pub parent: Option<SnapshotId>,
     /// A build artifact's cache key.
     pub layer_key: Option<LayerKey>,

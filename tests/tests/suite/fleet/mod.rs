@@ -10,4 +10,5 @@ mod read_models;
 mod reaper;
 mod secrets;
 mod snapshot_quota;
+mod snapshots;
 mod support;
