@@ -59,7 +59,13 @@ impl AggregateKind {
 /// every listed kind to both). The snapshot and tenant quota kinds are declared
 /// (`snapshot::KIND`, `quota::KIND`) and not listed yet: until they are, their events show
 /// tenants nothing at all.
-pub const KINDS: &[&AggregateKind] = &[&crate::lease::KIND, &crate::vm::KIND, &crate::host::KIND];
+pub const KINDS: &[&AggregateKind] = &[
+    &crate::lease::KIND,
+    &crate::vm::KIND,
+    &crate::host::KIND,
+    &crate::snapshot::KIND,
+    &crate::quota::KIND,
+];
 
 /// The kind whose streams have type `stream_type`.
 pub fn kind(stream_type: &str) -> Option<&'static AggregateKind> {

@@ -39,6 +39,8 @@ pub enum CursorKind {
     Workloads,
     /// A position in the `vms` list.
     Vms,
+    /// A position in the `snapshots` list.
+    Snapshots,
 }
 
 impl CursorKind {
@@ -48,6 +50,7 @@ impl CursorKind {
             Self::Leases => b"leases",
             Self::Workloads => b"workloads",
             Self::Vms => b"vms",
+            Self::Snapshots => b"snapshots",
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct GatewayConfig {
     pub retention_max_age: Option<chrono::TimeDelta>,
     /// How VMs are placed among the hosts that fit.
     pub placement_policy: leasehold_domain::vm::PlacementPolicy,
+    /// Snapshots' default retention and GC's dead-letter threshold.
+    pub snapshots: leasehold_commands::snapshot_service::SnapshotConfig,
 }
 
 impl Default for GatewayConfig {
@@ -81,6 +83,7 @@ impl Default for GatewayConfig {
             ws_send_wait: Duration::from_secs(10),
             ws_subscriptions_max: 100,
             placement_policy: leasehold_domain::vm::PlacementPolicy::Spread,
+            snapshots: leasehold_commands::snapshot_service::SnapshotConfig::default(),
         }
     }
 }
@@ -92,6 +95,10 @@ pub type VmService = leasehold_commands::vm_service::VmService<
     leasehold_adapters::PgHostCatalog,
     leasehold_adapters::vault::PgCredentialVault,
 >;
+
+/// The snapshot service as the gateway runs it: listing facts from the snapshot projection.
+pub type SnapshotService =
+    leasehold_commands::snapshot_service::SnapshotService<PgEventStore, PgReadModels>;
 
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
@@ -112,6 +119,8 @@ pub(crate) struct Inner {
     pub(crate) vault: leasehold_adapters::vault::PgCredentialVault,
     /// Every host command runs through it, over the same pipeline.
     pub(crate) hosts: leasehold_commands::host_service::HostService<PgEventStore>,
+    /// Every snapshot command runs through it, over the same pipeline.
+    pub(crate) snapshots: SnapshotService,
     pub(crate) jwt: JwtSecret,
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
@@ -190,6 +199,7 @@ impl AppState {
         // secret (a domain of its own: the vault derives its AES key from it again).
         let vault = leasehold_adapters::vault::PgCredentialVault::new(store.clone(), jwt_secret);
         let sockets = Gauge::default();
+        let store_for_snapshots = store.clone();
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
@@ -201,6 +211,11 @@ impl AppState {
             .with_catalog_max_age(VM_CATALOG_MAX_AGE),
             vault,
             hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
+            snapshots: SnapshotService::new(
+                pipeline.clone(),
+                PgReadModels::of(&store_for_snapshots),
+                config.snapshots,
+            ),
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
             jwt,
@@ -246,6 +261,12 @@ impl AppState {
     /// The VM service the gateway's VM commands go through (the VM dispatcher shares it).
     pub fn vms(&self) -> &VmService {
         &self.inner.vms
+    }
+
+    /// The snapshot service the gateway's snapshot commands go through (the snapshot
+    /// reconcilers share it).
+    pub fn snapshots(&self) -> &SnapshotService {
+        &self.inner.snapshots
     }
 
     /// The vault VM credentials and host agents' tokens are sealed in.

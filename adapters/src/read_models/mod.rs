@@ -14,10 +14,12 @@ use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 
 mod artifacts;
 mod fleet;
+mod snapshots;
 mod workloads;
 
 pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
+pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
 
 /// The read models' queries, and the projections' progress: everything a reader asks of the

@@ -10,6 +10,7 @@ pub(crate) mod host;
 pub(crate) mod lease;
 mod projections;
 mod query;
+pub(crate) mod snapshot;
 mod subscription;
 pub(crate) mod vm;
 mod work_feed;
@@ -24,9 +25,10 @@ use crate::state::{AppState, Inner};
 
 /// Registers every kind's GraphQL module in one line each: its query type and mutation type
 /// are merged into the roots, and its `READS` joins [`KIND_READS`]. A new kind is one more
-/// `module::{Query, Mutation}` here.
+/// `module::{Query, Mutation}` here; a module serving a second kind names that kind's reads
+/// after a `+` (the snapshot module's tenant quotas).
 macro_rules! kinds {
-    ($($kind:ident::{$query:ident, $mutation:ident}),+ $(,)?) => {
+    ($($kind:ident::{$query:ident, $mutation:ident} $(+ $more:ident)*),+ $(,)?) => {
         // Every query: those over every kind, then each kind's own. (Plain comments: a doc
         // comment would become the type's description.)
         #[derive(Debug, Default, MergedObject)]
@@ -39,7 +41,8 @@ macro_rules! kinds {
         pub struct MutationRoot($($kind::$mutation),+);
 
         /// What every kind's root query fields read, for read-your-writes.
-        pub const KIND_READS: &[&crate::reads::KindReads] = &[$(&$kind::READS),+];
+        pub const KIND_READS: &[&crate::reads::KindReads] =
+            &[$(&$kind::READS, $(&$kind::$more,)*)+];
     };
 }
 
@@ -47,6 +50,7 @@ kinds!(
     lease::{LeaseQuery, LeaseMutation},
     vm::{VmQuery, VmMutation},
     host::{HostQuery, HostMutation},
+    snapshot::{SnapshotQuery, SnapshotMutation} + QUOTA_READS,
 );
 
 // Every subscription.

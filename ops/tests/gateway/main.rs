@@ -13,6 +13,7 @@ mod leases;
 mod limits;
 mod operations;
 mod setup;
+mod snapshots;
 mod socket;
 mod subscriptions;
 mod support;

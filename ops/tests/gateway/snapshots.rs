@@ -1,0 +1,202 @@
+//! Snapshots through a real `leasehold serve`: a tenant snapshots its running VM, the host's
+//! agent confirms it with the honest size, the tenant's quota counts it and an operator's
+//! limit refuses the next with `QUOTA_EXCEEDED`; the seed's filters and Relay pages; no tenant
+//! reaches another's snapshot, usage or artifacts.
+
+use serde_json::{Value, json};
+
+use crate::fleet::{CREATE, create_input, host_agent, register, wait_for_host};
+use crate::support::*;
+
+const SNAPSHOT: &str = "mutation($input: CreateSnapshotInput!) { createSnapshot(input: $input) { id version cursor events { type } } }";
+const READ: &str = "query($id: ID!) { snapshot(id: $id) { id vmId state mode requested kind arch sizeBytes name layerKey digest } }";
+const CONFIRM: &str = "mutation($input: ConfirmSnapshotInput!) { confirmSnapshot(input: $input) { id version cursor events { type } } }";
+const DELETE: &str = "mutation($input: SnapshotOperationInput!) { deleteSnapshot(input: $input) { id version events { type } } }";
+const QUOTA: &str = "mutation($input: SnapshotQuotaInput!) { setSnapshotQuota(input: $input) { id version cursor events { type } } }";
+const USAGE: &str = "{ snapshotQuotaUsage { tenantId count bytes maxCount maxBytes } }";
+
+const GIB: i64 = 1 << 30;
+
+/// A running VM of acme's on agent-1: created, and its boot reported by the host's agent.
+async fn running_vm(server: &Server) -> Value {
+    register(server, "agent-1", 4).await;
+    wait_for_host(server, "agent-1").await;
+    let created = server.graphql(&tenant_token("acme"), CREATE, create_input("c-1", "t-1")).await;
+    let vm = data(&created)["createVm"]["id"].clone();
+    let boot =
+        operation_of(server, &format!("vm-{}", vm.as_str().expect("an id")), "VmScheduled").await;
+    let report = "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { version } }";
+    let input = json!({ "input": { "vmId": vm, "operationKey": "b-1", "operationId": boot, "url": "127.0.0.1:19551" } });
+    let booted = server.graphql(&host_agent("agent-1"), report, input).await;
+    assert!(data(&booted)["reportVmBoot"]["version"].is_number(), "{booted}");
+    vm
+}
+
+/// The operation `event_type` on `stream` names, as the log holds it (an agent learns it
+/// from its work; the tenant never sees it).
+async fn operation_of(server: &Server, stream: &str, event_type: &str) -> String {
+    let client = server.db.client().await;
+    let row = client
+        .query_one(
+            "SELECT payload->>'operation' FROM events WHERE stream_id = $1 AND event_type = $2 \
+             ORDER BY position DESC LIMIT 1",
+            &[&stream, &event_type],
+        )
+        .await
+        .expect("the operation's event");
+    row.get(0)
+}
+
+fn ask(key: &str, vm: &Value, kind: &str) -> Value {
+    json!({ "input": { "operationKey": key, "vmId": vm, "kind": kind } })
+}
+
+/// Reads acme's snapshot `id` once the projection reached `cursor`.
+async fn read(server: &Server, id: &Value, cursor: &Value) -> Value {
+    let request =
+        json!({ "query": READ, "variables": { "id": id }, "extensions": { "minCursor": cursor } });
+    let answer = server.graphql_with(&tenant_token("acme"), request).await;
+    data(&answer)["snapshot"].clone()
+}
+
+/// The agent of agent-1 confirms snapshot `id` written as `kind` with these sizes.
+async fn confirm(server: &Server, id: &Value, kind: &str, (disk, memory): (i64, i64)) -> Value {
+    let operation = operation_of(
+        server,
+        &format!("snapshot-{}", id.as_str().expect("an id")),
+        "SnapshotRequested",
+    )
+    .await;
+    let input = json!({ "input": {
+        "snapshotId": id, "operationKey": format!("w-{}", id.as_str().expect("an id")), "operationId": operation,
+        "kind": kind, "diskBytes": disk, "memoryBytes": memory, "storeRef": "snap-a",
+    }});
+    let answer = server.graphql(&host_agent("agent-1"), CONFIRM, input).await;
+    data(&answer)["confirmSnapshot"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_snapshots_its_vm_within_its_quota_and_the_agent_settles_the_honest_size() {
+    let server = Server::start().await;
+    let vm = running_vm(&server).await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, SNAPSHOT, ask("s-1", &vm, "LIVE")).await;
+    let created = data(&created)["createSnapshot"].clone();
+    assert_eq!(created["events"], json!([{ "type": "SnapshotRequested" }]));
+    let snapshot = read(&server, &created["id"], &created["cursor"]).await;
+    assert_eq!(
+        (snapshot["state"].as_str(), snapshot["requested"].as_str(), snapshot["arch"].as_str()),
+        (Some("creating"), Some("live"), Some("amd64")),
+        "{snapshot}"
+    );
+    assert_eq!(snapshot["sizeBytes"], 10 * GIB + 2 * GIB, "the estimate: disk and memory");
+
+    let confirmed = confirm(&server, &created["id"], "LIVE", (3 * GIB, 2 * GIB)).await;
+    assert_eq!(confirmed["events"], json!([{ "type": "SnapshotCreated" }]), "{confirmed}");
+    // The agent's cursor is sealed for the agent: the tenant waits (bounded) for the state.
+    let snapshot = crate::backend::eventually("the snapshot being projected ready", || async {
+        let answer = server.graphql(&acme, READ, json!({ "id": created["id"] })).await;
+        let snapshot = data(&answer)["snapshot"].clone();
+        (snapshot["state"] == "ready").then_some(snapshot)
+    })
+    .await;
+    assert_eq!(
+        (snapshot["state"].as_str(), snapshot["kind"].as_str()),
+        (Some("ready"), Some("live"))
+    );
+    assert_eq!(snapshot["sizeBytes"], 5 * GIB, "the honest size counts memory");
+    let settled = crate::backend::eventually("the quota settled to the honest size", || async {
+        let usage = server.graphql(&acme, USAGE, json!({})).await;
+        let usage = data(&usage)["snapshotQuotaUsage"].clone();
+        (usage["bytes"] == 5 * GIB).then_some(usage)
+    })
+    .await;
+    assert_eq!(settled["count"], 1, "{settled}");
+
+    // An operator allows acme one snapshot: the next is refused, and nothing of it recorded.
+    let operator = role_token(leasehold_gateway::Role::Operator, None);
+    let limits = json!({ "input": { "tenantId": "acme", "maxCount": 1, "maxBytes": 0, "operationKey": "q-1" } });
+    let set = server.graphql(&operator, QUOTA, limits.clone()).await;
+    assert_eq!(data(&set)["setSnapshotQuota"]["events"], json!([{ "type": "QuotaLimitsSet" }]));
+    assert_eq!(code(&server.graphql(&acme, QUOTA, limits).await), Some("FORBIDDEN"));
+    let over = server.graphql(&acme, SNAPSHOT, ask("s-2", &vm, "DISK")).await;
+    assert_eq!(code(&over), Some("QUOTA_EXCEEDED"), "{over}");
+    let request = json!({ "query": "{ snapshotQuotaUsages { tenantId count maxCount } }", "extensions": { "minCursor": data(&set)["setSnapshotQuota"]["cursor"] } });
+    let every = server.graphql_with(&operator, request).await;
+    assert_eq!(
+        data(&every)["snapshotQuotaUsages"],
+        json!([{ "tenantId": "acme", "count": 1, "maxCount": 1 }])
+    );
+    let theirs = server.graphql(&acme, "{ snapshotQuotaUsages { tenantId } }", json!({})).await;
+    assert_eq!(code(&theirs), Some("FORBIDDEN"), "{theirs}");
+
+    // Deleted once, deleted again with nothing recorded; its room is given back.
+    let delete = json!({ "input": { "snapshotId": created["id"], "operationKey": "del-1" } });
+    let deleted = server.graphql(&acme, DELETE, delete).await;
+    assert_eq!(data(&deleted)["deleteSnapshot"]["events"], json!([{ "type": "SnapshotDeleting" }]));
+    let again = json!({ "input": { "snapshotId": created["id"], "operationKey": "del-2" } });
+    let again = server.graphql(&acme, DELETE, again).await;
+    assert_eq!(data(&again)["deleteSnapshot"]["events"], json!([]), "{again}");
+    let room = server.graphql(&acme, SNAPSHOT, ask("s-3", &vm, "DISK")).await;
+    assert!(data(&room)["createSnapshot"]["id"].is_string(), "{room}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_are_listed_newest_first_by_the_seeds_filters_and_never_to_another_tenant() {
+    let server = Server::start().await;
+    let vm = running_vm(&server).await;
+    let acme = tenant_token("acme");
+    let mut last = Value::Null;
+    for (n, (name, mode)) in [("a", "MANUAL"), ("b", "AUTO"), ("a", "BUILD")].iter().enumerate() {
+        let mut input = ask(&format!("s-{n}"), &vm, "DISK");
+        input["input"]["name"] = json!(name);
+        input["input"]["mode"] = json!(mode);
+        if *mode == "BUILD" {
+            input["input"]["layerKey"] = json!("step:apt");
+        }
+        let created = server.graphql(&acme, SNAPSHOT, input).await;
+        last = data(&created)["createSnapshot"].clone();
+        assert!(last["id"].is_string(), "{created}");
+    }
+    let list = |filter: Value, first: i64, after: Value| {
+        let query = "query($filter: SnapshotFilter, $first: Int, $after: String) { snapshots(filter: $filter, first: $first, after: $after) { edges { node { name mode layerKey } } pageInfo { hasNextPage endCursor } } }";
+        let request = json!({ "query": query, "variables": { "filter": filter, "first": first, "after": after }, "extensions": { "minCursor": last["cursor"] } });
+        let server = &server;
+        let acme = acme.clone();
+        async move { server.graphql_with(&acme, request).await }
+    };
+    let named = list(json!({ "name": "a" }), 20, Value::Null).await;
+    let names: Vec<&str> = data(&named)["snapshots"]["edges"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|edge| edge["node"]["mode"].as_str())
+        .collect();
+    assert_eq!(names, ["build", "manual"], "newest first: {named}");
+    let built =
+        list(json!({ "mode": "BUILD", "layerKey": "step:apt", "arch": "amd64" }), 20, Value::Null)
+            .await;
+    assert_eq!(data(&built)["snapshots"]["edges"].as_array().map(Vec::len), Some(1), "{built}");
+    let page = list(json!({ "vmId": vm }), 2, Value::Null).await;
+    let info = &data(&page)["snapshots"]["pageInfo"];
+    assert_eq!(info["hasNextPage"], true, "{page}");
+    let rest = list(json!({ "vmId": vm }), 2, info["endCursor"].clone()).await;
+    let rest = &data(&rest)["snapshots"];
+    assert_eq!(
+        (rest["edges"].as_array().map(Vec::len), &rest["pageInfo"]["hasNextPage"]),
+        (Some(1), &json!(false))
+    );
+
+    // globex: not acme's snapshot by id, nor in its list, nor its layer, nor its usage.
+    let globex = tenant_token("globex");
+    let by_id = server.graphql(&globex, READ, json!({ "id": last["id"] })).await;
+    assert_eq!(code(&by_id), Some("NOT_FOUND"), "{by_id}");
+    let theirs = server
+        .graphql(&globex, "{ snapshots { edges { node { id } } } snapshotQuotaUsage { count } layerArtifact(layerKey: \"step:apt\", arch: \"amd64\") { id } }", json!({}))
+        .await;
+    assert_eq!(data(&theirs)["snapshots"]["edges"], json!([]), "{theirs}");
+    assert_eq!(data(&theirs)["snapshotQuotaUsage"], Value::Null, "{theirs}");
+    assert_eq!(data(&theirs)["layerArtifact"], Value::Null, "{theirs}");
+    let on_their_vm = server.graphql(&globex, SNAPSHOT, ask("s-9", &vm, "DISK")).await;
+    assert_eq!(code(&on_their_vm), Some("NOT_FOUND"), "{on_their_vm}");
+}
