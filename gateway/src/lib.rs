@@ -20,4 +20,6 @@ mod ws;
 pub use auth::{Claims, JwtSecret, Principal, Role};
 pub use http::{MIN_CURSOR_EXTENSION, app, serve};
 pub use schema::{LeaseholdSchema, sdl};
-pub use state::{AppState, GatewayConfig, ProjectionProgress, VM_CATALOG_MAX_AGE, VmService};
+pub use state::{
+    AppState, GatewayConfig, ProjectionProgress, SnapshotService, VM_CATALOG_MAX_AGE, VmService,
+};

@@ -197,6 +197,19 @@ pub fn start_vm_reaper(
     run(reaper, store, stopped)
 }
 
+/// Starts snapshot retention GC: snapshots past their retention deleted, sweeping every
+/// `every`.
+pub fn start_snapshot_gc(
+    snapshots: &leasehold_gateway::SnapshotService,
+    every: chrono::TimeDelta,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let store = snapshots.pipeline().store();
+    let gc =
+        leasehold_adapters::snapshot_gc::SnapshotGc::new(snapshots.clone(), store.clone(), every);
+    run(gc, store, stopped)
+}
+
 /// Starts the retention reaper, when the policy reaps anything.
 pub fn start_reaper(
     pipeline: &CommandPipeline<PgEventStore>,

@@ -134,6 +134,15 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_VM_INVENTORY_EVERY", default_value = "30s",
           value_parser = crate::token::parse_ttl)]
     vm_inventory_every: TimeDelta,
+    /// The retention of a snapshot created without one (`retentionUntil`); default: kept
+    /// until deleted (fuse's `DefaultSnapshotRetention` of zero).
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_RETENTION", value_parser = crate::token::parse_ttl)]
+    snapshot_retention: Option<TimeDelta>,
+    /// How often retention GC deletes the snapshots past their retention (never a build
+    /// artifact, a VM's latest snapshot or a parent of a live child).
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_GC_EVERY", default_value = "1h",
+          value_parser = crate::token::parse_ttl)]
+    snapshot_gc_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -236,6 +245,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         idle_after: args.vm_idle_after,
     };
     reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
+    reconcilers.push(crate::dispatch::start_snapshot_gc(
+        state.snapshots(),
+        args.snapshot_gc_every,
+        &stopped,
+    ));
     reconcilers.push(crate::dispatch::start_vm_inventory(
         state.vms(),
         state.vault(),
@@ -345,6 +359,10 @@ fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
         ws_ping_every: Duration::from_millis(args.ws_ping_interval_ms),
         ws_send_wait: Duration::from_millis(args.ws_send_timeout_ms),
         retention_max_age: args.retention_max_age,
+        snapshots: leasehold_commands::snapshot_service::SnapshotConfig {
+            default_retention: args.snapshot_retention,
+            gc_dead_letter_after: 0,
+        },
         ..GatewayConfig::default()
     })
 }

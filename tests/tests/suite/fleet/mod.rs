@@ -9,6 +9,7 @@ mod moves;
 mod read_models;
 mod reaper;
 mod secrets;
+mod snapshot_gc;
 mod snapshot_quota;
 mod snapshots;
 mod support;

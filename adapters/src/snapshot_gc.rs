@@ -1,0 +1,161 @@
+//! The `snapshot-gc` reconciler: every sweep (an hour by default) it deletes the snapshots
+//! whose retention has passed, as the snapshot projection last wrote them, through the
+//! snapshot service, whose aggregate keeps its guards: never a build artifact, never a VM's
+//! latest snapshot, never a parent of a child that is not being deleted. A deletion the
+//! host's agent fails leaves the snapshot in `error`; the next sweep tries again, and from
+//! the fifth failure in a row on each failure is a dead letter for operators (the aggregate
+//! decides it, the projection files it).
+//!
+//! Each deletion's operation key names the snapshot and the state it was decided on (its
+//! last change), so a sweep stopped and run again repeats its commands, which the ledger
+//! answers once. Sweeps run on the reconciler's clock, never the system's. The projection may
+//! lag: a snapshot it still shows `ready` after another deletion is refused by the aggregate,
+//! and a parent whose last child was just deleted waits for a later sweep.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use leasehold_commands::lease_service::Caller;
+use leasehold_commands::snapshot_service::{SnapshotListing, SnapshotService};
+use leasehold_commands::{CommandError, CommandStore, ErrorClass};
+use leasehold_domain::Actor;
+use leasehold_domain::snapshot::SnapshotId;
+use leasehold_projections::{ReconcileError, Reconciler, Seen};
+
+use crate::store::{PgEventStore, from_driver};
+
+/// Most snapshots one sweep looks at (the oldest retention first; the rest wait a sweep).
+pub const GC_SWEEP_ROWS_MAX: i64 = 500;
+
+const DUE_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \
+     WHERE state IN ('ready', 'error') AND mode <> 'build' AND retention_until <= $1 \
+     ORDER BY retention_until, snapshot_id LIMIT $2";
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcSweep {
+    /// Snapshots past their retention it looked at.
+    pub due: usize,
+    /// Deletions it asked for.
+    pub deleting: usize,
+    /// Snapshots the aggregate kept (a VM's latest, a parent of a live child, moved on).
+    pub kept: usize,
+    /// Deletions that failed to be recorded (the next sweep looks again).
+    pub failed: usize,
+}
+
+/// The retention garbage collector.
+#[derive(Debug)]
+pub struct SnapshotGc<S, L> {
+    snapshots: SnapshotService<S, L>,
+    store: PgEventStore,
+    sweep_every: TimeDelta,
+    next_sweep: std::sync::Mutex<Option<DateTime<Utc>>>,
+}
+
+impl<S, L> SnapshotGc<S, L> {
+    /// A collector deleting through `snapshots`, reading the snapshot projection in the
+    /// database of `store`, sweeping every `sweep_every`.
+    pub fn new(
+        snapshots: SnapshotService<S, L>,
+        store: PgEventStore,
+        sweep_every: TimeDelta,
+    ) -> Self {
+        Self { snapshots, store, sweep_every, next_sweep: std::sync::Mutex::new(None) }
+    }
+}
+
+fn collector() -> Caller {
+    Caller {
+        actor: Actor { subject: "snapshot-gc".into(), role: "system".into() },
+        tenant: None,
+        provider: None,
+        namespace: None,
+    }
+}
+
+impl<S, L> SnapshotGc<S, L>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    L: SnapshotListing,
+{
+    /// The snapshots past their retention at `now`, with the time of their last change.
+    async fn due(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(SnapshotId, DateTime<Utc>)>, ReconcileError> {
+        let client = self.store.client().await.map_err(|error| retry(&error))?;
+        let rows = client
+            .query(DUE_SQL, &[&now, &GC_SWEEP_ROWS_MAX])
+            .await
+            .map_err(|error| retry(&from_driver(error, self.store.endpoint())))?;
+        Ok(rows.iter().map(|row| (SnapshotId(row.get(0)), row.get(1))).collect())
+    }
+
+    /// One sweep at `now`: every snapshot past its retention asked to be deleted, each on its
+    /// own (one's failure never ends the sweep).
+    ///
+    /// # Errors
+    /// When the projection cannot be read.
+    pub async fn sweep(&self, now: DateTime<Utc>) -> Result<GcSweep, ReconcileError> {
+        let due = self.due(now).await?;
+        let mut sweep = GcSweep { due: due.len(), ..GcSweep::default() };
+        for (snapshot, updated_at) in due {
+            let key = format!("snapshot-gc:{}:{}", snapshot.0, updated_at.timestamp_micros());
+            match self.snapshots.collect(&collector(), &key, snapshot).await {
+                // A repeat of a deletion already asked for (the ledger's answer), or none.
+                Ok(done) if done.outcome.duplicate || done.outcome.event_types.is_empty() => {
+                    sweep.kept += 1;
+                }
+                Ok(_) => sweep.deleting += 1,
+                Err(refused @ (CommandError::Refused(_) | CommandError::NotFound))
+                    if matches!(
+                        refused.class(),
+                        ErrorClass::InvalidState | ErrorClass::NotFound
+                    ) =>
+                {
+                    sweep.kept += 1;
+                }
+                Err(error) => {
+                    sweep.failed += 1;
+                    tracing::warn!(snapshot = %snapshot.0, %error, "a GC deletion was not recorded; the next sweep looks again");
+                }
+            }
+        }
+        Ok(sweep)
+    }
+}
+
+fn retry(error: &impl std::fmt::Display) -> ReconcileError {
+    ReconcileError::Retry {
+        action: "read snapshots past retention".into(),
+        reason: error.to_string(),
+    }
+}
+
+impl<S, L> Reconciler for SnapshotGc<S, L>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    L: SnapshotListing + 'static,
+{
+    const NAME: &'static str = "snapshot-gc";
+    const VERSION: u32 = 1;
+
+    async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        let scheduled = *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if scheduled.is_some_and(|at| seen.now < at) {
+            return Ok(scheduled);
+        }
+        let next = seen.now + self.sweep_every;
+        *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
+        let sweep = self.sweep(seen.now).await?;
+        if sweep.due > 0 {
+            tracing::info!(
+                due = sweep.due,
+                deleting = sweep.deleting,
+                kept = sweep.kept,
+                failed = sweep.failed,
+                "snapshot GC swept"
+            );
+        }
+        Ok(Some(next))
+    }
+}
