@@ -161,6 +161,28 @@ pub fn start_vm_dispatcher(
     Ok(run(dispatcher, store, stopped))
 }
 
+/// Starts the snapshot dispatcher: snapshots, restores and deletions sent to host agents.
+///
+/// # Errors
+/// The host agents' HTTP client cannot be built.
+pub fn start_snapshot_dispatcher(
+    snapshots: &leasehold_gateway::SnapshotService,
+    vault: &leasehold_adapters::vault::PgCredentialVault,
+    timeout: std::time::Duration,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
+        .context("the host agents' HTTP client")?;
+    let kind = leasehold_adapters::dispatch::SnapshotDispatch::new(
+        snapshots.clone(),
+        (agents, timeout),
+        vault.clone(),
+    );
+    let store = snapshots.pipeline().store();
+    let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
+    Ok(run(dispatcher, store, stopped))
+}
+
 /// Starts the VM inventory reconciler: each host's agent listed and squared with the log
 /// (recovery lookups, orphans destroyed or dead-lettered).
 ///

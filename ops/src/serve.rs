@@ -245,6 +245,12 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         idle_after: args.vm_idle_after,
     };
     reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
+    reconcilers.push(crate::dispatch::start_snapshot_dispatcher(
+        state.snapshots(),
+        state.vault(),
+        agent_timeout,
+        &stopped,
+    )?);
     reconcilers.push(crate::dispatch::start_snapshot_gc(
         state.snapshots(),
         args.snapshot_gc_every,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leasehold_adapters::hosts::grant::{self, GRANT_HEADER};
 use leasehold_adapters::hosts::wire::{
-    ArtifactPullRequest, CreateVmRequest, ForkVmRequest, SnapshotRequest,
+    ArtifactPullRequest, CreateVmRequest, ForkVmRequest, RestoreRequest, SnapshotRequest,
 };
 use leasehold_adapters::hosts::{AgentError, AgentTarget, Deleted, HostAgentClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -189,4 +189,28 @@ async fn a_snapshot_forks_on_its_host_and_moves_to_another_only_with_a_grant_of_
         (late.status().as_u16(), late.text().await.expect("text").as_str()),
         (403, "forbidden")
     );
+}
+
+#[tokio::test]
+async fn a_snapshot_restores_in_place_and_its_deletion_is_answered_not_found() {
+    let agent = start_agent(&[]).await;
+    let (client, host) = (HostAgentClient::new(WAIT).expect("a client"), target(&agent, TOKEN));
+    let vm = "lh-00000000-0000-0000-0000-00000000000d";
+    client.create(&host, &request(vm)).await.expect("created");
+    let live = SnapshotRequest { comment: String::new(), live: true };
+    let taken = client.snapshot(&host, vm, &live).await.expect("taken");
+    assert_eq!(taken.kind, "live");
+    let disk = SnapshotRequest { comment: String::new(), live: false };
+    let plain = client.snapshot(&host, vm, &disk).await.expect("taken");
+    assert!(taken.size_bytes > plain.size_bytes, "a live snapshot's size counts its memory");
+    let restore = RestoreRequest { snapshot_id: taken.snapshot_id.clone() };
+    client.restore(&host, vm, &restore).await.expect("restored in place");
+    let unknown = RestoreRequest { snapshot_id: "snap-0-000000".into() };
+    assert_eq!(client.restore(&host, vm, &unknown).await, Err(AgentError::NotFound));
+    assert_eq!(client.restore(&host, "lh-missing", &restore).await, Err(AgentError::NotFound));
+    let bad = RestoreRequest { snapshot_id: String::new() };
+    assert!(matches!(client.restore(&host, vm, &bad).await, Err(AgentError::Refused { .. })));
+    // fuse's agent has no route to delete a snapshot: every deletion is answered 404.
+    let deleted = client.delete_snapshot(&host, vm, &taken.snapshot_id).await;
+    assert_eq!(deleted, Ok(Deleted::AlreadyGone));
 }

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::wire::{
     AgentCapacity, AgentVm, AgentVms, ArtifactPullRequest, ArtifactPulled, CreateVmRequest,
-    ForkVmRequest, SnapshotRequest, SnapshotTaken,
+    ForkVmRequest, RestoreRequest, SnapshotRequest, SnapshotTaken,
 };
 
 /// Largest error body kept, in bytes (fuse's `hostwire.MaxErrorBodyBytes`).
@@ -172,6 +172,47 @@ impl HostAgentClient {
         let path = format!("/v1/vm/{vm_id}/snapshot");
         let within = Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS);
         self.exchange_within(agent, (Method::POST, &path), Some(request), Some(within)).await
+    }
+
+    /// `POST /v1/vm/{id}/restore`: the VM restored in place from one of its snapshots (a disk
+    /// one cold-booted, a live one resumed), answered once done.
+    ///
+    /// # Errors
+    /// [`AgentError`]; `NotFound` for no such VM or snapshot (fuse's agent answers both with
+    /// 404).
+    pub async fn restore(
+        &self,
+        agent: &AgentTarget,
+        vm_id: &str,
+        request: &RestoreRequest,
+    ) -> Result<(), AgentError> {
+        let path = format!("/v1/vm/{vm_id}/restore");
+        let within = Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS);
+        let _: serde_json::Value =
+            self.exchange_within(agent, (Method::POST, &path), Some(request), Some(within)).await?;
+        Ok(())
+    }
+
+    /// `DELETE /v1/vm/{id}/snapshots/{snapshot}`, as fuse's orchestrator sends it: 204
+    /// deleted, 404 not found. fuse's agent has no such route and answers every one 404, so
+    /// the bytes stay on the host (docs/fuse-host-agent-protocol.md §7): recorded as the
+    /// provider's not-found, which the snapshot takes as deleted.
+    ///
+    /// # Errors
+    /// [`AgentError`] other than not found.
+    pub async fn delete_snapshot(
+        &self,
+        agent: &AgentTarget,
+        vm_id: &str,
+        snapshot: &str,
+    ) -> Result<Deleted, AgentError> {
+        let path = format!("/v1/vm/{vm_id}/snapshots/{snapshot}");
+        let response = self.send::<()>(agent, Method::DELETE, &path, None).await?;
+        match response.status() {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(Deleted::Destroyed),
+            StatusCode::NOT_FOUND => Ok(Deleted::AlreadyGone),
+            _ => Err(failure(response).await),
+        }
     }
 
     /// `POST /v1/vm/{source}/fork`: a new VM on the same host from one of the source's

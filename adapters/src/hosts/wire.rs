@@ -80,6 +80,14 @@ pub struct SnapshotRequest {
     pub live: bool,
 }
 
+/// `POST /v1/vm/{id}/restore`. The Go client adds `include_ram`, which the agent ignores (it
+/// branches on the kind it recorded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    /// The snapshot, by the agent's id.
+    pub snapshot_id: String,
+}
+
 /// The answer to a snapshot: the agent chose its id (`snap-<seconds>-<6 hex>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotTaken {

@@ -232,7 +232,7 @@ pub(crate) struct Agent {
     _dir: TempDir,
 }
 
-async fn start_agent(extra: &[&str]) -> Agent {
+pub(crate) async fn start_agent(extra: &[&str]) -> Agent {
     start_agent_with(AGENT_TOKEN, extra).await
 }
 

@@ -34,7 +34,7 @@ use crate::hosts::{AgentError, AgentTarget, HostAgentClient};
 use crate::vault::PgCredentialVault;
 
 /// How long work waits for an operator when its host has no registered token.
-const NO_TOKEN_WAIT: Duration =
+pub(crate) const NO_TOKEN_WAIT: Duration =
     Duration::from_millis(crate::limits::DISPATCH_RETRY_MAX_MILLISECONDS);
 
 /// The VM kind's dispatch: boots and destroys sent to host agents.
@@ -175,7 +175,21 @@ fn awaits(vm: &Vm, generation: u64, action: &str) -> bool {
     vm.status == status && vm.generation == generation
 }
 
-fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
+/// Where `host`'s agent is (its registration, read through `pipeline`) and its token (in
+/// `tokens`); `None` when no token was registered.
+pub(crate) async fn host_target<S: CommandStore + Clone + Send + Sync + 'static>(
+    pipeline: &leasehold_commands::CommandPipeline<S>,
+    tokens: &PgCredentialVault,
+    host: &HostId,
+) -> Result<Option<AgentTarget>, ReconcileError> {
+    let stored = pipeline.state::<Host>(&host.stream_id()).await;
+    let stored = stored.map_err(|error| retry("read a host", &error))?;
+    let Some(spec) = stored.and_then(|(_, _, host)| host.spec) else { return Ok(None) };
+    let token = tokens.host_token(host).await.map_err(|e| retry("read a host token", &e))?;
+    Ok(token.map(|token| AgentTarget { url: spec.url.to_string(), token }))
+}
+
+pub(crate) fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
     ReconcileError::Retry { action: action.to_owned(), reason: error.to_string() }
 }
 
@@ -191,12 +205,7 @@ where
 {
     /// Where `host`'s agent is and its token; `None` when no token was registered.
     async fn target(&self, host: &HostId) -> Result<Option<AgentTarget>, ReconcileError> {
-        let stored = self.vms.pipeline().state::<Host>(&host.stream_id()).await;
-        let stored = stored.map_err(|error| retry("read a host", &error))?;
-        let Some(spec) = stored.and_then(|(_, _, host)| host.spec) else { return Ok(None) };
-        let token =
-            self.tokens.host_token(host).await.map_err(|e| retry("read a host token", &e))?;
-        Ok(token.map(|token| AgentTarget { url: spec.url.to_string(), token }))
+        host_target(self.vms.pipeline(), &self.tokens, host).await
     }
 
     async fn boot(

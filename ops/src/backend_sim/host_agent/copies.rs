@@ -12,7 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use leasehold_adapters::hosts::grant::{self, GRANT_HEADER};
 use leasehold_adapters::hosts::wire::{
-    ArtifactPullRequest, ArtifactPulled, ForkVmRequest, SnapshotRequest, SnapshotTaken,
+    ArtifactPullRequest, ArtifactPulled, ForkVmRequest, RestoreRequest, SnapshotRequest,
+    SnapshotTaken,
 };
 use sha2::{Digest, Sha256};
 
@@ -61,14 +62,45 @@ pub async fn snapshot(
     let rootfs = Bytes::from(format!("rootfs of {id} at {snapshot_id}").into_bytes());
     let digest = digest_of(&rootfs);
     let kind = if request.live { "live" } else { "disk" };
+    // A live snapshot's size counts its memory image, as fuse's agent's does.
+    let memory = if request.live { SIM_MEMORY_IMAGE_BYTES } else { 0 };
     let taken = SnapshotTaken {
         snapshot_id: snapshot_id.clone(),
         digest: digest.clone(),
         kind: kind.into(),
-        size_bytes: rootfs.len() as u64,
+        size_bytes: rootfs.len() as u64 + memory,
     };
     agent.snapshots().insert(snapshot_id, SimSnapshot { rootfs, digest });
     (StatusCode::OK, axum::Json(taken)).into_response()
+}
+
+/// The memory image a simulated live snapshot writes beside its rootfs, in bytes.
+pub const SIM_MEMORY_IMAGE_BYTES: u64 = 4096;
+
+/// `POST /v1/vm/{id}/restore`: in place, from a snapshot of the host's store.
+pub async fn restore(
+    State(agent): State<HostAgent>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: String,
+) -> Response {
+    if !agent.allows(&headers, "restore") {
+        return text(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    let request: RestoreRequest = match serde_json::from_str(body_or_empty(&body)) {
+        Ok(request) => request,
+        Err(error) => return bad_json(&error),
+    };
+    if request.snapshot_id.is_empty() || request.snapshot_id.contains(['/', '.']) {
+        return text(StatusCode::BAD_REQUEST, "invalid snapshot id");
+    }
+    if !agent.vms().contains_key(&sanitize(&id)) {
+        return text(StatusCode::NOT_FOUND, "vm not found");
+    }
+    if !agent.snapshots().contains_key(&request.snapshot_id) {
+        return text(StatusCode::NOT_FOUND, "snapshot not found");
+    }
+    (StatusCode::OK, axum::Json(serde_json::json!({ "ok": true }))).into_response()
 }
 
 pub async fn fork(

@@ -1,0 +1,267 @@
+//! The snapshot kind of dispatcher work: a snapshot's request, restore and deletion go to its
+//! host's agent over fuse's contract (`crate::hosts`), and the agent's answer is recorded as
+//! the agent's report through the snapshot service, fenced by the operation the work names:
+//! a snapshot's answer (`POST /v1/vm/{id}/snapshot`) as written, with the kind and size the
+//! agent reports (its size is the honest one, memory included); a restore's
+//! (`POST /v1/vm/{id}/restore`) as restored, or failed (a 404: missing from the store); a
+//! deletion's (`DELETE /v1/vm/{id}/snapshots/{snapshot}`, fuse's orchestrator's call, which
+//! fuse's agent answers 404 whatever: the bytes stay on the host) as deleted, a not-found
+//! included.
+//!
+//! At least once: a snapshot sent again after a lost answer takes a second one at the agent
+//! (fuse's agent cannot delete the first). Work the snapshot no longer awaits (another
+//! operation, or settled) is never sent. Exports have no route at fuse's agent: they stay
+//! pending until an agent reports them (`reportSnapshotExport`). fuse's agent writes no
+//! diffs: a diff is asked as live and recorded as written in full.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use leasehold_commands::CommandStore;
+use leasehold_commands::lease_service::Caller;
+use leasehold_commands::snapshot_service::{AgentReport, SnapshotListing, SnapshotService};
+use leasehold_domain::snapshot::{
+    Digest, ReportedSizes, RequestedKind, Snapshot, SnapshotEvent, SnapshotId, SnapshotKind,
+    SnapshotStatus, Written,
+};
+use leasehold_domain::values::fleet::HostId;
+use leasehold_domain::values::{OperationId, OperatorDetail};
+use leasehold_domain::vm::SnapshotRef;
+use leasehold_domain::{Actor, DomainEvent, RecordedEvent};
+use leasehold_projections::ReconcileError;
+
+use super::vm::{NO_TOKEN_WAIT, host_target, retry};
+use super::{DispatchKind, Intent, Sent, Work};
+use crate::hosts::wire::{RestoreRequest, SnapshotRequest, agent_name};
+use crate::hosts::{AgentError, AgentTarget, Deleted, HostAgentClient};
+use crate::vault::PgCredentialVault;
+
+/// The snapshot kind's dispatch: snapshots, restores and deletions sent to host agents.
+#[derive(Debug, Clone)]
+pub struct SnapshotDispatch<S, L> {
+    snapshots: SnapshotService<S, L>,
+    agents: HostAgentClient,
+    tokens: PgCredentialVault,
+    timeout: Duration,
+}
+
+impl<S, L> SnapshotDispatch<S, L> {
+    /// Sends the work of `snapshots`'s snapshots with `agents` (whose exchanges take at most
+    /// `timeout`, a snapshot's and a restore's longer), finding each host's token in `tokens`.
+    pub fn new(
+        snapshots: SnapshotService<S, L>,
+        (agents, timeout): (HostAgentClient, Duration),
+        tokens: PgCredentialVault,
+    ) -> Self {
+        Self { snapshots, agents, tokens, timeout }
+    }
+}
+
+/// The work an event of a snapshot starts: its action and operation.
+fn started_work(event: &SnapshotEvent) -> Option<(&'static str, OperationId)> {
+    match event {
+        SnapshotEvent::SnapshotRequested { operation, .. } => Some(("create", *operation)),
+        SnapshotEvent::SnapshotRestoring { operation, .. } => Some(("restore", *operation)),
+        SnapshotEvent::SnapshotDeleting { operation, .. } => Some(("delete", *operation)),
+        _ => None,
+    }
+}
+
+/// Whether `stored` still awaits the work `action` of `operation`.
+fn awaits(stored: &Snapshot, action: &str, operation: OperationId) -> bool {
+    let status = match action {
+        "create" => SnapshotStatus::Creating,
+        "restore" => SnapshotStatus::Restoring,
+        "delete" => SnapshotStatus::Deleting,
+        _ => return false,
+    };
+    stored.status == status && stored.operation == Some(operation)
+}
+
+/// The dispatcher as a caller of the snapshot service.
+fn dispatcher() -> Caller {
+    Caller {
+        actor: Actor { subject: "snapshot-dispatcher".into(), role: "system".into() },
+        tenant: None,
+        provider: None,
+        namespace: None,
+    }
+}
+
+/// A definite answer of fuse's agent: 500 (it failed and rolled back) or a refusal (4xx); a
+/// 502, 503, 504 or no answer says nothing.
+fn definite(error: &AgentError) -> bool {
+    matches!(error, AgentError::Failed { status: 500, .. } | AgentError::Refused { .. })
+}
+
+/// What the agent reported it took, as the snapshot's written record.
+fn written_of(taken: crate::hosts::wire::SnapshotTaken) -> Result<Written, ReconcileError> {
+    let kind = if taken.kind == "live" { SnapshotKind::Live } else { SnapshotKind::Disk };
+    let store_ref = SnapshotRef::parse("snapshot_id", taken.snapshot_id)
+        .map_err(|error| retry("read a snapshot's id", &error))?;
+    Ok(Written {
+        kind,
+        // fuse's agent answers one size, memory included: the honest size of either kind.
+        sizes: ReportedSizes { disk_bytes: taken.size_bytes, memory_bytes: 0 },
+        digest: Digest::parse("digest", taken.digest).ok(),
+        store_ref,
+        diff_of: None,
+    })
+}
+
+impl<S, L> SnapshotDispatch<S, L>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    L: SnapshotListing,
+{
+    /// What the agent's answer to `work` is, as a report; `Err` with the detail for no
+    /// answer (sent again).
+    async fn exchange(
+        &self,
+        work: &Work,
+        stored: &Snapshot,
+        (agent, operation): (&AgentTarget, OperationId),
+    ) -> Result<Result<AgentReport, String>, ReconcileError> {
+        let vm = work.request["vm"].as_str().unwrap_or_default();
+        let store_ref = stored.written.as_ref().map(|written| written.store_ref.to_string());
+        let detail = |error: &AgentError| OperatorDetail::new(&error.to_string());
+        Ok(match work.action.as_str() {
+            "create" => {
+                let live = work.request["live"].as_bool().unwrap_or(false);
+                let comment = format!("leasehold {}", work.stream);
+                let taken =
+                    self.agents.snapshot(agent, vm, &SnapshotRequest { comment, live }).await;
+                match taken {
+                    Ok(taken) => {
+                        Ok(AgentReport::Written { operation, written: written_of(taken)? })
+                    }
+                    Err(error) if definite(&error) || matches!(error, AgentError::NotFound) => {
+                        Ok(AgentReport::WriteFailed { operation, detail: detail(&error) })
+                    }
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+            "restore" => {
+                let Some(snapshot_id) = store_ref else {
+                    let detail = OperatorDetail::new("the snapshot was never written");
+                    return Ok(Ok(AgentReport::RestoreFailed { operation, missing: true, detail }));
+                };
+                match self.agents.restore(agent, vm, &RestoreRequest { snapshot_id }).await {
+                    Ok(()) => Ok(AgentReport::Restored { operation }),
+                    Err(error @ AgentError::NotFound) => Ok(AgentReport::RestoreFailed {
+                        operation,
+                        missing: true,
+                        detail: detail(&error),
+                    }),
+                    Err(error) if definite(&error) => Ok(AgentReport::RestoreFailed {
+                        operation,
+                        missing: false,
+                        detail: detail(&error),
+                    }),
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+            "delete" => {
+                // Never written (its creation failed): the host holds nothing of it.
+                let Some(snapshot_id) = store_ref else {
+                    return Ok(Ok(AgentReport::Deleted { operation, not_found: true }));
+                };
+                match self.agents.delete_snapshot(agent, vm, &snapshot_id).await {
+                    Ok(deleted) => {
+                        let not_found = deleted == Deleted::AlreadyGone;
+                        Ok(AgentReport::Deleted { operation, not_found })
+                    }
+                    Err(error) if definite(&error) => {
+                        Ok(AgentReport::DeleteFailed { operation, detail: detail(&error) })
+                    }
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+            _ => Err(format!("no such snapshot work: {}", work.action)),
+        })
+    }
+}
+
+impl<S, L> DispatchKind for SnapshotDispatch<S, L>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    L: SnapshotListing + 'static,
+{
+    const NAME: &'static str = "snapshot-dispatcher";
+    const VERSION: u32 = 1;
+
+    async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {
+        if event.stream_type.as_str() != "snapshot" {
+            return Ok(None);
+        }
+        let Ok(decoded) = SnapshotEvent::from_stored(event.event_type.as_str(), &event.payload)
+        else {
+            return Ok(None);
+        };
+        let Some((action, operation)) = started_work(&decoded) else { return Ok(None) };
+        let Some(snapshot) = SnapshotId::of_stream(&event.stream_id) else { return Ok(None) };
+        let (_, stored) = match self.snapshots.owned(snapshot).await {
+            Ok(found) => found,
+            Err(leasehold_commands::CommandError::NotFound) => return Ok(None),
+            Err(error) => return Err(retry("read a snapshot", &error)),
+        };
+        let Some(terms) = stored.terms.as_ref().filter(|_| awaits(&stored, action, operation))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Intent {
+            stream: event.stream_id.clone(),
+            // One piece of work per event: its version names it on the stream.
+            generation: event.version,
+            event_id: event.event_id,
+            tenant: event.tenant_id.clone(),
+            target: terms.host.to_string(),
+            action,
+            request: serde_json::json!({
+                "operation": operation.0,
+                "vm": agent_name(terms.vm),
+                "live": terms.requested != RequestedKind::Disk,
+            }),
+        }))
+    }
+
+    async fn send(&self, work: &Work, _now: DateTime<Utc>) -> Result<Sent, ReconcileError> {
+        let snapshot = SnapshotId::of_stream(&work.stream)
+            .ok_or_else(|| retry("read a snapshot's id", &"not a snapshot stream"))?;
+        let host = HostId::parse("host", work.target.as_str())
+            .map_err(|error| retry("read a host's id", &error))?;
+        let operation: uuid::Uuid = serde_json::from_value(work.request["operation"].clone())
+            .map_err(|error| retry("decode an operation", &error))?;
+        let operation = OperationId(operation);
+        let Some(agent) = host_target(self.snapshots.pipeline(), &self.tokens, &host).await? else {
+            let detail = format!("host {host} has no registered agent token");
+            return Ok(Sent::NotSent { detail, wait: NO_TOKEN_WAIT });
+        };
+        let stored = match self.snapshots.owned(snapshot).await {
+            Ok((_, stored)) if awaits(&stored, &work.action, operation) => stored,
+            Ok(_) | Err(leasehold_commands::CommandError::NotFound) => return Ok(Sent::Moot),
+            Err(error) => return Err(retry("read a snapshot", &error)),
+        };
+        let report = match self.exchange(work, &stored, (&agent, operation)).await? {
+            Ok(report) => report,
+            Err(detail) => return Ok(Sent::Failed { detail }),
+        };
+        let refused = matches!(
+            report,
+            AgentReport::WriteFailed { .. }
+                | AgentReport::RestoreFailed { .. }
+                | AgentReport::DeleteFailed { .. }
+        );
+        let key = format!("snapshot-dispatch:{}:{}", snapshot.0, work.generation);
+        let caller = dispatcher();
+        let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report);
+        recorded.await.map_err(|error| retry("record a snapshot agent's answer", &error))?;
+        Ok(if refused { Sent::Refused } else { Sent::Delivered })
+    }
+
+    /// A send is one exchange (a snapshot's or a restore's with their longer limit) and the
+    /// recording of its answer.
+    fn claim_hold(&self) -> Duration {
+        Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS) + self.timeout
+    }
+}
