@@ -6,6 +6,10 @@
 //! the fifth failure in a row on each failure is a dead letter for operators (the aggregate
 //! decides it, the projection files it).
 //!
+//! The same sweep keeps each tenant's layer cache under its cap (`with_layer_cap`): past it,
+//! the least recently used ready layers (a cache hit's use, else when it became ready) are
+//! evicted, as deletions whose cause is the eviction, each an event.
+//!
 //! Each deletion's operation key names the snapshot and the state it was decided on (its
 //! last change), so a sweep stopped and run again repeats its commands, which the ledger
 //! answers once. Sweeps run on the reconciler's clock, never the system's. The projection may
@@ -29,6 +33,15 @@ const DUE_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \
      WHERE state IN ('ready', 'error') AND mode <> 'build' AND retention_until <= $1 \
      ORDER BY retention_until, snapshot_id LIMIT $2";
 
+/// Each tenant's ready layers past the cap, least recently used first (ties: the older id).
+const OVER_CAP_SQL: &str = "SELECT snapshot_id, updated_at FROM ( \
+       SELECT snapshot_id, updated_at, last_used, created_at, row_number() OVER ( \
+         PARTITION BY tenant_id \
+         ORDER BY coalesce(last_used, created_at) DESC, snapshot_id DESC) AS newness \
+       FROM snapshot_records \
+       WHERE mode = 'build' AND layer_key IS NOT NULL AND state = 'ready') ranked \
+     WHERE newness > $1 ORDER BY coalesce(last_used, created_at), snapshot_id LIMIT $2";
+
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GcSweep {
@@ -40,6 +53,8 @@ pub struct GcSweep {
     pub kept: usize,
     /// Deletions that failed to be recorded (the next sweep looks again).
     pub failed: usize,
+    /// Layers evicted past their tenant's cap.
+    pub evicting: usize,
 }
 
 /// The retention garbage collector.
@@ -48,6 +63,7 @@ pub struct SnapshotGc<S, L> {
     snapshots: SnapshotService<S, L>,
     store: PgEventStore,
     sweep_every: TimeDelta,
+    layer_cap: Option<usize>,
     next_sweep: std::sync::Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -59,7 +75,15 @@ impl<S, L> SnapshotGc<S, L> {
         store: PgEventStore,
         sweep_every: TimeDelta,
     ) -> Self {
-        Self { snapshots, store, sweep_every, next_sweep: std::sync::Mutex::new(None) }
+        let next_sweep = std::sync::Mutex::new(None);
+        Self { snapshots, store, sweep_every, layer_cap: None, next_sweep }
+    }
+
+    /// The same collector keeping each tenant's ready layers at most `cap` (none: no cap).
+    #[must_use]
+    pub fn with_layer_cap(mut self, cap: Option<usize>) -> Self {
+        self.layer_cap = cap;
+        self
     }
 }
 
@@ -90,8 +114,23 @@ where
         Ok(rows.iter().map(|row| (SnapshotId(row.get(0)), row.get(1))).collect())
     }
 
-    /// One sweep at `now`: every snapshot past its retention asked to be deleted, each on its
-    /// own (one's failure never ends the sweep).
+    /// The layers past their tenant's cap, least recently used first.
+    async fn over_cap(
+        &self,
+        cap: usize,
+    ) -> Result<Vec<(SnapshotId, DateTime<Utc>)>, ReconcileError> {
+        let client = self.store.client().await.map_err(|error| retry(&error))?;
+        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        let rows = client
+            .query(OVER_CAP_SQL, &[&cap, &GC_SWEEP_ROWS_MAX])
+            .await
+            .map_err(|error| retry(&from_driver(error, self.store.endpoint())))?;
+        Ok(rows.iter().map(|row| (SnapshotId(row.get(0)), row.get(1))).collect())
+    }
+
+    /// One sweep at `now`: every snapshot past its retention asked to be deleted, then every
+    /// layer past its tenant's cap evicted, each on its own (one's failure never ends the
+    /// sweep).
     ///
     /// # Errors
     /// When the projection cannot be read.
@@ -100,27 +139,50 @@ where
         let mut sweep = GcSweep { due: due.len(), ..GcSweep::default() };
         for (snapshot, updated_at) in due {
             let key = format!("snapshot-gc:{}:{}", snapshot.0, updated_at.timestamp_micros());
-            match self.snapshots.collect(&collector(), &key, snapshot).await {
-                // A repeat of a deletion already asked for (the ledger's answer), or none.
-                Ok(done) if done.outcome.duplicate || done.outcome.event_types.is_empty() => {
-                    sweep.kept += 1;
-                }
-                Ok(_) => sweep.deleting += 1,
-                Err(refused @ (CommandError::Refused(_) | CommandError::NotFound))
-                    if matches!(
-                        refused.class(),
-                        ErrorClass::InvalidState | ErrorClass::NotFound
-                    ) =>
-                {
-                    sweep.kept += 1;
-                }
-                Err(error) => {
-                    sweep.failed += 1;
-                    tracing::warn!(snapshot = %snapshot.0, %error, "a GC deletion was not recorded; the next sweep looks again");
-                }
+            let asked = self.snapshots.collect(&collector(), &key, snapshot).await;
+            if tally(&mut sweep, snapshot, asked) {
+                sweep.deleting += 1;
+            }
+        }
+        let Some(cap) = self.layer_cap else { return Ok(sweep) };
+        for (snapshot, updated_at) in self.over_cap(cap).await? {
+            let key = format!("snapshot-evict:{}:{}", snapshot.0, updated_at.timestamp_micros());
+            let asked = self.snapshots.evict(&collector(), &key, snapshot).await;
+            if tally(&mut sweep, snapshot, asked) {
+                sweep.evicting += 1;
             }
         }
         Ok(sweep)
+    }
+}
+
+/// Counts a deletion's answer on `sweep`; whether it was asked for now.
+fn tally(
+    sweep: &mut GcSweep,
+    snapshot: SnapshotId,
+    asked: Result<
+        leasehold_commands::snapshot_service::SnapshotOutcome,
+        CommandError<leasehold_domain::snapshot::SnapshotError>,
+    >,
+) -> bool {
+    match asked {
+        // A repeat of a deletion already asked for (the ledger's answer), or none.
+        Ok(done) if done.outcome.duplicate || done.outcome.event_types.is_empty() => {
+            sweep.kept += 1;
+            false
+        }
+        Ok(_) => true,
+        Err(refused @ (CommandError::Refused(_) | CommandError::NotFound))
+            if matches!(refused.class(), ErrorClass::InvalidState | ErrorClass::NotFound) =>
+        {
+            sweep.kept += 1;
+            false
+        }
+        Err(error) => {
+            sweep.failed += 1;
+            tracing::warn!(snapshot = %snapshot.0, %error, "a GC deletion was not recorded; the next sweep looks again");
+            false
+        }
     }
 }
 
@@ -147,8 +209,9 @@ where
         let next = seen.now + self.sweep_every;
         *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
         let sweep = self.sweep(seen.now).await?;
-        if sweep.due > 0 {
+        if sweep.due > 0 || sweep.evicting > 0 {
             tracing::info!(
+                evicting = sweep.evicting,
                 due = sweep.due,
                 deleting = sweep.deleting,
                 kept = sweep.kept,

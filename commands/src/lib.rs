@@ -10,6 +10,7 @@ mod cache;
 mod clock;
 mod cross;
 pub mod host_service;
+mod lanes;
 pub mod lease_input;
 pub mod lease_service;
 pub mod limits;

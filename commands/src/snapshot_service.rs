@@ -118,6 +118,8 @@ pub struct SnapshotService<S, L> {
     pipeline: CommandPipeline<S>,
     listing: L,
     pub(crate) config: SnapshotConfig,
+    /// One lane per tenant's quota stream, shared by the service's clones (`lanes.rs`).
+    lanes: std::sync::Arc<crate::lanes::Lanes<leasehold_domain::StreamId>>,
 }
 
 /// Bytes in a GiB and a MiB.
@@ -131,7 +133,7 @@ where
 {
     /// A service over `pipeline`, reading listing facts from `listing`.
     pub fn new(pipeline: CommandPipeline<S>, listing: L, config: SnapshotConfig) -> Self {
-        Self { pipeline, listing, config }
+        Self { pipeline, listing, config, lanes: std::sync::Arc::default() }
     }
 
     /// The pipeline commands run through.
@@ -400,7 +402,11 @@ where
         request: CommandRequest<Snapshot>,
         snapshot: SnapshotId,
     ) -> Result<SnapshotOutcome> {
+        let quota = quota_of(&request.tenant).stream_id();
         let follows = quota_follows::<S>(&request.tenant);
+        // This process's commands on one tenant's snapshots take turns on its quota stream,
+        // rather than lose races to each other there.
+        let _turn = self.lanes.enter(&quota).await;
         let outcome = Box::pin(self.pipeline.execute_following(request, &[], &follows)).await?;
         Ok(SnapshotOutcome { snapshot, outcome })
     }

@@ -106,6 +106,9 @@ enum BenchCommand {
     /// VM creates per second through placement over 100 hosts at 16 clients, spread and
     /// pack, with the retries per create, beside the lease request's commands/s.
     Fleet(bench::fleet::FleetBenchArgs),
+    /// Snapshot creates per second at 16 clients, for one tenant (one quota stream every
+    /// create reserves on) and for 16 tenants, beside the lease request's commands/s.
+    Snapshots(bench::snapshots::SnapshotBenchArgs),
 }
 
 /// Where the database is.
@@ -154,6 +157,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Gateway(args)) => bench::gateway::run(&args).await,
         Command::Bench(BenchCommand::Dispatch(args)) => bench::dispatch::run(&args).await,
         Command::Bench(BenchCommand::Fleet(args)) => bench::fleet::run(&args).await,
+        Command::Bench(BenchCommand::Snapshots(args)) => bench::snapshots::run(&args).await,
     }
 }
 

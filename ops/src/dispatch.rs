@@ -219,16 +219,17 @@ pub fn start_vm_reaper(
     run(reaper, store, stopped)
 }
 
-/// Starts snapshot retention GC: snapshots past their retention deleted, sweeping every
-/// `every`.
+/// Starts snapshot retention GC: snapshots past their retention deleted and each tenant's
+/// layers past `layer_cap` evicted, sweeping every `every`.
 pub fn start_snapshot_gc(
     snapshots: &leasehold_gateway::SnapshotService,
-    every: chrono::TimeDelta,
+    (every, layer_cap): (chrono::TimeDelta, Option<usize>),
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let store = snapshots.pipeline().store();
     let gc =
-        leasehold_adapters::snapshot_gc::SnapshotGc::new(snapshots.clone(), store.clone(), every);
+        leasehold_adapters::snapshot_gc::SnapshotGc::new(snapshots.clone(), store.clone(), every)
+            .with_layer_cap(layer_cap);
     run(gc, store, stopped)
 }
 

@@ -143,6 +143,10 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_GC_EVERY", default_value = "1h",
           value_parser = crate::token::parse_ttl)]
     snapshot_gc_every: TimeDelta,
+    /// Most ready build layers a tenant keeps: past it, the least recently used are evicted
+    /// (each an event) on GC's sweep. Default: no cap.
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_LAYER_CAP")]
+    snapshot_layer_cap: Option<usize>,
 }
 
 impl ServeArgs {
@@ -253,7 +257,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     )?);
     reconcilers.push(crate::dispatch::start_snapshot_gc(
         state.snapshots(),
-        args.snapshot_gc_every,
+        (args.snapshot_gc_every, args.snapshot_layer_cap),
         &stopped,
     ));
     reconcilers.push(crate::dispatch::start_vm_inventory(

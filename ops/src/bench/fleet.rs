@@ -87,7 +87,11 @@ async fn measure_all(url: &DatabaseUrl, args: &FleetBenchArgs) -> anyhow::Result
 
 /// Registers `hosts` hosts named `{prefix}N`, each with room for far more VMs than a run
 /// creates.
-async fn register_fleet(store: &PgEventStore, prefix: &str, hosts: usize) -> anyhow::Result<()> {
+pub(super) async fn register_fleet(
+    store: &PgEventStore,
+    prefix: &str,
+    hosts: usize,
+) -> anyhow::Result<()> {
     let service = HostService::new(CommandPipeline::new(store.clone(), PipelineConfig::default()));
     let caller = HostCaller {
         actor: Actor { subject: "bench".into(), role: "operator".into() },
@@ -205,7 +209,7 @@ fn tenant(client: usize) -> Caller {
 }
 
 /// Lease requests per second at 16 clients (each a new lease).
-async fn requests(store: &PgEventStore, duration: Duration) -> anyhow::Result<f64> {
+pub(super) async fn requests(store: &PgEventStore, duration: Duration) -> anyhow::Result<f64> {
     let pipeline = CommandPipeline::new(store.clone(), PipelineConfig::default());
     let backend = BackendName::parse("backend", "local").expect("a valid name");
     let service = LeaseService::new(pipeline, Some(backend), Default::default());

@@ -6,6 +6,7 @@ pub mod fleet;
 pub mod gateway;
 pub mod log;
 pub mod pipeline;
+pub mod snapshots;
 mod workload;
 
 use std::future::Future;

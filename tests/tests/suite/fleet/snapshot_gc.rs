@@ -345,3 +345,56 @@ async fn a_failed_gc_deletion_is_tried_again_and_the_fifth_in_a_row_is_a_dead_le
     let (_, latest) = snapshots.owned(ids[1]).await.expect("stored");
     assert_eq!(latest.status, SnapshotStatus::Ready, "the VM's latest is never collected");
 }
+
+#[tokio::test]
+async fn past_a_tenants_layer_cap_the_least_recently_used_layers_are_evicted_as_events() {
+    let db = TestDb::migrated().await;
+    let vms = running_vms(&db, 1).await;
+    let clock = ManualClock::at(t0());
+    let snapshots = snapshots(&db, &clock);
+    let acme = tenant("acme");
+    let mut layers = Vec::new();
+    for n in 0..4 {
+        let ask = CreateSnapshot {
+            vm: vms[0],
+            requested: RequestedKind::Disk,
+            mode: SnapshotMode::Build,
+            parent: None,
+            layer_key: Some(LayerKey::parse("l", format!("step-{n}")).expect("valid")),
+            name: None,
+            retention_until: None,
+        };
+        let created = snapshots.create(&acme, &format!("l-{n}"), &ask).await.expect("created");
+        write(&snapshots, created.snapshot, SnapshotKind::Disk, None).await;
+        layers.push(created.snapshot);
+        clock.advance(TimeDelta::minutes(1));
+    }
+    // A cache hit on the oldest makes it the most recently used.
+    let owner = acme.tenant.clone().expect("a tenant");
+    snapshots.use_layer(&agent(), "hit-0", (&owner, layers[0])).await.expect("used");
+    project(&db).await;
+    let gc =
+        SnapshotGc::new(snapshots.clone(), db.store(), TimeDelta::hours(1)).with_layer_cap(Some(2));
+    let swept = gc.sweep(clock.now()).await.expect("swept");
+    assert_eq!((swept.evicting, swept.deleting), (2, 0), "{swept:?}");
+    let mut states = Vec::new();
+    for layer in &layers {
+        let (_, stored) = snapshots.owned(*layer).await.expect("stored");
+        states.push((stored.status, stored.deletion));
+    }
+    use leasehold_domain::snapshot::DeleteCause;
+    assert_eq!(
+        states,
+        [
+            (SnapshotStatus::Ready, None),
+            (SnapshotStatus::Deleting, Some(DeleteCause::Evicted)),
+            (SnapshotStatus::Deleting, Some(DeleteCause::Evicted)),
+            (SnapshotStatus::Ready, None),
+        ],
+        "the used one and the newest are kept"
+    );
+    // Under the cap now (the projection has the evictions): nothing more is evicted.
+    project(&db).await;
+    clock.advance(TimeDelta::hours(1));
+    assert_eq!(gc.sweep(clock.now()).await.expect("swept").evicting, 0);
+}
