@@ -20,6 +20,7 @@ mod workloads;
 pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
+
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
 
 /// The read models' queries, and the projections' progress: everything a reader asks of the
@@ -116,6 +117,19 @@ pub struct QuotaUsage {
     pub active_count: u64,
     /// Quantities held, by SKU.
     pub skus: Vec<(String, u64)>,
+    /// Snapshots only: their bytes, and the quota's limits (0: none).
+    pub snapshot: Option<SnapshotLimits>,
+}
+
+/// A tenant's snapshot usage in bytes and its quota's limits, beside its count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// Bytes counted.
+    pub bytes: u64,
+    /// Most snapshots (0: no limit).
+    pub max_count: u64,
+    /// Most bytes (0: no limit).
+    pub max_bytes: u64,
 }
 
 /// A filter and a position for listing leases, newest first.
@@ -272,11 +286,31 @@ impl PgReadModels {
             .collect())
     }
 
-    /// The tenant's usage, by workload kind.
+    /// The tenant's usage, by workload kind, with its snapshots (`snapshot`: their count as
+    /// the active count, their bytes and the quota's limits) once it has a snapshot quota.
     ///
     /// # Errors
     /// When the database cannot be read.
     pub async fn quota_usage(&self, tenant: &TenantId) -> Result<Vec<QuotaUsage>, StoreError> {
+        let mut usage = self.workload_usage(tenant).await?;
+        if let Some(snapshots) = self.snapshot_quota_usage(tenant).await? {
+            let unsigned = |value: i64| u64::try_from(value).unwrap_or_default();
+            usage.push(QuotaUsage {
+                kind: "snapshot".into(),
+                active_count: unsigned(snapshots.count),
+                skus: Vec::new(),
+                snapshot: Some(SnapshotLimits {
+                    bytes: unsigned(snapshots.bytes),
+                    max_count: unsigned(snapshots.max_count),
+                    max_bytes: unsigned(snapshots.max_bytes),
+                }),
+            });
+            usage.sort_by(|a, b| a.kind.cmp(&b.kind));
+        }
+        Ok(usage)
+    }
+
+    async fn workload_usage(&self, tenant: &TenantId) -> Result<Vec<QuotaUsage>, StoreError> {
         let rows = self
             .query(
                 "SELECT u.kind, u.active_count, coalesce((SELECT array_agg(s.sku ORDER BY s.sku) \
@@ -300,6 +334,7 @@ impl PgReadModels {
                         .into_iter()
                         .zip(quantities.into_iter().map(|q| u64::try_from(q).unwrap_or_default()))
                         .collect(),
+                    snapshot: None,
                 }
             })
             .collect())

@@ -127,6 +127,23 @@ async fn a_tenant_snapshots_its_vm_within_its_quota_and_the_agent_settles_the_ho
         data(&every)["snapshotQuotaUsages"],
         json!([{ "tenantId": "acme", "count": 1, "maxCount": 1 }])
     );
+    // The tenant's quota view across kinds shows its snapshots against the limits.
+    let across = crate::backend::eventually("quotaUsage showing the snapshot limits", || async {
+        let usage = server
+            .graphql(
+                &acme,
+                "{ quotaUsage { kind activeCount bytes maxCount maxBytes } }",
+                json!({}),
+            )
+            .await;
+        let kinds = data(&usage)["quotaUsage"].as_array().cloned().unwrap_or_default();
+        kinds.into_iter().find(|kind| kind["kind"] == "snapshot" && kind["maxCount"] == 1)
+    })
+    .await;
+    assert_eq!(
+        across,
+        json!({ "kind": "snapshot", "activeCount": 1, "bytes": 5 * GIB, "maxCount": 1, "maxBytes": 0 })
+    );
     let theirs = server.graphql(&acme, "{ snapshotQuotaUsages { tenantId } }", json!({})).await;
     assert_eq!(code(&theirs), Some("FORBIDDEN"), "{theirs}");
 

@@ -278,11 +278,26 @@ pub struct QuotaUsageView {
     pub active_count: u64,
     /// Quantities held, by SKU.
     pub skus: Vec<SkuUsage>,
+    /// Snapshots (`kind` `snapshot`, whose `activeCount` is the snapshots counted): their
+    /// bytes.
+    pub bytes: Option<u64>,
+    /// Snapshots: the most your quota allows (0: no limit).
+    pub max_count: Option<u64>,
+    /// Snapshots: the most bytes your quota allows (0: no limit).
+    pub max_bytes: Option<u64>,
 }
 
 impl From<QuotaUsage> for QuotaUsageView {
     fn from(usage: QuotaUsage) -> Self {
         let skus = usage.skus.into_iter().map(|(sku, quantity)| SkuUsage { sku, quantity });
-        Self { kind: usage.kind, active_count: usage.active_count, skus: skus.collect() }
+        let limits = usage.snapshot;
+        Self {
+            kind: usage.kind,
+            active_count: usage.active_count,
+            skus: skus.collect(),
+            bytes: limits.map(|limits| limits.bytes),
+            max_count: limits.map(|limits| limits.max_count),
+            max_bytes: limits.map(|limits| limits.max_bytes),
+        }
     }
 }
