@@ -58,6 +58,16 @@ pub const PLACEMENT_TRIES_MAX: u32 = 5;
 pub trait HostCatalog: Send + Sync {
     /// Every host of the fleet, as last known.
     fn hosts(&self) -> impl Future<Output = std::result::Result<Vec<Host>, StoreError>> + Send;
+
+    /// The hosts already holding the bytes of `tenant`'s artifact `seed` (the artifact
+    /// index: placement's locality tie-break). None known by default.
+    fn artifact_hosts(
+        &self,
+        _tenant: &TenantId,
+        _seed: &leasehold_domain::vm::SnapshotRef,
+    ) -> impl Future<Output = std::result::Result<BTreeSet<HostId>, StoreError>> + Send {
+        async { Ok(BTreeSet::new()) }
+    }
 }
 
 /// A VM's credentials, as the vault gives them back. Its `Debug` shows none of them.
@@ -134,6 +144,8 @@ struct Ask {
     pin: Option<HostId>,
     /// Hosts it may not go on (a migration's source host).
     excluded: BTreeSet<HostId>,
+    /// Hosts already holding its seed's bytes (equal hosts are broken in their favour).
+    artifact_hosts: BTreeSet<HostId>,
     vm: VmId,
 }
 
@@ -299,8 +311,17 @@ where
             let outcome = Box::pin(self.pipeline.execute(request.hashed_as(hash))).await?;
             return Ok(VmOutcome { vm, outcome, replacements: 0 });
         }
-        let ask =
-            Ask { demand: spec.demand(), pin: spec.pin.clone(), excluded: BTreeSet::new(), vm };
+        let artifact_hosts = match &spec.seed {
+            Some(seed) => self.catalog.artifact_hosts(tenant, seed).await?,
+            None => BTreeSet::new(),
+        };
+        let ask = Ask {
+            demand: spec.demand(),
+            pin: spec.pin.clone(),
+            excluded: BTreeSet::new(),
+            artifact_hosts,
+            vm,
+        };
         let (outcome, replacements) = self
             .place_over_fleet(&ask, |placement| {
                 let host = placement.host.clone();
@@ -363,7 +384,7 @@ where
             leasehold_domain::vm::Placement,
         ) -> Result<(CommandRequest<Vm>, Vec<Box<dyn Link<S>>>)>,
     {
-        let artifact_hosts = BTreeSet::new();
+        let artifact_hosts = &ask.artifact_hosts;
         let policy = self.policy;
         fn placing<'a>(
             (ask, policy, artifact_hosts): (&'a Ask, PlacementPolicy, &'a BTreeSet<HostId>),
@@ -380,7 +401,7 @@ where
                 tie_break: tie_break(ask.vm),
             }
         }
-        let given = (ask, policy, &artifact_hosts);
+        let given = (ask, policy, artifact_hosts);
         for retries in 0..PLACEMENT_TRIES_MAX {
             // Spread keeps off a host another create of this process is reserving on right
             // now, while any other host fits: two creates placed on one picture of the fleet

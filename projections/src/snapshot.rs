@@ -94,6 +94,8 @@ pub struct SnapshotRow {
     pub created_at: DateTime<Utc>,
     pub last_used: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The host store's reference, once written (0018; never shown to tenants).
+    pub store_ref: Option<String>,
 }
 
 /// A row of `snapshot_quota_usage`.
@@ -237,6 +239,7 @@ pub fn snapshot_row(tenant: &TenantId, snapshot: &Snapshot) -> SnapshotRow {
         created_at: snapshot.created_at.unwrap_or_default(),
         last_used: snapshot.last_used,
         updated_at: snapshot.updated_at.unwrap_or_default(),
+        store_ref: written.map(|written| written.store_ref.to_string()),
     }
 }
 

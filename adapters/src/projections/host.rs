@@ -135,4 +135,36 @@ impl HostCatalog for PgHostCatalog {
         }
         Ok(hosts)
     }
+
+    /// The hosts holding one of `tenant`'s ready artifacts with the seed's digest, and the
+    /// seed's own host (the artifact index over `snapshot_records`; the tenant in the query:
+    /// another tenant's artifact never draws a VM anywhere).
+    async fn artifact_hosts(
+        &self,
+        tenant: &leasehold_domain::TenantId,
+        seed: &leasehold_domain::vm::SnapshotRef,
+    ) -> Result<std::collections::BTreeSet<HostId>, StoreError> {
+        let client = self.store.client().await?;
+        let endpoint = self.store.endpoint().to_owned();
+        let statement = client
+            .prepare_cached(SEED_HOLDERS_SQL)
+            .await
+            .map_err(|error| crate::store::from_driver(error, &endpoint))?;
+        let rows = client
+            .query(&statement, &[&tenant.as_str(), &seed.as_str()])
+            .await
+            .map_err(|error| crate::store::from_driver(error, &endpoint))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| HostId::parse("host", row.get::<_, &str>(0)).ok())
+            .collect())
+    }
 }
+
+/// The seed's host, and every host holding a ready artifact of the same tenant's with the
+/// seed's digest.
+const SEED_HOLDERS_SQL: &str = "SELECT seed.host_id FROM snapshot_records seed \
+     WHERE seed.tenant_id = $1 AND seed.store_ref = $2 AND seed.state = 'ready' \
+     UNION SELECT same.host_id FROM snapshot_records seed JOIN snapshot_records same \
+       ON same.tenant_id = seed.tenant_id AND same.digest = seed.digest AND same.state = 'ready' \
+     WHERE seed.tenant_id = $1 AND seed.store_ref = $2 AND seed.state = 'ready'";

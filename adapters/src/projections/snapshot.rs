@@ -22,12 +22,14 @@ const PUT_VIEWS_SQL: &str = "INSERT INTO snapshot_view_states (stream_id, state)
 
 const PUT_SNAPSHOTS_SQL: &str = "INSERT INTO snapshot_records (snapshot_id, tenant_id, vm_id, task_id, \
      host_id, state, mode, requested, kind, parent_snapshot_id, layer_key, arch, digest, name, \
-     size_bytes, retention_until, exports, last_error, created_at, last_used, updated_at) \
+     size_bytes, retention_until, exports, last_error, created_at, last_used, updated_at, \
+     store_ref) \
      SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], \
      $6::text[], $7::text[], $8::text[], $9::text[], $10::uuid[], $11::text[], $12::text[], \
      $13::text[], $14::text[], $15::int8[], $16::timestamptz[], $17::jsonb[], $18::text[], \
-     $19::timestamptz[], $20::timestamptz[], $21::timestamptz[]) \
+     $19::timestamptz[], $20::timestamptz[], $21::timestamptz[], $22::text[]) \
      ON CONFLICT (snapshot_id) DO UPDATE SET state = excluded.state, kind = excluded.kind, \
+     store_ref = excluded.store_ref, \
      digest = excluded.digest, size_bytes = excluded.size_bytes, exports = excluded.exports, \
      last_error = excluded.last_error, last_used = excluded.last_used, \
      updated_at = excluded.updated_at";
@@ -112,10 +114,11 @@ async fn write_snapshots(tx: &Transaction<'_>, rows: &[&SnapshotRow]) -> Result<
     let (kinds, layers) = (maybe(|r| r.kind), maybe(|r| r.layer_key.as_deref()));
     let (arches, digests) = (text(|r| &r.arch), maybe(|r| r.digest.as_deref()));
     let (names, errors) = (maybe(|r| r.name.as_deref()), maybe(|r| r.last_error.as_deref()));
-    let params: [Param<'_>; 21] = [
+    let refs = maybe(|r| r.store_ref.as_deref());
+    let params: [Param<'_>; 22] = [
         &ids, &tenants, &vms, &tasks, &hosts, &states, &modes, &requested, &kinds, &parents,
         &layers, &arches, &digests, &names, &sizes, &retention, &exports, &errors, &created, &used,
-        &updated,
+        &updated, &refs,
     ];
     execute(tx, PUT_SNAPSHOTS_SQL, &params).await
 }

@@ -114,6 +114,7 @@ where
             demand: spec.demand(),
             pin: Some(host.clone()),
             excluded: BTreeSet::new(),
+            artifact_hosts: BTreeSet::new(),
             vm: fork,
         };
         let (outcome, replacements) =
@@ -310,7 +311,8 @@ impl Guards<'_> {
         if options.target.is_none() {
             excluded.insert(self.source_host.clone());
         }
-        Ask { demand: spec.demand(), pin: options.target.clone(), excluded, vm: to }
+        let artifact_hosts = BTreeSet::new();
+        Ask { demand: spec.demand(), pin: options.target.clone(), excluded, artifact_hosts, vm: to }
     }
 
     /// The hosts placement may choose from: with no target, those of the source's backend whose

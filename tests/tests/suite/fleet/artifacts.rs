@@ -155,3 +155,22 @@ async fn a_vms_last_live_snapshot_its_latest_and_a_snapshots_live_children_come_
     assert_eq!(listing.live_children(&acme, snapshot(1)).await.expect("read"), 0);
     assert_eq!(listing.last_live_snapshot(&acme, vm).await.expect("read"), Some(snapshot(1)));
 }
+
+#[tokio::test]
+async fn placements_artifact_lookup_finds_the_seeds_holders_of_the_tenants_own_only() {
+    let db = TestDb::migrated().await;
+    ready_layer(&process(&db), &tenant("globex"), 9, "agent-2").await;
+    // The same bytes (its digest) pulled to agent-3 as another of globex's artifacts.
+    ready_layer(&process(&db), &tenant("globex"), 10, "agent-3").await;
+    let catalog = leasehold_adapters::PgHostCatalog::new(db.store());
+    let head = last_event(&db).await;
+    let mut projector = start_of(SnapshotProjection, &db.store(), quick());
+    projector.reached(head).await;
+    projector.stop().await;
+    use leasehold_commands::vm_service::HostCatalog as _;
+    let seed = SnapshotRef::parse("seed", "snap-9").expect("valid");
+    let theirs = catalog.artifact_hosts(&tenant("globex"), &seed).await.expect("read");
+    let names: Vec<&str> = theirs.iter().map(HostId::as_str).collect();
+    assert_eq!(names, ["agent-2", "agent-3"], "the seed's host and its digest's other holders");
+    assert!(catalog.artifact_hosts(&tenant("acme"), &seed).await.expect("read").is_empty());
+}
