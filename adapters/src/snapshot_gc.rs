@@ -29,9 +29,18 @@ use crate::store::{PgEventStore, from_driver};
 /// Most snapshots one sweep looks at (the oldest retention first; the rest wait a sweep).
 pub const GC_SWEEP_ROWS_MAX: i64 = 500;
 
-const DUE_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \
-     WHERE state IN ('ready', 'error') AND mode <> 'build' AND retention_until <= $1 \
-     ORDER BY retention_until, snapshot_id LIMIT $2";
+// Past retention, and not one the aggregate would keep as the projection shows it (a VM's
+// latest usable snapshot, a parent of a child not being deleted): protected rows never fill
+// a sweep's page and starve the rest. The aggregate still decides each deletion.
+const DUE_SQL: &str = "SELECT r.snapshot_id, r.updated_at FROM snapshot_records r \
+     WHERE r.state IN ('ready', 'error') AND r.mode <> 'build' AND r.retention_until <= $1 \
+     AND NOT EXISTS (SELECT 1 FROM snapshot_records c WHERE c.tenant_id = r.tenant_id \
+       AND c.parent_snapshot_id = r.snapshot_id AND c.state NOT IN ('deleting', 'deleted')) \
+     AND r.snapshot_id IS DISTINCT FROM (SELECT l.snapshot_id FROM snapshot_records l \
+       WHERE l.tenant_id = r.tenant_id AND l.vm_id = r.vm_id \
+       AND l.state IN ('ready', 'restoring') AND l.mode <> 'build' \
+       ORDER BY l.created_at DESC, l.snapshot_id DESC LIMIT 1) \
+     ORDER BY r.retention_until, r.snapshot_id LIMIT $2";
 
 /// Each tenant's ready layers past the cap, least recently used first (ties: the older id).
 const OVER_CAP_SQL: &str = "SELECT snapshot_id, updated_at FROM ( \

@@ -331,7 +331,11 @@ where
         }
         let facts = SnapshotFacts {
             vm_running: stored.status == VmStatus::Running,
-            vm_gpus: stored.terms.as_ref().map_or(0, |terms| terms.spec.gpus),
+            // A MIG slice is a GPU passthrough too, whatever whole GPUs it asks for.
+            vm_gpus: stored
+                .terms
+                .as_ref()
+                .map_or(0, |terms| terms.spec.gpus + u32::from(terms.spec.gpu_profile.is_some())),
             last_live: self.listing.last_live(tenant, vm).await?,
             gc_dead_letter_after: self.config.gc_dead_letter_after,
             ..SnapshotFacts::default()
@@ -339,14 +343,16 @@ where
         Ok((stored, facts))
     }
 
-    /// The architecture `host` registered (the building host's, never the caller's).
+    /// The architecture `host` registered (the building host's, never the caller's); a host
+    /// never registered is not found.
     async fn arch_of(
         &self,
         host: &leasehold_domain::values::fleet::HostId,
     ) -> Result<leasehold_domain::values::fleet::Arch> {
         let found = self.pipeline.state::<Host>(&host.stream_id()).await.map_err(store_only)?;
         let spec = found.and_then(|(_, _, host)| host.spec);
-        let spec = spec.ok_or(CommandError::Refused(SnapshotError::VmNotRunning))?;
+        // A VM placed on a host that is not registered: nothing to take the snapshot.
+        let spec = spec.ok_or(CommandError::NotFound)?;
         Ok(spec.capacity.arch)
     }
 

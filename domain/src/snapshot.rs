@@ -36,7 +36,8 @@
 //! | deleted | anything else | deleted | refused | `InvalidState` |
 //!
 //! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
-//! are on a removed VM. The tenant's snapshot quota follows the states that count
+//! are on a removed VM, and so is a report of the current operation once it settled (a
+//! confirmation sent again after the snapshot became ready). The tenant's snapshot quota follows the states that count
 //! ([`Snapshot::counts`]): the command service links the quota's reservation to the
 //! creation, its settlement to the confirmation, and its release to every move out of the
 //! counted states (`quota_effect`).

@@ -75,9 +75,11 @@ const LAST_LIVE_SQL: &str = "SELECT snapshot_id FROM snapshot_records \
 const LIVE_CHILDREN_SQL: &str = "SELECT count(*) FROM snapshot_records \
      WHERE tenant_id = $1 AND parent_snapshot_id = $2 AND state NOT IN ('deleting', 'deleted')";
 
+// The VM's latest usable snapshot: a newer one still being created, failed or being deleted
+// does not make it collectable, and build artifacts are GC's to skip anyway.
 const LATEST_SQL: &str = "SELECT snapshot_id FROM snapshot_records \
-     WHERE tenant_id = $1 AND vm_id = $2 AND state <> 'deleted' \
-     ORDER BY created_at DESC, snapshot_id DESC LIMIT 1";
+     WHERE tenant_id = $1 AND vm_id = $2 AND state IN ('ready', 'restoring') \
+     AND mode <> 'build' ORDER BY created_at DESC, snapshot_id DESC LIMIT 1";
 
 impl PgReadModels {
     /// `vm`'s last live snapshot (as its agent wrote it, ready or restoring): a diff's only
@@ -108,7 +110,8 @@ impl PgReadModels {
         Ok(usize::try_from(count).unwrap_or(usize::MAX))
     }
 
-    /// `vm`'s latest snapshot that is not deleted (retention GC never deletes it).
+    /// `vm`'s latest usable snapshot (ready or restoring, no build artifact): retention GC
+    /// never deletes it.
     ///
     /// # Errors
     /// When the database cannot be read.

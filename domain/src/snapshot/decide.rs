@@ -27,6 +27,11 @@ pub(super) fn decide(
         if snapshot.operation != Some(operation) {
             return Err(SnapshotError::Fenced);
         }
+        // The current operation's report once it settled (sent again, under another key): a
+        // redelivery, as a report on a deleted snapshot is.
+        if !awaits(snapshot.status, command) {
+            return Ok(Vec::new());
+        }
     }
     let invalid =
         || SnapshotError::InvalidState { status: snapshot.status.name(), command: command.name() };
@@ -111,6 +116,16 @@ pub(super) fn decide(
         (S::Ready, C::Use) if snapshot.is_layer() => Ok(vec![E::SnapshotUsed { at }]),
         (S::Ready, C::Use) => Err(SnapshotError::NotALayer),
         _ => Err(invalid()),
+    }
+}
+
+/// Whether a snapshot in `status` awaits the agent's report `command`.
+fn awaits(status: S, command: &C) -> bool {
+    match command {
+        C::Confirm { .. } | C::Fail { .. } => status == S::Creating,
+        C::ConfirmRestore { .. } | C::FailRestore { .. } => status == S::Restoring,
+        C::ConfirmDeleted { .. } | C::FailDelete { .. } => status == S::Deleting,
+        _ => true,
     }
 }
 

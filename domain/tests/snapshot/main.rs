@@ -281,6 +281,11 @@ fn reports_are_fenced_by_the_current_operation() {
         running(),
         NoChange,
     );
+    // So is the current operation's report once it settled, whatever it says.
+    let again = C::Confirm { operation: op(1), written: written(SnapshotKind::Live) };
+    let unchanged = check(&ready(), again, running(), NoChange);
+    assert_eq!(unchanged.written.map(|w| w.kind), Some(SnapshotKind::Disk), "the first stands");
+    check(&ready(), C::Fail { operation: op(1), detail: detail() }, running(), NoChange);
 }
 
 #[test]

@@ -112,6 +112,7 @@ async fn a_tenant_snapshots_its_vm_within_its_quota_and_the_agent_settles_the_ho
     })
     .await;
     assert_eq!(settled["count"], 1, "{settled}");
+    assert_eq!(settled["tenantId"], Value::Null, "a tenant's answer names no tenant");
 
     // An operator allows acme one snapshot: the next is refused, and nothing of it recorded.
     let operator = role_token(leasehold_gateway::Role::Operator, None);
@@ -257,6 +258,22 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
         .graphql(&acme, "query($d: String!) { artifactHosts(digest: $d) }", json!({ "d": digest }))
         .await;
     assert_eq!(data(&hosts)["artifactHosts"], json!(["agent-1"]), "{hosts}");
+
+    // A build layer, once its agent wrote it, is a layer cache hit for its tenant only.
+    let mut layer = ask("l-1", &vm, "DISK");
+    layer["input"]["mode"] = json!("BUILD");
+    layer["input"]["layerKey"] = json!("step:apt");
+    let layer = server.graphql(&acme, SNAPSHOT, layer).await;
+    let layer_id = data(&layer)["createSnapshot"]["id"].clone();
+    wait_for(&server, &layer_id, "ready").await;
+    let used = "mutation($input: UseLayerInput!) { useLayerArtifact(input: $input) { id events { type } } }";
+    let hit =
+        json!({ "input": { "layerKey": "step:apt", "arch": "amd64", "operationKey": "u-1" } });
+    let answer = server.graphql(&acme, used, hit.clone()).await;
+    assert_eq!(data(&answer)["useLayerArtifact"]["id"], layer_id, "{answer}");
+    assert_eq!(data(&answer)["useLayerArtifact"]["events"], json!([{ "type": "SnapshotUsed" }]));
+    let theirs = server.graphql(&tenant_token("globex"), used, hit).await;
+    assert_eq!(data(&theirs)["useLayerArtifact"], Value::Null, "{theirs}");
 
     let restore = "mutation($input: RestoreSnapshotInput!) { restoreSnapshot(input: $input) { events { type } } }";
     let input = json!({ "input": { "snapshotId": id, "vmId": vm, "operationKey": "r-1" } });

@@ -19,7 +19,7 @@ use leasehold_domain::vm::SnapshotRef;
 use super::types::{
     ConfirmSnapshotInput, CreateSnapshotInput, ExportSnapshotInput, RestoreSnapshotInput,
     SnapshotExportReportInput, SnapshotFailureInput, SnapshotOperationInput, SnapshotQuotaInput,
-    SnapshotReportInput, SnapshotStage,
+    SnapshotReportInput, SnapshotStage, UseLayerInput,
 };
 use crate::auth::Role;
 use crate::errors::{ApiError, ApiResult};
@@ -230,6 +230,39 @@ impl SnapshotMutation {
         let detail = (!input.ready).then(|| detail_of(input.detail.as_deref()));
         let exported = AgentReport::Exported { destination, ready: input.ready, detail };
         report(ctx, (snapshot, input.operation_key.as_str()), exported).await
+    }
+
+    /// A layer cache lookup that counts as a use: your newest ready build layer for a layer
+    /// key built on `arch`, recorded as used now (the least recently used layers are evicted
+    /// first past your cap). Null on a miss (another tenant's layer is always a miss).
+    async fn use_layer_artifact(
+        &self,
+        ctx: &Context<'_>,
+        input: UseLayerInput,
+    ) -> ApiResult<Option<CommandResult>> {
+        let principal = require(ctx, &[Role::Tenant], "use layer artifacts")?;
+        let tenant = tenant_of(ctx, "use layer artifacts")?;
+        let layer_key =
+            LayerKey::parse("layerKey", input.layer_key).map_err(ApiError::from_field)?;
+        let arch = leasehold_domain::values::fleet::Arch::parse("arch", input.arch)
+            .map_err(ApiError::from_field)?;
+        let state = shared(ctx);
+        let Some(hit) = state.read_models.newest_layer(tenant, &layer_key, &arch).await? else {
+            return Ok(None);
+        };
+        let caller = caller_of(principal, None);
+        let used = state.snapshots.use_layer(&caller, &input.operation_key, (tenant, hit.snapshot));
+        match used.await {
+            Ok(done) => {
+                let id = hit.snapshot.0.to_string();
+                answer_on::<SnapshotError>(ctx, id, async { Ok(done.outcome) }).await.map(Some)
+            }
+            // Evicted or deleted since the index was projected: a miss.
+            Err(leasehold_commands::CommandError::Refused(SnapshotError::InvalidState {
+                ..
+            })) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Sets a tenant's snapshot quota (operators; 0 disables a limit). A change is an event

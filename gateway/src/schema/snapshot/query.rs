@@ -88,7 +88,10 @@ impl SnapshotQuery {
     ) -> ApiResult<Option<SnapshotQuotaUsage>> {
         let tenant = tenant_of(ctx, "read the snapshot quota")?;
         let usage = shared(ctx).read_models.snapshot_quota_usage(tenant).await?;
-        Ok(usage.map(SnapshotQuotaUsage::from))
+        // A tenant's answer never names a tenant (its own included).
+        Ok(usage
+            .map(SnapshotQuotaUsage::from)
+            .map(|usage| SnapshotQuotaUsage { tenant_id: None, ..usage }))
     }
 
     /// Every tenant's snapshot quota usage, by tenant (operators).

@@ -80,8 +80,8 @@ impl From<SnapshotSummary> for Snapshot {
 /// build artifacts excluded) against its limits (0: no limit).
 #[derive(Debug, Clone, SimpleObject)]
 pub struct SnapshotQuotaUsage {
-    /// The tenant (shown to operators, who see every tenant's).
-    pub tenant_id: String,
+    /// The tenant: shown to operators, who see every tenant's; none to a tenant.
+    pub tenant_id: Option<String>,
     /// Snapshots counted.
     pub count: i64,
     /// Their bytes.
@@ -97,7 +97,7 @@ pub struct SnapshotQuotaUsage {
 impl From<UsageRow> for SnapshotQuotaUsage {
     fn from(row: UsageRow) -> Self {
         Self {
-            tenant_id: row.tenant_id,
+            tenant_id: Some(row.tenant_id),
             count: row.count,
             bytes: row.bytes,
             max_count: row.max_count,
@@ -327,6 +327,17 @@ pub struct SnapshotQuotaInput {
     pub max_count: u32,
     /// Most bytes counted at once.
     pub max_bytes: u64,
+    /// Your idempotency key.
+    pub operation_key: String,
+}
+
+/// A layer cache lookup that records its hit.
+#[derive(Debug, Clone, InputObject)]
+pub struct UseLayerInput {
+    /// The layer key.
+    pub layer_key: String,
+    /// The arch it must have been built on.
+    pub arch: String,
     /// Your idempotency key.
     pub operation_key: String,
 }

@@ -398,3 +398,33 @@ async fn past_a_tenants_layer_cap_the_least_recently_used_layers_are_evicted_as_
     clock.advance(TimeDelta::hours(1));
     assert_eq!(gc.sweep(clock.now()).await.expect("swept").evicting, 0);
 }
+
+#[tokio::test]
+async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_kept() {
+    let db = TestDb::migrated().await;
+    let vms = running_vms(&db, 1).await;
+    let clock = ManualClock::at(t0());
+    let snapshots = snapshots(&db, &clock);
+    let acme = tenant("acme");
+    let ask = CreateSnapshot {
+        vm: vms[0],
+        requested: RequestedKind::Disk,
+        mode: SnapshotMode::Manual,
+        parent: None,
+        layer_key: None,
+        name: None,
+        retention_until: Some(clock.now() + TimeDelta::hours(1)),
+    };
+    let ready = snapshots.create(&acme, "s-0", &ask).await.expect("created").snapshot;
+    write(&snapshots, ready, SnapshotKind::Disk, None).await;
+    clock.advance(TimeDelta::seconds(1));
+    // The newest is still being written (and might never be): the ready one stays the latest.
+    snapshots.create(&acme, "s-1", &ask).await.expect("created");
+    clock.advance(TimeDelta::hours(2));
+    project(&db).await;
+    let gc = SnapshotGc::new(snapshots.clone(), db.store(), TimeDelta::hours(1));
+    let swept = gc.sweep(clock.now()).await.expect("swept");
+    assert_eq!(swept.deleting, 0, "{swept:?}");
+    let (_, stored) = snapshots.owned(ready).await.expect("stored");
+    assert_eq!(stored.status, SnapshotStatus::Ready);
+}
