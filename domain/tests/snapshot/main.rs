@@ -1,8 +1,10 @@
 //! The snapshot's transition table, row by row (the doc comment of `domain/src/snapshot.rs`),
 //! with every guard's refusal; the tenant quota's table (`domain/src/quota.rs`); then
-//! properties over random quota command sequences: usage is the sum of the reservations and
-//! a reservation never takes usage over a limit.
+//! properties over random quota command sequences (usage is the sum of the reservations and
+//! a reservation never takes usage over a limit) and over random snapshot command sequences
+//! with their linked quota commands (`conservation.rs`).
 
+mod conservation;
 mod quota;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -30,6 +32,11 @@ fn ctx(facts: SnapshotFacts) -> Context<SnapshotFacts> {
         new_ids: Vec::new(),
         facts,
     }
+}
+
+fn quota_ctx() -> Context<()> {
+    let Context { now, tenant, actor, new_ids, .. } = ctx(SnapshotFacts::default());
+    Context { now, tenant, actor, new_ids, facts: () }
 }
 
 fn running() -> SnapshotFacts {
