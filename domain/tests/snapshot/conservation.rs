@@ -90,11 +90,11 @@ fn command_of(action: &Action, stored: &Snapshot, step: u128) -> C {
         Action::Restore { .. } => C::Restore { vm: super::vm(), operation: fresh },
         Action::ConfirmRestore { .. } => C::ConfirmRestore { operation: current },
         Action::FailRestore { .. } => {
-            C::FailRestore { operation: current, missing: step % 2 == 0, detail: detail() }
+            C::FailRestore { operation: current, missing: step.is_multiple_of(2), detail: detail() }
         }
         Action::Delete { .. } => C::Delete { operation: fresh, cause: DeleteCause::Tenant },
         Action::ConfirmDeleted { .. } => {
-            C::ConfirmDeleted { operation: current, not_found: step % 2 == 0 }
+            C::ConfirmDeleted { operation: current, not_found: step.is_multiple_of(2) }
         }
         Action::FailDelete { .. } => C::FailDelete { operation: current, detail: detail() },
         Action::SetLimits { .. } => unreachable!("a quota command"),
