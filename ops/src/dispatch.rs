@@ -149,16 +149,30 @@ pub fn start_vm_dispatcher(
     timeout: std::time::Duration,
     stopped: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
-        .context("the host agents' HTTP client")?;
+    let agents = host_agents(timeout)?;
     let kind = leasehold_adapters::dispatch::VmDispatch::new(
         vms.clone(),
         (agents, timeout),
         vault.clone(),
     );
-    let store = vms.pipeline().store();
+    Ok(run_dispatcher(kind, vms.pipeline().store(), stopped))
+}
+
+/// The HTTP client every host agent is called with (exchanges of at most `timeout`).
+fn host_agents(
+    timeout: std::time::Duration,
+) -> anyhow::Result<leasehold_adapters::hosts::HostAgentClient> {
+    leasehold_adapters::hosts::HostAgentClient::new(timeout).context("the host agents' HTTP client")
+}
+
+/// Runs a dispatcher of `kind`'s work from the outbox of `store`'s database.
+fn run_dispatcher<K: leasehold_adapters::dispatch::DispatchKind>(
+    kind: K,
+    store: &PgEventStore,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
     let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
-    Ok(run(dispatcher, store, stopped))
+    run(dispatcher, store, stopped)
 }
 
 /// Starts the snapshot dispatcher: snapshots, restores and deletions sent to host agents.
@@ -171,16 +185,12 @@ pub fn start_snapshot_dispatcher(
     timeout: std::time::Duration,
     stopped: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
-        .context("the host agents' HTTP client")?;
     let kind = leasehold_adapters::dispatch::SnapshotDispatch::new(
         snapshots.clone(),
-        (agents, timeout),
+        (host_agents(timeout)?, timeout),
         vault.clone(),
     );
-    let store = snapshots.pipeline().store();
-    let dispatcher = Dispatcher::new(kind, PgOutbox::new(store.clone()), Backoff::default());
-    Ok(run(dispatcher, store, stopped))
+    Ok(run_dispatcher(kind, snapshots.pipeline().store(), stopped))
 }
 
 /// Starts the VM inventory reconciler: each host's agent listed and squared with the log
@@ -194,8 +204,7 @@ pub fn start_vm_inventory(
     (timeout, every): (std::time::Duration, chrono::TimeDelta),
     stopped: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let agents = leasehold_adapters::hosts::HostAgentClient::new(timeout)
-        .context("the host agents' HTTP client")?;
+    let agents = host_agents(timeout)?;
     let policy = leasehold_adapters::vm_inventory::VmInventoryPolicy {
         sweep_every: every,
         ..Default::default()

@@ -43,6 +43,19 @@ fn snapshots(db: &TestDb, clock: &Arc<ManualClock>) -> Snapshots {
     SnapshotService::new(pipeline, PgReadModels::of(&db.store()), SnapshotConfig::default())
 }
 
+/// A manual disk snapshot of `vm`, kept until `retention_until`.
+fn disk_of(vm: VmId, retention_until: Option<DateTime<Utc>>) -> CreateSnapshot {
+    CreateSnapshot {
+        vm,
+        requested: RequestedKind::Disk,
+        mode: SnapshotMode::Manual,
+        parent: None,
+        layer_key: None,
+        name: None,
+        retention_until,
+    }
+}
+
 /// `count` running VMs of acme's on agent-1.
 async fn running_vms(db: &TestDb, count: usize) -> Vec<VmId> {
     register(db, "agent-1", host_spec(HostBackend::Firecracker, 64, 16)).await;
@@ -305,15 +318,7 @@ async fn a_failed_gc_deletion_is_tried_again_and_the_fifth_in_a_row_is_a_dead_le
     let acme = tenant("acme");
     let mut ids = Vec::new();
     for n in 0..2 {
-        let ask = CreateSnapshot {
-            vm: vms[0],
-            requested: RequestedKind::Disk,
-            mode: SnapshotMode::Manual,
-            parent: None,
-            layer_key: None,
-            name: None,
-            retention_until: Some(clock.now() + TimeDelta::hours(1)),
-        };
+        let ask = disk_of(vms[0], Some(clock.now() + TimeDelta::hours(1)));
         let created = snapshots.create(&acme, &format!("s-{n}"), &ask).await.expect("created");
         write(&snapshots, created.snapshot, SnapshotKind::Disk, None).await;
         ids.push(created.snapshot);
@@ -356,13 +361,9 @@ async fn past_a_tenants_layer_cap_the_least_recently_used_layers_are_evicted_as_
     let mut layers = Vec::new();
     for n in 0..4 {
         let ask = CreateSnapshot {
-            vm: vms[0],
-            requested: RequestedKind::Disk,
             mode: SnapshotMode::Build,
-            parent: None,
             layer_key: Some(LayerKey::parse("l", format!("step-{n}")).expect("valid")),
-            name: None,
-            retention_until: None,
+            ..disk_of(vms[0], None)
         };
         let created = snapshots.create(&acme, &format!("l-{n}"), &ask).await.expect("created");
         write(&snapshots, created.snapshot, SnapshotKind::Disk, None).await;
@@ -406,15 +407,7 @@ async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_ke
     let clock = ManualClock::at(t0());
     let snapshots = snapshots(&db, &clock);
     let acme = tenant("acme");
-    let ask = CreateSnapshot {
-        vm: vms[0],
-        requested: RequestedKind::Disk,
-        mode: SnapshotMode::Manual,
-        parent: None,
-        layer_key: None,
-        name: None,
-        retention_until: Some(clock.now() + TimeDelta::hours(1)),
-    };
+    let ask = disk_of(vms[0], Some(clock.now() + TimeDelta::hours(1)));
     let ready = snapshots.create(&acme, "s-0", &ask).await.expect("created").snapshot;
     write(&snapshots, ready, SnapshotKind::Disk, None).await;
     clock.advance(TimeDelta::seconds(1));
