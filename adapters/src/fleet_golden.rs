@@ -21,7 +21,10 @@ use uuid::Uuid;
 const VM_STATE_GOLDEN: &[(u32, &str)] =
     &[(1, include_str!("golden/vm_state_v1.hex")), (2, include_str!("golden/vm_state_v2.hex"))];
 const HOST_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/host_state_v1.hex"))];
-const SNAPSHOT_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/snapshot_state_v1.hex"))];
+const SNAPSHOT_STATE_GOLDEN: &[(u32, &str)] = &[
+    (1, include_str!("golden/snapshot_state_v1.hex")),
+    (2, include_str!("golden/snapshot_state_v2.hex")),
+];
 const QUOTA_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/quota_state_v1.hex"))];
 
 fn at(seconds: i64) -> chrono::DateTime<Utc> {
@@ -223,6 +226,7 @@ fn snapshot() -> (TenantId, leasehold_domain::snapshot::Snapshot) {
         created_at: Some(at(0)),
         last_used: Some(at(3)),
         updated_at: Some(at(4)),
+        children: [SnapshotId(Uuid::from_u128(5))].into(),
     };
     (TenantId::parse("acme").expect("valid"), state)
 }

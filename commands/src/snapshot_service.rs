@@ -15,7 +15,10 @@
 //! snapshots knows (its last live snapshot, its latest, a snapshot's children) from a
 //! [`SnapshotListing`], a read model in production, which may lag the log by the projection's
 //! delay: a diff asked for right after its parent was confirmed may be refused until the
-//! listing shows the parent.
+//! listing shows the parent. What must not lag is linked instead: a diff's creation links its
+//! adoption on the parent's stream (refused unless the parent, as stored, is a ready live
+//! snapshot of the VM), and its deletion links the release, so a parent's deletion is decided
+//! on its own children.
 //!
 //! A create's snapshot id and operation are minted from the tenant and the operation key, and
 //! its request hash covers what the caller asked (not the terms decided from it, whose
@@ -190,7 +193,18 @@ where
         let command = SnapshotCommand::Create { terms: Box::new(terms), operation };
         let hash = caller_hash("snapshot", &snapshot.stream_id(), ask);
         let request = self.request(caller, tenant.clone(), snapshot, key, command, facts)?;
-        self.run(request.hashed_as(hash), snapshot).await
+        // A diff is adopted by its parent in the same append: the parent, as stored, must be a
+        // ready live snapshot of the VM, and is then kept while the diff lives.
+        let adoption: Vec<Box<dyn Link<S>>> = parent
+            .map(|parent| {
+                let adopt = SnapshotCommand::AdoptChild { child: snapshot, vm: ask.vm };
+                let facts = SnapshotFacts::default();
+                Box::new(LinkedCommand::<Snapshot>::new(parent.stream_id(), adopt, facts))
+                    as Box<dyn Link<S>>
+            })
+            .into_iter()
+            .collect();
+        self.run_linked(request.hashed_as(hash), snapshot, &adoption).await
     }
 
     /// A tenant restores its snapshot onto its VM (the snapshot's own).
@@ -402,37 +416,63 @@ where
         Ok(request)
     }
 
-    /// Runs `request` with its quota consequence on its tenant's quota stream.
+    /// Runs `request` with its consequences: on its tenant's quota stream, and on a diff's
+    /// parent when the diff stops being alive.
     pub(crate) async fn run(
         &self,
         request: CommandRequest<Snapshot>,
         snapshot: SnapshotId,
+    ) -> Result<SnapshotOutcome> {
+        self.run_linked(request, snapshot, &[]).await
+    }
+
+    /// As [`Self::run`], with `links` given too.
+    async fn run_linked(
+        &self,
+        request: CommandRequest<Snapshot>,
+        snapshot: SnapshotId,
+        links: &[Box<dyn Link<S>>],
     ) -> Result<SnapshotOutcome> {
         let quota = quota_of(&request.tenant).stream_id();
         let follows = quota_follows::<S>(&request.tenant);
         // This process's commands on one tenant's snapshots take turns on its quota stream,
         // rather than lose races to each other there.
         let _turn = self.lanes.enter(&quota).await;
-        let outcome = Box::pin(self.pipeline.execute_following(request, &[], &follows)).await?;
+        let outcome = Box::pin(self.pipeline.execute_following(request, links, &follows)).await?;
         Ok(SnapshotOutcome { snapshot, outcome })
     }
 }
 
-/// The quota consequence of a snapshot command of `tenant`'s: the quota command its decision
-/// carries (`quota_effect`), linked on the tenant's quota stream.
+/// The consequences of a snapshot command of `tenant`'s: the quota command its decision
+/// carries (`quota_effect`), linked on the tenant's quota stream, and a diff's release by its
+/// parent once the diff is being deleted.
 pub fn quota_follows<S: CommandStore + Send + Sync + 'static>(
     tenant: &TenantId,
 ) -> impl Fn(&Snapshot, &[SnapshotEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync + use<S> {
     let quota = quota_of(tenant).stream_id();
     move |before, events| {
-        quota_effect(before, events)
-            .map(|effect| {
-                let link = LinkedCommand::<SnapshotQuota>::new(quota.clone(), effect, ());
-                Box::new(link) as Box<dyn Link<S>>
-            })
-            .into_iter()
-            .collect()
+        let mut links: Vec<Box<dyn Link<S>>> = Vec::new();
+        if let Some(effect) = quota_effect(before, events) {
+            links.push(Box::new(LinkedCommand::<SnapshotQuota>::new(quota.clone(), effect, ())));
+        }
+        if let Some(release) = released_by_parent(before, events) {
+            links.push(Box::new(release));
+        }
+        links
     }
+}
+
+/// The release a diff's parent records when `events` start the diff's deletion.
+fn released_by_parent(
+    before: &Snapshot,
+    events: &[SnapshotEvent],
+) -> Option<LinkedCommand<Snapshot>> {
+    let deleting =
+        events.iter().any(|event| matches!(event, SnapshotEvent::SnapshotDeleting { .. }));
+    let terms = before.terms.as_ref()?;
+    let parent = terms.parent.filter(|_| deleting)?;
+    let release = SnapshotCommand::ReleaseChild { child: terms.snapshot };
+    Some(LinkedCommand::new(parent.stream_id(), release, SnapshotFacts::default()))
 }
 
 /// The bytes a create reserves before the agent reports the honest size: the VM's disk, and

@@ -24,7 +24,7 @@
 //! | restoring | Restore(same op) | restoring | — (a retry) | the same VM, else `NotFound` |
 //! | restoring | ConfirmRestore(op) | ready | SnapshotRestored | the current operation |
 //! | restoring | FailRestore(op, missing, detail) | error | SnapshotRestoreFailed (`last_error` "snapshot missing from provider" when missing, else the detail) | the current operation |
-//! | ready, error | Delete(op, cause) | deleting | SnapshotDeleting | no child alive (`HasLiveChildren`); GC: never a build artifact (`BuildArtifact`), only past its retention (`RetentionNotPassed`), never its VM's latest (`LatestOfVm`); eviction: only layers (`NotALayer`) |
+//! | ready, error | Delete(op, cause) | deleting | SnapshotDeleting | no child alive, by its own adopted diffs or the listing's (`HasLiveChildren`); GC: never a build artifact (`BuildArtifact`), only past its retention (`RetentionNotPassed`), never its VM's latest (`LatestOfVm`); eviction: only layers (`NotALayer`) |
 //! | deleting, deleted | Delete | unchanged | — (idempotent) | — |
 //! | creating, restoring | Delete | unchanged | refused | `InvalidState` |
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
@@ -33,6 +33,8 @@
 //! | ready, restoring | ReportExport(destination, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed | an export pending there (`NoSuchExport`) |
 //! | deleted | ReportExport | deleted | — (a redelivery) | — |
 //! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
+//! | ready, restoring | AdoptChild(diff, vm) | unchanged | SnapshotChildAdopted, or — when adopted already | live as written, of the diff's VM (`ParentNotLive`); linked to the diff's creation |
+//! | any but none | ReleaseChild(diff) | unchanged | SnapshotChildReleased, or — when not a child | linked to the diff's deletion |
 //! | deleted | anything else | deleted | refused | `InvalidState` |
 //!
 //! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
@@ -205,6 +207,9 @@ pub struct Snapshot {
     pub last_used: Option<DateTime<Utc>>,
     /// When it last changed.
     pub updated_at: Option<DateTime<Utc>>,
+    /// The diffs over it that are not being deleted: each adopted in its own creation's
+    /// append, released in its deletion's, so that its deletion is refused on its own state.
+    pub children: std::collections::BTreeSet<SnapshotId>,
 }
 
 /// What can be asked of a snapshot.
@@ -289,6 +294,18 @@ pub enum SnapshotCommand {
     },
     /// A layer cache hit used it.
     Use,
+    /// A diff over it is being created (linked to the diff's creation).
+    AdoptChild {
+        /// The diff.
+        child: SnapshotId,
+        /// The diff's VM (it must be this snapshot's).
+        vm: VmId,
+    },
+    /// A diff over it is being deleted (linked to the diff's deletion).
+    ReleaseChild {
+        /// The diff.
+        child: SnapshotId,
+    },
 }
 
 impl SnapshotCommand {
@@ -307,6 +324,8 @@ impl SnapshotCommand {
             Self::RequestExport { .. } => "export",
             Self::ReportExport { .. } => "report an export",
             Self::Use => "use",
+            Self::AdoptChild { .. } => "adopt a diff",
+            Self::ReleaseChild { .. } => "release a diff",
         }
     }
 
@@ -380,6 +399,9 @@ pub enum SnapshotError {
     /// No export is pending at that destination.
     #[error("no export of the snapshot is pending there")]
     NoSuchExport,
+    /// A diff's parent is not a ready live snapshot of the diff's VM.
+    #[error("a diff's parent must be a ready live snapshot of the same VM")]
+    ParentNotLive,
     /// A report of another operation than the snapshot's current one.
     #[error("the report is for another operation than the snapshot's current one")]
     Fenced,
@@ -399,7 +421,8 @@ impl Refusal for SnapshotError {
             | Self::BuildArtifact
             | Self::RetentionNotPassed
             | Self::LatestOfVm
-            | Self::NotALayer => RefusalKind::InvalidState,
+            | Self::NotALayer
+            | Self::ParentNotLive => RefusalKind::InvalidState,
             Self::AlreadyExists => RefusalKind::Conflict,
             Self::Fenced => RefusalKind::Fenced,
         }
@@ -428,7 +451,7 @@ pub const GC_DEAD_LETTER_AFTER_DEFAULT: u32 = 5;
 
 impl Aggregate for Snapshot {
     const STREAM_TYPE: &'static str = "snapshot";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = SnapshotCommand;
     type Event = SnapshotEvent;
     type Error = SnapshotError;
@@ -448,6 +471,7 @@ impl Aggregate for Snapshot {
             created_at: None,
             last_used: None,
             updated_at: None,
+            children: std::collections::BTreeSet::new(),
         }
     }
 

@@ -356,6 +356,8 @@ fn snapshot_samples() -> Vec<(&'static str, serde_json::Value)> {
         S::SnapshotExported { destination: destination(), at },
         S::SnapshotExportFailed { destination: destination(), detail: detail(), at },
         S::SnapshotUsed { at },
+        S::SnapshotChildAdopted { child: SnapshotId(Uuid::from_u128(4)), at },
+        S::SnapshotChildReleased { child: SnapshotId(Uuid::from_u128(4)), at },
     ];
     events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
 }

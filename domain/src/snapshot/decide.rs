@@ -113,10 +113,34 @@ pub(super) fn decide(
                 E::SnapshotExportFailed { destination, detail, at }
             }])
         }
+        (S::Ready | S::Restoring, C::AdoptChild { child, vm }) => adopt(snapshot, *child, *vm, at),
+        (_, C::ReleaseChild { child }) if snapshot.children.contains(child) => {
+            Ok(vec![E::SnapshotChildReleased { child: *child, at }])
+        }
+        (_, C::ReleaseChild { .. }) => Ok(Vec::new()),
+        (_, C::AdoptChild { .. }) => Err(SnapshotError::ParentNotLive),
         (S::Ready, C::Use) if snapshot.is_layer() => Ok(vec![E::SnapshotUsed { at }]),
         (S::Ready, C::Use) => Err(SnapshotError::NotALayer),
         _ => Err(invalid()),
     }
+}
+
+/// A diff's adoption: only by a live snapshot (as written) of the diff's own VM.
+fn adopt(
+    snapshot: &Snapshot,
+    child: super::SnapshotId,
+    vm: crate::values::fleet::VmId,
+    at: DateTime<Utc>,
+) -> Decided {
+    let live = snapshot.written.as_ref().is_some_and(|w| w.kind == super::SnapshotKind::Live);
+    let same_vm = snapshot.terms.as_ref().is_some_and(|terms| terms.vm == vm);
+    if !live || !same_vm {
+        return Err(SnapshotError::ParentNotLive);
+    }
+    if snapshot.children.contains(&child) {
+        return Ok(Vec::new());
+    }
+    Ok(vec![E::SnapshotChildAdopted { child, at }])
 }
 
 /// Whether a snapshot in `status` awaits the agent's report `command`.
@@ -156,8 +180,11 @@ fn check_delete(
     facts: &SnapshotFacts,
     at: DateTime<Utc>,
 ) -> Result<(), SnapshotError> {
-    if facts.live_children > 0 {
-        return Err(SnapshotError::HasLiveChildren { count: facts.live_children });
+    // Its own adopted diffs are exact; the listing's count covers diffs made before parents
+    // adopted them.
+    let live_children = facts.live_children.max(snapshot.children.len());
+    if live_children > 0 {
+        return Err(SnapshotError::HasLiveChildren { count: live_children });
     }
     let terms = snapshot.terms.as_ref().ok_or(SnapshotError::NotFound)?;
     match cause {

@@ -50,6 +50,10 @@ pub enum SnapshotEvent {
     },
     /// A layer cache hit used it.
     SnapshotUsed { at: DateTime<Utc> },
+    /// A diff over it is being created.
+    SnapshotChildAdopted { child: super::SnapshotId, at: DateTime<Utc> },
+    /// A diff over it is being deleted.
+    SnapshotChildReleased { child: super::SnapshotId, at: DateTime<Utc> },
 }
 
 crate::tagged_events!(SnapshotEvent {
@@ -67,6 +71,8 @@ crate::tagged_events!(SnapshotEvent {
     SnapshotExported,
     SnapshotExportFailed,
     SnapshotUsed,
+    SnapshotChildAdopted,
+    SnapshotChildReleased,
 });
 
 /// The terms a tenant sees of its snapshot's request (all but the host, the fleet's).
@@ -115,6 +121,8 @@ pub const KIND: AggregateKind = AggregateKind {
         view("SnapshotExported", &["destination", "at"], &[]),
         view("SnapshotExportFailed", &["destination", "at"], &["detail"]),
         view("SnapshotUsed", AT, &[]),
+        view("SnapshotChildAdopted", &["child", "at"], &[]),
+        view("SnapshotChildReleased", &["child", "at"], &[]),
     ],
 };
 

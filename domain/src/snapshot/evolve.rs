@@ -82,6 +82,14 @@ pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
             settle(&mut snapshot, destination, ExportStatus::Error, Some(detail.clone()), *at);
         }
         E::SnapshotUsed { at } => snapshot.last_used = Some(*at),
+        E::SnapshotChildAdopted { child, at } => {
+            snapshot.children.insert(*child);
+            snapshot.updated_at = Some(*at);
+        }
+        E::SnapshotChildReleased { child, at } => {
+            snapshot.children.remove(child);
+            snapshot.updated_at = Some(*at);
+        }
     }
     snapshot
 }

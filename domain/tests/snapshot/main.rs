@@ -570,3 +570,39 @@ fn the_quota_reserves_on_the_estimate_settles_to_the_honest_size_and_releases_on
     let build = create(terms(SnapshotMode::Build, RequestedKind::Disk));
     assert_eq!(effect(&[].into(), build, running()), None);
 }
+
+#[test]
+fn a_live_snapshot_adopts_its_diffs_and_is_not_deleted_while_one_is_alive() {
+    let child = SnapshotId(Uuid::from_u128(9));
+    let live = {
+        let mut history = creating();
+        history.push((
+            C::Confirm { operation: op(1), written: written(SnapshotKind::Live) },
+            running(),
+        ));
+        history
+    };
+    let adopt = || C::AdoptChild { child, vm: vm() };
+    let adopted = check(&live, adopt(), running(), Events(&["SnapshotChildAdopted"]));
+    assert!(adopted.children.contains(&child));
+    let mut history = live.clone();
+    history.push((adopt(), running()));
+    check(&history, adopt(), running(), NoChange);
+    // Its own diffs keep it, whatever the listing says.
+    let delete = C::Delete { operation: op(3), cause: DeleteCause::Tenant };
+    check(
+        &history,
+        delete.clone(),
+        SnapshotFacts::default(),
+        Refused(SnapshotError::HasLiveChildren { count: 1 }),
+    );
+    history.push((C::ReleaseChild { child }, running()));
+    check(&history, C::ReleaseChild { child }, running(), NoChange);
+    check(&history, delete, SnapshotFacts::default(), Events(&["SnapshotDeleting"]));
+    // Only a live snapshot of the diff's own VM adopts it.
+    let other_vm = C::AdoptChild { child, vm: VmId(Uuid::from_u128(77)) };
+    check(&live, other_vm, running(), Refused(SnapshotError::ParentNotLive));
+    check(&ready(), adopt(), running(), Refused(SnapshotError::ParentNotLive));
+    check(&creating(), adopt(), running(), Refused(SnapshotError::ParentNotLive));
+    assert_eq!(SnapshotError::ParentNotLive.kind(), RefusalKind::InvalidState);
+}

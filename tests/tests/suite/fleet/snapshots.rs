@@ -266,3 +266,55 @@ async fn another_tenants_snapshot_and_vm_are_not_found() {
     let (_, stored) = snapshots.owned(created.snapshot).await.expect("stored");
     assert_eq!(stored.status, SnapshotStatus::Ready, "untouched");
 }
+
+#[tokio::test]
+async fn a_diffs_parent_is_kept_before_the_listing_shows_the_diff() {
+    let db = TestDb::migrated().await;
+    let vm = running_vm(&db).await;
+    let snapshots = snapshots(&db);
+    let acme = tenant("acme");
+    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
+    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
+    project(&db).await;
+    let diff = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await.expect("ok");
+    // Not projected yet: the listing still shows no child; the parent's own state does.
+    let refused = snapshots.delete(&acme, "del-parent", live.snapshot).await;
+    assert!(
+        matches!(refused, Err(CommandError::Refused(SnapshotError::HasLiveChildren { count: 1 }))),
+        "{refused:?}"
+    );
+    // Once the diff is being deleted, its parent lets it go in the same append.
+    let as_diff = Written { diff_of: Some(live.snapshot), ..written(SnapshotKind::Live, GIB) };
+    confirm(&snapshots, diff.snapshot, as_diff).await.expect("ok");
+    snapshots.delete(&acme, "del-diff", diff.snapshot).await.expect("deleting");
+    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    assert!(parent.children.is_empty(), "released with the diff's deletion");
+    project(&db).await;
+    snapshots.delete(&acme, "del-parent-2", live.snapshot).await.expect("no live child left");
+}
+
+#[tokio::test]
+async fn a_diff_over_a_parent_being_deleted_is_refused_whatever_the_listing_says() {
+    let db = TestDb::migrated().await;
+    let vm = running_vm(&db).await;
+    let snapshots = snapshots(&db);
+    let acme = tenant("acme");
+    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
+    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
+    project(&db).await;
+    snapshots.delete(&acme, "del-1", live.snapshot).await.expect("deleting");
+    // The listing still shows the parent ready and the VM's last live snapshot.
+    let refused = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await;
+    let Err(error) = refused else { panic!("a diff over a parent being deleted was accepted") };
+    assert!(
+        matches!(
+            &error,
+            CommandError::LinkedRefused { kind: leasehold_domain::RefusalKind::InvalidState, .. }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.class(), ErrorClass::InvalidState);
+    let acme_id = acme.tenant.expect("a tenant");
+    let quota = snapshots.quota(&acme_id).await.expect("readable").expect("opened");
+    assert_eq!(quota.usage.count, 0, "nothing of the refused diff was reserved");
+}
