@@ -318,3 +318,35 @@ async fn a_diff_over_a_parent_being_deleted_is_refused_whatever_the_listing_says
     let quota = snapshots.quota(&acme_id).await.expect("readable").expect("opened");
     assert_eq!(quota.usage.count, 0, "nothing of the refused diff was reserved");
 }
+
+#[tokio::test]
+async fn eight_concurrent_creates_through_eight_services_with_room_for_five_commit_five() {
+    use leasehold_domain::quota::QuotaLimits;
+    let db = TestDb::migrated().await;
+    let vm = running_vm(&db).await;
+    let acme = tenant("acme");
+    let owner = acme.tenant.clone().expect("a tenant");
+    let operator = leasehold_commands::lease_service::Caller { tenant: None, ..acme.clone() };
+    let limits = QuotaLimits { max_count: 5, max_bytes: 0 };
+    snapshots(&db).set_limits(&operator, "q-1", (&owner, limits)).await.expect("limits set");
+    // Eight processes: eight pipelines, eight sets of lanes, nothing remembered in common.
+    let processes: Vec<Snapshots> = (0..8)
+        .map(|_| {
+            let config = PipelineConfig { retries_max: 32, ..PipelineConfig::default() };
+            let pipeline = CommandPipeline::new(db.store(), config);
+            SnapshotService::new(pipeline, PgReadModels::of(&db.store()), SnapshotConfig::default())
+        })
+        .collect();
+    let creates = processes.iter().enumerate().map(|(n, process)| {
+        let (acme, key) = (acme.clone(), format!("s-{n}"));
+        async move { process.create(&acme, &key, &ask(vm, RequestedKind::Disk)).await }
+    });
+    let outcomes = futures_util::future::join_all(creates).await;
+    let accepted = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+    assert_eq!(accepted, 5, "{outcomes:?}");
+    for refused in outcomes.iter().filter_map(|outcome| outcome.as_ref().err()) {
+        assert_eq!(refused.class(), ErrorClass::QuotaExceeded, "{refused:?}");
+    }
+    let quota = snapshots(&db).quota(&owner).await.expect("readable").expect("opened");
+    assert_eq!(quota.usage.count, 5);
+}
