@@ -10,6 +10,10 @@
 //! the least recently used ready layers (a cache hit's use, else when it became ready) are
 //! evicted, as deletions whose cause is the eviction, each an event.
 //!
+//! And it gives up on snapshots stuck `creating` or `restoring` past `with_stuck_after`
+//! (no agent answered: a host without a token, an agent that lost the work): recorded as the
+//! agent's failure of the current operation, so a stuck creation gives its quota back.
+//!
 //! Each deletion's operation key names the snapshot and the state it was decided on (its
 //! last change), so a sweep stopped and run again repeats its commands, which the ledger
 //! answers once. Sweeps run on the reconciler's clock, never the system's. The projection may
@@ -51,6 +55,11 @@ const OVER_CAP_SQL: &str = "SELECT snapshot_id, updated_at FROM ( \
        WHERE mode = 'build' AND layer_key IS NOT NULL AND state = 'ready') ranked \
      WHERE newness > $1 ORDER BY coalesce(last_used, created_at), snapshot_id LIMIT $2";
 
+/// Snapshots creating or restoring with no change since `$1`.
+const STUCK_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \
+     WHERE state IN ('creating', 'restoring') AND updated_at <= $1 \
+     ORDER BY updated_at, snapshot_id LIMIT $2";
+
 /// What one sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GcSweep {
@@ -64,6 +73,8 @@ pub struct GcSweep {
     pub failed: usize,
     /// Layers evicted past their tenant's cap.
     pub evicting: usize,
+    /// Creations and restores given up on.
+    pub given_up: usize,
 }
 
 /// The retention garbage collector.
@@ -73,6 +84,7 @@ pub struct SnapshotGc<S, L> {
     store: PgEventStore,
     sweep_every: TimeDelta,
     layer_cap: Option<usize>,
+    stuck_after: Option<TimeDelta>,
     next_sweep: std::sync::Mutex<Option<DateTime<Utc>>>,
 }
 
@@ -85,7 +97,15 @@ impl<S, L> SnapshotGc<S, L> {
         sweep_every: TimeDelta,
     ) -> Self {
         let next_sweep = std::sync::Mutex::new(None);
-        Self { snapshots, store, sweep_every, layer_cap: None, next_sweep }
+        Self { snapshots, store, sweep_every, layer_cap: None, stuck_after: None, next_sweep }
+    }
+
+    /// The same collector giving up on creations and restores unchanged for `after` (none:
+    /// never).
+    #[must_use]
+    pub fn with_stuck_after(mut self, after: Option<TimeDelta>) -> Self {
+        self.stuck_after = after;
+        self
     }
 
     /// The same collector keeping each tenant's ready layers at most `cap` (none: no cap).
@@ -123,6 +143,41 @@ where
         Ok(rows.iter().map(|row| (SnapshotId(row.get(0)), row.get(1))).collect())
     }
 
+    /// Gives up on the snapshots creating or restoring unchanged since `since`.
+    async fn give_up(
+        &self,
+        since: DateTime<Utc>,
+        sweep: &mut GcSweep,
+    ) -> Result<(), ReconcileError> {
+        let client = self.store.client().await.map_err(|error| retry(&error))?;
+        let rows = client
+            .query(STUCK_SQL, &[&since, &GC_SWEEP_ROWS_MAX])
+            .await
+            .map_err(|error| retry(&from_driver(error, self.store.endpoint())))?;
+        drop(client);
+        for row in rows {
+            let (snapshot, updated_at): (SnapshotId, DateTime<Utc>) =
+                (SnapshotId(row.get(0)), row.get(1));
+            let key = format!("snapshot-stuck:{}:{}", snapshot.0, updated_at.timestamp_micros());
+            let detail = leasehold_domain::values::OperatorDetail::new(&format!(
+                "no answer from the host's agent since {updated_at}"
+            ));
+            match self.snapshots.give_up(&collector(), &key, (snapshot, detail)).await {
+                Ok(Some(done))
+                    if !done.outcome.duplicate && !done.outcome.event_types.is_empty() =>
+                {
+                    sweep.given_up += 1;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    sweep.failed += 1;
+                    tracing::warn!(snapshot = %snapshot.0, %error, "a stuck snapshot was not given up; the next sweep looks again");
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The layers past their tenant's cap, least recently used first.
     async fn over_cap(
         &self,
@@ -152,6 +207,9 @@ where
             if tally(&mut sweep, snapshot, asked) {
                 sweep.deleting += 1;
             }
+        }
+        if let Some(after) = self.stuck_after {
+            self.give_up(now - after, &mut sweep).await?;
         }
         let Some(cap) = self.layer_cap else { return Ok(sweep) };
         for (snapshot, updated_at) in self.over_cap(cap).await? {
@@ -218,9 +276,10 @@ where
         let next = seen.now + self.sweep_every;
         *self.next_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(next);
         let sweep = self.sweep(seen.now).await?;
-        if sweep.due > 0 || sweep.evicting > 0 {
+        if sweep.due > 0 || sweep.evicting > 0 || sweep.given_up > 0 {
             tracing::info!(
                 evicting = sweep.evicting,
+                given_up = sweep.given_up,
                 due = sweep.due,
                 deleting = sweep.deleting,
                 kept = sweep.kept,

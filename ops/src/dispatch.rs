@@ -228,17 +228,19 @@ pub fn start_vm_reaper(
     run(reaper, store, stopped)
 }
 
-/// Starts snapshot retention GC: snapshots past their retention deleted and each tenant's
-/// layers past `layer_cap` evicted, sweeping every `every`.
+/// Starts snapshot retention GC: snapshots past their retention deleted, each tenant's
+/// layers past `layer_cap` evicted, and creations or restores stuck past `stuck_after` given
+/// up on, sweeping every `every`.
 pub fn start_snapshot_gc(
     snapshots: &leasehold_gateway::SnapshotService,
-    (every, layer_cap): (chrono::TimeDelta, Option<usize>),
+    (every, layer_cap, stuck_after): (chrono::TimeDelta, Option<usize>, chrono::TimeDelta),
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let store = snapshots.pipeline().store();
     let gc =
         leasehold_adapters::snapshot_gc::SnapshotGc::new(snapshots.clone(), store.clone(), every)
-            .with_layer_cap(layer_cap);
+            .with_layer_cap(layer_cap)
+            .with_stuck_after(Some(stuck_after));
     run(gc, store, stopped)
 }
 

@@ -147,6 +147,12 @@ pub struct ServeArgs {
     /// (each an event) on GC's sweep. Default: no cap.
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_LAYER_CAP")]
     snapshot_layer_cap: Option<usize>,
+    /// A snapshot creating or restoring this long with no answer from its host's agent is
+    /// given up on (recorded as failed; a creation gives its quota back). Above the agent's
+    /// own 600 s snapshot limit.
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_STUCK_AFTER", default_value = "1h",
+          value_parser = crate::token::parse_ttl)]
+    snapshot_stuck_after: TimeDelta,
 }
 
 impl ServeArgs {
@@ -257,7 +263,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     )?);
     reconcilers.push(crate::dispatch::start_snapshot_gc(
         state.snapshots(),
-        (args.snapshot_gc_every, args.snapshot_layer_cap),
+        (args.snapshot_gc_every, args.snapshot_layer_cap, args.snapshot_stuck_after),
         &stopped,
     ));
     reconcilers.push(crate::dispatch::start_vm_inventory(

@@ -153,6 +153,33 @@ where
         self.delete_as(caller, key, (owner, snapshot), DeleteCause::Evicted).await
     }
 
+    /// Gives up on `snapshot`'s creation or restore that no agent answered: recorded as the
+    /// agent's failure of the current operation (a creation's releases its quota), with
+    /// `detail` for operators. A snapshot no longer creating or restoring is left as it is.
+    ///
+    /// # Errors
+    /// [`CommandError`]: the pipeline's.
+    pub async fn give_up(
+        &self,
+        caller: &Caller,
+        key: &str,
+        (snapshot, detail): (SnapshotId, OperatorDetail),
+    ) -> Result<Option<SnapshotOutcome>> {
+        use leasehold_domain::snapshot::SnapshotStatus;
+        let (owner, stored) = self.owned(snapshot).await?;
+        let Some(operation) = stored.operation else { return Ok(None) };
+        let command = match stored.status {
+            SnapshotStatus::Creating => SnapshotCommand::Fail { operation, detail },
+            SnapshotStatus::Restoring => {
+                SnapshotCommand::FailRestore { operation, missing: false, detail }
+            }
+            _ => return Ok(None),
+        };
+        let request =
+            self.request(caller, owner, snapshot, key, command, SnapshotFacts::default())?;
+        self.run(request, snapshot).await.map(Some)
+    }
+
     /// A layer cache hit of `tenant`'s used `snapshot` (evicted last among its layers).
     ///
     /// # Errors

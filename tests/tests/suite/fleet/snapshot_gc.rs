@@ -421,3 +421,30 @@ async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_ke
     let (_, stored) = snapshots.owned(ready).await.expect("stored");
     assert_eq!(stored.status, SnapshotStatus::Ready);
 }
+
+#[tokio::test]
+async fn a_creation_no_agent_answers_is_given_up_and_gives_its_quota_back() {
+    let db = TestDb::migrated().await;
+    let vms = running_vms(&db, 1).await;
+    let clock = ManualClock::at(t0());
+    let snapshots = snapshots(&db, &clock);
+    let acme = tenant("acme");
+    let stuck = snapshots.create(&acme, "s-0", &disk_of(vms[0], None)).await.expect("created");
+    let owner = acme.tenant.clone().expect("a tenant");
+    let quota = snapshots.quota(&owner).await.expect("readable").expect("opened");
+    assert_eq!(quota.usage.count, 1);
+    project(&db).await;
+    let gc = SnapshotGc::new(snapshots.clone(), db.store(), TimeDelta::hours(1))
+        .with_stuck_after(Some(TimeDelta::hours(1)));
+    clock.advance(TimeDelta::minutes(30));
+    assert_eq!(gc.sweep(clock.now()).await.expect("swept").given_up, 0, "not stuck yet");
+    clock.advance(TimeDelta::hours(1));
+    assert_eq!(gc.sweep(clock.now()).await.expect("swept").given_up, 1);
+    let (_, stored) = snapshots.owned(stuck.snapshot).await.expect("stored");
+    assert_eq!(stored.status, SnapshotStatus::Error);
+    assert!(stored.last_error.is_some_and(|detail| detail.as_str().contains("no answer")));
+    let quota = snapshots.quota(&owner).await.expect("readable").expect("opened");
+    assert_eq!((quota.usage.count, quota.usage.bytes), (0, 0), "given back");
+    // A later sweep over the projection's stale row repeats nothing.
+    assert_eq!(gc.sweep(clock.now()).await.expect("swept").given_up, 0);
+}
