@@ -10,9 +10,10 @@
 //! the least recently used ready layers (a cache hit's use, else when it became ready) are
 //! evicted, as deletions whose cause is the eviction, each an event.
 //!
-//! And it gives up on snapshots stuck `creating` or `restoring` past `with_stuck_after`
-//! (no agent answered: a host without a token, an agent that lost the work): recorded as the
-//! agent's failure of the current operation, so a stuck creation gives its quota back.
+//! And it gives up on snapshots stuck `creating` past `with_stuck_after` (no agent answered:
+//! a host without a token, an agent that lost the work): recorded as the agent's failure of
+//! the current operation, so a stuck creation gives its quota back. (A stuck restore is left:
+//! the snapshot is whole at its host.)
 //!
 //! Each deletion's operation key names the snapshot and the state it was decided on (its
 //! last change), so a sweep stopped and run again repeats its commands, which the ledger
@@ -55,9 +56,9 @@ const OVER_CAP_SQL: &str = "SELECT snapshot_id, updated_at FROM ( \
        WHERE mode = 'build' AND layer_key IS NOT NULL AND state = 'ready') ranked \
      WHERE newness > $1 ORDER BY coalesce(last_used, created_at), snapshot_id LIMIT $2";
 
-/// Snapshots creating or restoring with no change since `$1`.
+/// Snapshots creating with no change since `$1`.
 const STUCK_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \
-     WHERE state IN ('creating', 'restoring') AND updated_at <= $1 \
+     WHERE state = 'creating' AND updated_at <= $1 \
      ORDER BY updated_at, snapshot_id LIMIT $2";
 
 /// What one sweep did.
@@ -73,7 +74,7 @@ pub struct GcSweep {
     pub failed: usize,
     /// Layers evicted past their tenant's cap.
     pub evicting: usize,
-    /// Creations and restores given up on.
+    /// Creations given up on.
     pub given_up: usize,
 }
 
@@ -100,8 +101,7 @@ impl<S, L> SnapshotGc<S, L> {
         Self { snapshots, store, sweep_every, layer_cap: None, stuck_after: None, next_sweep }
     }
 
-    /// The same collector giving up on creations and restores unchanged for `after` (none:
-    /// never).
+    /// The same collector giving up on creations unchanged for `after` (none: never).
     #[must_use]
     pub fn with_stuck_after(mut self, after: Option<TimeDelta>) -> Self {
         self.stuck_after = after;
@@ -143,7 +143,7 @@ where
         Ok(rows.iter().map(|row| (SnapshotId(row.get(0)), row.get(1))).collect())
     }
 
-    /// Gives up on the snapshots creating or restoring unchanged since `since`.
+    /// Gives up on the snapshots creating unchanged since `since`.
     async fn give_up(
         &self,
         since: DateTime<Utc>,
@@ -162,7 +162,7 @@ where
             let detail = leasehold_domain::values::OperatorDetail::new(&format!(
                 "no answer from the host's agent since {updated_at}"
             ));
-            match self.snapshots.give_up(&collector(), &key, (snapshot, detail)).await {
+            match self.snapshots.give_up(&collector(), &key, (snapshot, since, detail)).await {
                 Ok(Some(done))
                     if !done.outcome.duplicate && !done.outcome.event_types.is_empty() =>
                 {

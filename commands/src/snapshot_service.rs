@@ -17,8 +17,8 @@
 //! delay: a diff asked for right after its parent was confirmed may be refused until the
 //! listing shows the parent. What must not lag is linked instead: a diff's creation links its
 //! adoption on the parent's stream (refused unless the parent, as stored, is a ready live
-//! snapshot of the VM), and its deletion links the release, so a parent's deletion is decided
-//! on its own children.
+//! snapshot of the VM), and its confirmed deletion (or failed creation) links the release, so a
+//! parent's deletion is decided on its own children.
 //!
 //! A create's snapshot id and operation are minted from the tenant and the operation key, and
 //! its request hash covers what the caller asked (not the terms decided from it, whose
@@ -445,7 +445,7 @@ where
 
 /// The consequences of a snapshot command of `tenant`'s: the quota command its decision
 /// carries (`quota_effect`), linked on the tenant's quota stream, and a diff's release by its
-/// parent once the diff is being deleted.
+/// parent once the diff is gone or failed.
 pub fn quota_follows<S: CommandStore + Send + Sync + 'static>(
     tenant: &TenantId,
 ) -> impl Fn(&Snapshot, &[SnapshotEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync + use<S> {
@@ -462,13 +462,19 @@ pub fn quota_follows<S: CommandStore + Send + Sync + 'static>(
     }
 }
 
-/// The release a diff's parent records when `events` start the diff's deletion.
+/// The release a diff's parent records when `events` end the diff: its deletion confirmed
+/// (not merely asked for: a deletion that fails leaves the diff alive), or its creation
+/// failed (a diff never written depends on nothing).
 fn released_by_parent(
     before: &Snapshot,
     events: &[SnapshotEvent],
 ) -> Option<LinkedCommand<Snapshot>> {
-    let deleting =
-        events.iter().any(|event| matches!(event, SnapshotEvent::SnapshotDeleting { .. }));
+    let deleting = events.iter().any(|event| {
+        matches!(
+            event,
+            SnapshotEvent::SnapshotDeleted { .. } | SnapshotEvent::SnapshotFailed { .. }
+        )
+    });
     let terms = before.terms.as_ref()?;
     let parent = terms.parent.filter(|_| deleting)?;
     let release = SnapshotCommand::ReleaseChild { child: terms.snapshot };

@@ -147,9 +147,8 @@ pub struct ServeArgs {
     /// (each an event) on GC's sweep. Default: no cap.
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_LAYER_CAP")]
     snapshot_layer_cap: Option<usize>,
-    /// A snapshot creating or restoring this long with no answer from its host's agent is
-    /// given up on (recorded as failed; a creation gives its quota back). Above the agent's
-    /// own 600 s snapshot limit.
+    /// A snapshot creating this long with no answer from its host's agent is given up on
+    /// (recorded as failed, its quota given back). Above the agent's own 600 s snapshot limit.
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_STUCK_AFTER", default_value = "1h",
           value_parser = crate::token::parse_ttl)]
     snapshot_stuck_after: TimeDelta,

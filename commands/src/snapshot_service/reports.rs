@@ -153,9 +153,11 @@ where
         self.delete_as(caller, key, (owner, snapshot), DeleteCause::Evicted).await
     }
 
-    /// Gives up on `snapshot`'s creation or restore that no agent answered: recorded as the
-    /// agent's failure of the current operation (a creation's releases its quota), with
-    /// `detail` for operators. A snapshot no longer creating or restoring is left as it is.
+    /// Gives up on `snapshot`'s creation that no agent answered since `since`: recorded as
+    /// the agent's failure of the current operation (its quota given back), with `detail` for
+    /// operators. A snapshot no longer creating, or changed since (the listing that named it
+    /// may lag), is left as it is. A stuck restore is not given up on: the snapshot is still
+    /// whole at its host, and failing it would leave it unrestorable.
     ///
     /// # Errors
     /// [`CommandError`]: the pipeline's.
@@ -163,18 +165,17 @@ where
         &self,
         caller: &Caller,
         key: &str,
-        (snapshot, detail): (SnapshotId, OperatorDetail),
+        (snapshot, since, detail): (SnapshotId, chrono::DateTime<chrono::Utc>, OperatorDetail),
     ) -> Result<Option<SnapshotOutcome>> {
         use leasehold_domain::snapshot::SnapshotStatus;
         let (owner, stored) = self.owned(snapshot).await?;
-        let Some(operation) = stored.operation else { return Ok(None) };
-        let command = match stored.status {
-            SnapshotStatus::Creating => SnapshotCommand::Fail { operation, detail },
-            SnapshotStatus::Restoring => {
-                SnapshotCommand::FailRestore { operation, missing: false, detail }
-            }
-            _ => return Ok(None),
+        let unchanged = stored.updated_at.is_some_and(|at| at <= since);
+        let (SnapshotStatus::Creating, Some(operation), true) =
+            (stored.status, stored.operation, unchanged)
+        else {
+            return Ok(None);
         };
+        let command = SnapshotCommand::Fail { operation, detail };
         let request =
             self.request(caller, owner, snapshot, key, command, SnapshotFacts::default())?;
         self.run(request, snapshot).await.map(Some)

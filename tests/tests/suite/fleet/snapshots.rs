@@ -288,7 +288,14 @@ async fn a_diffs_parent_is_kept_before_the_listing_shows_the_diff() {
     confirm(&snapshots, diff.snapshot, as_diff).await.expect("ok");
     snapshots.delete(&acme, "del-diff", diff.snapshot).await.expect("deleting");
     let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
-    assert!(parent.children.is_empty(), "released with the diff's deletion");
+    assert_eq!(parent.children.len(), 1, "a deletion that may still fail keeps the parent");
+    let (_, deleting) = snapshots.owned(diff.snapshot).await.expect("stored");
+    let operation = deleting.operation.expect("a deletion");
+    let gone = AgentReport::Deleted { operation, not_found: false };
+    let host = host_id("agent-1");
+    snapshots.report(&agent(), (&host, "gone-diff"), diff.snapshot, gone).await.expect("ok");
+    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    assert!(parent.children.is_empty(), "released with the diff's confirmed deletion");
     project(&db).await;
     snapshots.delete(&acme, "del-parent-2", live.snapshot).await.expect("no live child left");
 }
@@ -349,4 +356,23 @@ async fn eight_concurrent_creates_through_eight_services_with_room_for_five_comm
     }
     let quota = snapshots(&db).quota(&owner).await.expect("readable").expect("opened");
     assert_eq!(quota.usage.count, 5);
+}
+
+#[tokio::test]
+async fn a_diff_never_written_releases_its_parent() {
+    let db = TestDb::migrated().await;
+    let vm = running_vm(&db).await;
+    let snapshots = snapshots(&db);
+    let acme = tenant("acme");
+    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
+    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
+    project(&db).await;
+    let diff = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await.expect("ok");
+    let (_, stored) = snapshots.owned(diff.snapshot).await.expect("stored");
+    let operation = stored.operation.expect("a creation");
+    let failed = AgentReport::WriteFailed { operation, detail: OperatorDetail::new("full") };
+    let host = host_id("agent-1");
+    snapshots.report(&agent(), (&host, "w-fail"), diff.snapshot, failed).await.expect("ok");
+    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    assert!(parent.children.is_empty(), "a failed diff depends on nothing");
 }
