@@ -78,6 +78,29 @@ pub trait SnapshotListing: Send + Sync {
     ) -> impl Future<Output = std::result::Result<usize, StoreError>> + Send;
 }
 
+/// Takes a VM's credentials out of an agent's failure text before it is recorded (the VM
+/// service's vault holds them). Object-safe, so the snapshot service keeps one without
+/// naming the VM service's types.
+pub trait DetailRedactor: Send + Sync + std::fmt::Debug {
+    /// `detail` with `vm`'s credential values (of `tenant`'s) replaced by `[redacted]`.
+    fn redact<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        vm: VmId,
+        detail: &'a leasehold_domain::values::OperatorDetail,
+    ) -> std::pin::Pin<
+        Box<
+            dyn Future<
+                    Output = std::result::Result<
+                        leasehold_domain::values::OperatorDetail,
+                        StoreError,
+                    >,
+                > + Send
+                + 'a,
+        >,
+    >;
+}
+
 /// The fleet's snapshot settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SnapshotConfig {
@@ -123,6 +146,8 @@ pub struct SnapshotService<S, L> {
     pub(crate) config: SnapshotConfig,
     /// One lane per tenant's quota stream, shared by the service's clones (`lanes.rs`).
     lanes: std::sync::Arc<crate::lanes::Lanes<leasehold_domain::StreamId>>,
+    /// Redacts agents' failure texts of the VM's credentials (none: recorded as given).
+    pub(crate) redactor: Option<std::sync::Arc<dyn DetailRedactor>>,
 }
 
 /// Bytes in a GiB and a MiB.
@@ -136,7 +161,14 @@ where
 {
     /// A service over `pipeline`, reading listing facts from `listing`.
     pub fn new(pipeline: CommandPipeline<S>, listing: L, config: SnapshotConfig) -> Self {
-        Self { pipeline, listing, config, lanes: std::sync::Arc::default() }
+        Self { pipeline, listing, config, lanes: std::sync::Arc::default(), redactor: None }
+    }
+
+    /// The same service redacting agents' failure texts with `redactor` (the VM service).
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: std::sync::Arc<dyn DetailRedactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
     }
 
     /// The pipeline commands run through.

@@ -667,6 +667,45 @@ where
     }
 }
 
+impl<S, C, V> crate::snapshot_service::DetailRedactor for VmService<S, C, V>
+where
+    S: CommandStore + Clone + Send + Sync + std::fmt::Debug + 'static,
+    C: HostCatalog + std::fmt::Debug,
+    V: CredentialVault + std::fmt::Debug,
+{
+    fn redact<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        vm: VmId,
+        detail: &'a leasehold_domain::values::OperatorDetail,
+    ) -> std::pin::Pin<
+        Box<
+            dyn Future<
+                    Output = std::result::Result<
+                        leasehold_domain::values::OperatorDetail,
+                        StoreError,
+                    >,
+                > + Send
+                + 'a,
+        >,
+    > {
+        Box::pin(async move {
+            let found =
+                self.pipeline.state::<Vm>(&vm.stream_id()).await.map_err(|error| match error {
+                    CommandError::Store(error) => error,
+                    other => StoreError::Database { reason: other.to_string() },
+                })?;
+            let Some(terms) = found.and_then(|(_, _, stored)| stored.terms) else {
+                return Ok(detail.clone());
+            };
+            let Some(credentials) = self.vault.open(terms.credentials, tenant).await? else {
+                return Ok(detail.clone());
+            };
+            Ok(leasehold_domain::values::OperatorDetail::new(&credentials.redact(detail.as_str())))
+        })
+    }
+}
+
 /// `command` on `host`'s stream, which the fleet owns.
 fn host_link(host: &HostId, command: HostCommand) -> LinkedCommand<Host> {
     LinkedCommand::new(host.stream_id(), command, ()).owned_by(fleet_tenant())

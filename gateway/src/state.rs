@@ -100,6 +100,17 @@ pub type VmService = leasehold_commands::vm_service::VmService<
 pub type SnapshotService =
     leasehold_commands::snapshot_service::SnapshotService<PgEventStore, PgReadModels>;
 
+/// The snapshot service over `pipeline`, its listing facts from the snapshot projection, agents'
+/// failure texts redacted of the VM's credentials by `vms`.
+fn snapshots_over(
+    pipeline: &CommandPipeline<PgEventStore>,
+    store: &PgEventStore,
+    (config, vms): (leasehold_commands::snapshot_service::SnapshotConfig, &VmService),
+) -> SnapshotService {
+    SnapshotService::new(pipeline.clone(), PgReadModels::of(store), config)
+        .with_redactor(Arc::new(vms.clone()))
+}
+
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -199,23 +210,17 @@ impl AppState {
         // secret (a domain of its own: the vault derives its AES key from it again).
         let vault = leasehold_adapters::vault::PgCredentialVault::new(store.clone(), jwt_secret);
         let sockets = Gauge::default();
-        let store_for_snapshots = store.clone();
+        let vms =
+            VmService::new(pipeline.clone(), (catalog, vault.clone()), config.placement_policy)
+                .with_catalog_max_age(VM_CATALOG_MAX_AGE);
+        let snapshots = snapshots_over(&pipeline, &store, (config.snapshots, &vms));
         let inner = Inner {
             read_models: PgReadModels::of(&store),
             store,
-            vms: VmService::new(
-                pipeline.clone(),
-                (catalog, vault.clone()),
-                config.placement_policy,
-            )
-            .with_catalog_max_age(VM_CATALOG_MAX_AGE),
+            vms,
             vault,
             hosts: leasehold_commands::host_service::HostService::new(pipeline.clone()),
-            snapshots: SnapshotService::new(
-                pipeline.clone(),
-                PgReadModels::of(&store_for_snapshots),
-                config.snapshots,
-            ),
+            snapshots,
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
             jwt,
@@ -251,9 +256,14 @@ impl AppState {
         let vault = leasehold_adapters::vault::PgCredentialVault::new(inner.store.clone(), secret);
         let catalog = leasehold_adapters::PgHostCatalog::new(inner.store.clone());
         let pipeline = inner.leases.pipeline().clone();
-        inner.vms =
-            VmService::new(pipeline, (catalog, vault.clone()), inner.config.placement_policy)
-                .with_catalog_max_age(VM_CATALOG_MAX_AGE);
+        inner.vms = VmService::new(
+            pipeline.clone(),
+            (catalog, vault.clone()),
+            inner.config.placement_policy,
+        )
+        .with_catalog_max_age(VM_CATALOG_MAX_AGE);
+        inner.snapshots =
+            snapshots_over(&pipeline, &inner.store, (inner.config.snapshots, &inner.vms));
         inner.vault = vault;
         self
     }

@@ -73,6 +73,33 @@ pub enum AgentReport {
 }
 
 impl AgentReport {
+    /// The same report with its failure text redacted of `vm`'s credentials.
+    async fn redacted(
+        self,
+        redactor: &dyn super::DetailRedactor,
+        tenant: &TenantId,
+        vm: leasehold_domain::values::fleet::VmId,
+    ) -> Result<Self> {
+        let redact = |detail: OperatorDetail| async move {
+            redactor.redact(tenant, vm, &detail).await.map_err(CommandError::Store)
+        };
+        Ok(match self {
+            Self::WriteFailed { operation, detail } => {
+                Self::WriteFailed { operation, detail: redact(detail).await? }
+            }
+            Self::RestoreFailed { operation, missing, detail } => {
+                Self::RestoreFailed { operation, missing, detail: redact(detail).await? }
+            }
+            Self::DeleteFailed { operation, detail } => {
+                Self::DeleteFailed { operation, detail: redact(detail).await? }
+            }
+            Self::Exported { destination, ready, detail: Some(detail) } => {
+                Self::Exported { destination, ready, detail: Some(redact(detail).await?) }
+            }
+            other => other,
+        })
+    }
+
     fn command(self) -> SnapshotCommand {
         match self {
             Self::Written { operation, written } => SnapshotCommand::Confirm { operation, written },
@@ -118,6 +145,11 @@ where
         let facts = SnapshotFacts {
             gc_dead_letter_after: self.config.gc_dead_letter_after,
             ..SnapshotFacts::default()
+        };
+        let vm = stored.terms.as_ref().map(|terms| terms.vm);
+        let report = match (vm, &self.redactor) {
+            (Some(vm), Some(redactor)) => report.redacted(&**redactor, &owner, vm).await?,
+            _ => report,
         };
         let request = self.request(caller, owner, snapshot, key, report.command(), facts)?;
         self.run(request, snapshot).await

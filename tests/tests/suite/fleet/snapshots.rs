@@ -376,3 +376,33 @@ async fn a_diff_never_written_releases_its_parent() {
     let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
     assert!(parent.children.is_empty(), "a failed diff depends on nothing");
 }
+
+#[tokio::test]
+async fn an_agents_failure_text_is_recorded_without_the_vms_credentials() {
+    let db = TestDb::migrated().await;
+    register(&db, "agent-1", host_spec(HostBackend::Firecracker, 16, 4)).await;
+    let vms = service(&db, &["agent-1"], leasehold_domain::vm::PlacementPolicy::Spread);
+    let secrets = [("API_KEY".to_owned(), "s3cr3t-snap-7f2".to_owned())].into();
+    let created =
+        vms.create(&tenant("acme"), "c-1", (&task("t"), spec()), &secrets).await.expect("placed");
+    let boot = vms.owned(created.vm).await.expect("stored").1.operation.expect("a boot");
+    let url = VmUrl::parse("url", "127.0.0.1:19551").expect("valid");
+    let host = host_id("agent-1");
+    vms.report_booted(&agent(), &host, "b-1", created.vm, (boot, url)).await.expect("booted");
+    let snapshots = snapshots(&db).with_redactor(std::sync::Arc::new(vms.clone()));
+    let taken = snapshots
+        .create(&tenant("acme"), "s-1", &ask(created.vm, RequestedKind::Disk))
+        .await
+        .expect("ok");
+    let (_, stored) = snapshots.owned(taken.snapshot).await.expect("stored");
+    let operation = stored.operation.expect("a creation");
+    let detail = OperatorDetail::new("snapshot failed: env API_KEY=s3cr3t-snap-7f2 rejected");
+    let failed = AgentReport::WriteFailed { operation, detail };
+    snapshots.report(&agent(), (&host, "w-1"), taken.snapshot, failed).await.expect("ok");
+    let (_, stored) = snapshots.owned(taken.snapshot).await.expect("stored");
+    let recorded = stored.last_error.expect("recorded").as_str().to_owned();
+    assert!(!recorded.contains("s3cr3t-snap-7f2"), "{recorded}");
+    assert!(recorded.contains("[redacted]"), "{recorded}");
+    let events = db.store().read_stream(&taken.snapshot.stream_id(), 1, 10).await.expect("read");
+    assert!(events.iter().all(|event| !event.payload.to_string().contains("s3cr3t-snap-7f2")));
+}
