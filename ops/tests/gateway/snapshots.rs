@@ -275,6 +275,40 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
     let theirs = server.graphql(&tenant_token("globex"), used, hit).await;
     assert_eq!(data(&theirs)["useLayerArtifact"], Value::Null, "{theirs}");
 
+    // An export is recorded pending, and settled by the agent's report (fuse's agent has no
+    // export route: an agent reports it through GraphQL).
+    let export = "mutation($input: ExportSnapshotInput!) { exportSnapshot(input: $input) { events { type } } }";
+    let to = "s3://backups/acme/snap-1";
+    let input = json!({ "input": { "snapshotId": id, "destination": to, "operationKey": "x-1" } });
+    let asked = server.graphql(&acme, export, input).await;
+    assert_eq!(
+        data(&asked)["exportSnapshot"]["events"],
+        json!([{ "type": "SnapshotExportRequested" }])
+    );
+    let presigned = json!({ "input": { "snapshotId": id, "destination": "https://b/k?X-Amz-Signature=abc", "operationKey": "x-2" } });
+    assert_eq!(code(&server.graphql(&acme, export, presigned).await), Some("BAD_USER_INPUT"));
+    let report = "mutation($input: SnapshotExportReportInput!) { reportSnapshotExport(input: $input) { events { type } } }";
+    let done = json!({ "input": { "snapshotId": id, "destination": to, "ready": true, "operationKey": "xr-1" } });
+    let reported = server.graphql(&host_agent("agent-1"), report, done.clone()).await;
+    assert_eq!(
+        data(&reported)["reportSnapshotExport"]["events"],
+        json!([{ "type": "SnapshotExported" }])
+    );
+    assert_eq!(code(&server.graphql(&acme, report, done).await), Some("FORBIDDEN"));
+    let exported = crate::backend::eventually("the export being projected ready", || async {
+        let answer = server
+            .graphql(
+                &acme,
+                "query($id: ID!) { snapshot(id: $id) { exports } }",
+                json!({ "id": id }),
+            )
+            .await;
+        let exports = answer["data"]["snapshot"]["exports"].clone();
+        (exports[0]["status"] == "ready").then_some(exports)
+    })
+    .await;
+    assert_eq!(exported[0]["destination"], to);
+
     let restore = "mutation($input: RestoreSnapshotInput!) { restoreSnapshot(input: $input) { events { type } } }";
     let input = json!({ "input": { "snapshotId": id, "vmId": vm, "operationKey": "r-1" } });
     let restoring = server.graphql(&acme, restore, input).await;
