@@ -88,18 +88,18 @@ pub trait DetailRedactor: Send + Sync + std::fmt::Debug {
         tenant: &'a TenantId,
         vm: VmId,
         detail: &'a leasehold_domain::values::OperatorDetail,
-    ) -> std::pin::Pin<
-        Box<
-            dyn Future<
-                    Output = std::result::Result<
-                        leasehold_domain::values::OperatorDetail,
-                        StoreError,
-                    >,
-                > + Send
-                + 'a,
-        >,
-    >;
+    ) -> Redacted<'a>;
 }
+
+/// What a [`DetailRedactor`] answers: the redacted text, in time.
+pub type Redacted<'a> = std::pin::Pin<
+    Box<
+        dyn Future<
+                Output = std::result::Result<leasehold_domain::values::OperatorDetail, StoreError>,
+            > + Send
+            + 'a,
+    >,
+>;
 
 /// The fleet's snapshot settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -196,7 +196,11 @@ where
     ) -> Result<SnapshotOutcome> {
         let tenant = own_tenant(caller)?;
         let snapshot = SnapshotId(minted_id("snapshot", tenant, key));
-        let (vm, facts) = self.vm_facts(tenant, ask.vm).await?;
+        let (vm, mut facts) = self.vm_facts(tenant, ask.vm).await?;
+        // Only a diff's guard needs the listing (one query fewer for every other create).
+        if ask.requested == RequestedKind::Diff {
+            facts.last_live = self.listing.last_live(tenant, ask.vm).await?;
+        }
         let host = vm.host().cloned().ok_or(CommandError::Refused(SnapshotError::VmNotRunning))?;
         let arch = self.arch_of(&host).await?;
         let parent = match ask.requested {
@@ -382,7 +386,6 @@ where
                 .terms
                 .as_ref()
                 .map_or(0, |terms| terms.spec.gpus + u32::from(terms.spec.gpu_profile.is_some())),
-            last_live: self.listing.last_live(tenant, vm).await?,
             gc_dead_letter_after: self.config.gc_dead_letter_after,
             ..SnapshotFacts::default()
         };

@@ -678,17 +678,7 @@ where
         tenant: &'a TenantId,
         vm: VmId,
         detail: &'a leasehold_domain::values::OperatorDetail,
-    ) -> std::pin::Pin<
-        Box<
-            dyn Future<
-                    Output = std::result::Result<
-                        leasehold_domain::values::OperatorDetail,
-                        StoreError,
-                    >,
-                > + Send
-                + 'a,
-        >,
-    > {
+    ) -> crate::snapshot_service::Redacted<'a> {
         Box::pin(async move {
             let found =
                 self.pipeline.state::<Vm>(&vm.stream_id()).await.map_err(|error| match error {

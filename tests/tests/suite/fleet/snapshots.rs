@@ -87,6 +87,16 @@ async fn confirm(
     snapshots.report(&agent(), (&host_id("agent-1"), &key), snapshot, report).await
 }
 
+/// acme's live snapshot "s-1" of `vm`, written by its agent and projected (the VM's last live
+/// snapshot, as the listing shows it).
+async fn ready_live(db: &TestDb, snapshots: &Snapshots, vm: VmId) -> SnapshotId {
+    let (acme, asked) = (tenant("acme"), ask(vm, RequestedKind::Live));
+    let live = snapshots.create(&acme, "s-1", &asked).await.expect("ok").snapshot;
+    confirm(snapshots, live, written(SnapshotKind::Live, GIB)).await.expect("ok");
+    project(db).await;
+    live
+}
+
 async fn project(db: &TestDb) {
     let head = last_event(db).await;
     let mut projector = start_of(SnapshotProjection, &db.store(), quick());
@@ -180,15 +190,13 @@ async fn a_parent_with_a_live_child_is_kept_and_a_second_delete_records_nothing(
     let vm = running_vm(&db).await;
     let snapshots = snapshots(&db);
     let acme = tenant("acme");
-    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
-    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
-    project(&db).await;
+    let live = ready_live(&db, &snapshots, vm).await;
     let diff = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await.expect("ok");
-    let as_diff = Written { diff_of: Some(live.snapshot), ..written(SnapshotKind::Live, GIB) };
+    let as_diff = Written { diff_of: Some(live), ..written(SnapshotKind::Live, GIB) };
     confirm(&snapshots, diff.snapshot, as_diff).await.expect("ok");
     project(&db).await;
 
-    let refused = snapshots.delete(&acme, "del-parent", live.snapshot).await;
+    let refused = snapshots.delete(&acme, "del-parent", live).await;
     let Err(error) = refused else { panic!("a parent with a live child was deleted") };
     assert!(matches!(error, CommandError::Refused(SnapshotError::HasLiveChildren { count: 1 })));
     assert_eq!(error.class(), ErrorClass::InvalidState);
@@ -273,31 +281,29 @@ async fn a_diffs_parent_is_kept_before_the_listing_shows_the_diff() {
     let vm = running_vm(&db).await;
     let snapshots = snapshots(&db);
     let acme = tenant("acme");
-    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
-    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
-    project(&db).await;
+    let live = ready_live(&db, &snapshots, vm).await;
     let diff = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await.expect("ok");
     // Not projected yet: the listing still shows no child; the parent's own state does.
-    let refused = snapshots.delete(&acme, "del-parent", live.snapshot).await;
+    let refused = snapshots.delete(&acme, "del-parent", live).await;
     assert!(
         matches!(refused, Err(CommandError::Refused(SnapshotError::HasLiveChildren { count: 1 }))),
         "{refused:?}"
     );
     // Once the diff is being deleted, its parent lets it go in the same append.
-    let as_diff = Written { diff_of: Some(live.snapshot), ..written(SnapshotKind::Live, GIB) };
+    let as_diff = Written { diff_of: Some(live), ..written(SnapshotKind::Live, GIB) };
     confirm(&snapshots, diff.snapshot, as_diff).await.expect("ok");
     snapshots.delete(&acme, "del-diff", diff.snapshot).await.expect("deleting");
-    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    let (_, parent) = snapshots.owned(live).await.expect("stored");
     assert_eq!(parent.children.len(), 1, "a deletion that may still fail keeps the parent");
     let (_, deleting) = snapshots.owned(diff.snapshot).await.expect("stored");
     let operation = deleting.operation.expect("a deletion");
     let gone = AgentReport::Deleted { operation, not_found: false };
     let host = host_id("agent-1");
     snapshots.report(&agent(), (&host, "gone-diff"), diff.snapshot, gone).await.expect("ok");
-    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    let (_, parent) = snapshots.owned(live).await.expect("stored");
     assert!(parent.children.is_empty(), "released with the diff's confirmed deletion");
     project(&db).await;
-    snapshots.delete(&acme, "del-parent-2", live.snapshot).await.expect("no live child left");
+    snapshots.delete(&acme, "del-parent-2", live).await.expect("no live child left");
 }
 
 #[tokio::test]
@@ -306,10 +312,8 @@ async fn a_diff_over_a_parent_being_deleted_is_refused_whatever_the_listing_says
     let vm = running_vm(&db).await;
     let snapshots = snapshots(&db);
     let acme = tenant("acme");
-    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
-    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
-    project(&db).await;
-    snapshots.delete(&acme, "del-1", live.snapshot).await.expect("deleting");
+    let live = ready_live(&db, &snapshots, vm).await;
+    snapshots.delete(&acme, "del-1", live).await.expect("deleting");
     // The listing still shows the parent ready and the VM's last live snapshot.
     let refused = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await;
     let Err(error) = refused else { panic!("a diff over a parent being deleted was accepted") };
@@ -364,16 +368,14 @@ async fn a_diff_never_written_releases_its_parent() {
     let vm = running_vm(&db).await;
     let snapshots = snapshots(&db);
     let acme = tenant("acme");
-    let live = snapshots.create(&acme, "s-1", &ask(vm, RequestedKind::Live)).await.expect("ok");
-    confirm(&snapshots, live.snapshot, written(SnapshotKind::Live, GIB)).await.expect("ok");
-    project(&db).await;
+    let live = ready_live(&db, &snapshots, vm).await;
     let diff = snapshots.create(&acme, "d-1", &ask(vm, RequestedKind::Diff)).await.expect("ok");
     let (_, stored) = snapshots.owned(diff.snapshot).await.expect("stored");
     let operation = stored.operation.expect("a creation");
     let failed = AgentReport::WriteFailed { operation, detail: OperatorDetail::new("full") };
     let host = host_id("agent-1");
     snapshots.report(&agent(), (&host, "w-fail"), diff.snapshot, failed).await.expect("ok");
-    let (_, parent) = snapshots.owned(live.snapshot).await.expect("stored");
+    let (_, parent) = snapshots.owned(live).await.expect("stored");
     assert!(parent.children.is_empty(), "a failed diff depends on nothing");
 }
 
