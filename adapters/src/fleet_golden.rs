@@ -24,6 +24,7 @@ const HOST_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/host_state_
 const SNAPSHOT_STATE_GOLDEN: &[(u32, &str)] = &[
     (1, include_str!("golden/snapshot_state_v1.hex")),
     (2, include_str!("golden/snapshot_state_v2.hex")),
+    (3, include_str!("golden/snapshot_state_v3.hex")),
 ];
 const QUOTA_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/quota_state_v1.hex"))];
 
@@ -221,6 +222,7 @@ fn snapshot() -> (TenantId, leasehold_domain::snapshot::Snapshot) {
             requested_at: at(1),
             updated_at: at(2),
             last_error: Some(OperatorDetail::new("403")),
+            operation: Some(OperationId(Uuid::from_u128(6))),
         }],
         last_error: Some(OperatorDetail::new("500")),
         created_at: Some(at(0)),

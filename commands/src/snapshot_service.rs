@@ -288,7 +288,8 @@ where
         (snapshot, destination): (SnapshotId, ExportDestination),
     ) -> Result<SnapshotOutcome> {
         let tenant = own_tenant(caller)?.clone();
-        let command = SnapshotCommand::RequestExport { destination };
+        let operation = OperationId(minted_id("snapshot-export", &tenant, key));
+        let command = SnapshotCommand::RequestExport { destination, operation };
         let request =
             self.request(caller, tenant, snapshot, key, command, SnapshotFacts::default())?;
         self.run(request, snapshot).await

@@ -29,8 +29,8 @@
 //! | creating, restoring | Delete | unchanged | refused | `InvalidState` |
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
 //! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, from the Nth failure in a row on (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
-//! | ready | RequestExport(destination) | ready | SnapshotExportRequested (pending) | — when that destination is already pending or ready |
-//! | ready, restoring | ReportExport(destination, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed | an export pending there (`NoSuchExport`) |
+//! | ready | RequestExport(destination, op) | ready | SnapshotExportRequested (pending, op) | — when that destination is already pending or ready |
+//! | ready, restoring | ReportExport(destination, op, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed; — when that export already settled (a redelivery) | an export there (`NoSuchExport`) of that operation (`Fenced`: an earlier request's report never settles a later one) |
 //! | deleted | ReportExport | deleted | — (a redelivery) | — |
 //! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
 //! | ready, restoring | AdoptChild(diff, vm) | unchanged | SnapshotChildAdopted, or — when adopted already | live as written, of the diff's VM (`ParentNotLive`); linked to the diff's creation |
@@ -282,11 +282,15 @@ pub enum SnapshotCommand {
     RequestExport {
         /// Where to.
         destination: ExportDestination,
+        /// The export's operation (the agent's report names it).
+        operation: OperationId,
     },
     /// The agent reports on an export.
     ReportExport {
         /// Where to.
         destination: ExportDestination,
+        /// The export's operation.
+        operation: OperationId,
         /// Whether it was written (else it failed).
         ready: bool,
         /// Why it failed.
@@ -451,7 +455,7 @@ pub const GC_DEAD_LETTER_AFTER_DEFAULT: u32 = 5;
 
 impl Aggregate for Snapshot {
     const STREAM_TYPE: &'static str = "snapshot";
-    const STATE_SCHEMA: u32 = 2;
+    const STATE_SCHEMA: u32 = 3;
     type Command = SnapshotCommand;
     type Event = SnapshotEvent;
     type Error = SnapshotError;

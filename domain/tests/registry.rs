@@ -352,7 +352,7 @@ fn snapshot_samples() -> Vec<(&'static str, serde_json::Value)> {
         S::SnapshotDeleted { cause, not_found: true, at },
         S::SnapshotDeleteFailed { cause, failures: 1, detail: detail(), at },
         S::SnapshotGcDeadLettered { failures: 5, at },
-        S::SnapshotExportRequested { destination: destination(), at },
+        S::SnapshotExportRequested { destination: destination(), at, operation: Some(operation) },
         S::SnapshotExported { destination: destination(), at },
         S::SnapshotExportFailed { destination: destination(), detail: detail(), at },
         S::SnapshotUsed { at },

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use leasehold_adapters::hosts::grant::{self, GRANT_HEADER};
 use leasehold_adapters::hosts::wire::{
-    ArtifactPullRequest, CreateVmRequest, ForkVmRequest, RestoreRequest, SnapshotRequest,
+    ArtifactPullRequest, CreateVmRequest, ExportRequest, ForkVmRequest, RestoreRequest,
+    SnapshotRequest,
 };
-use leasehold_adapters::hosts::{AgentError, AgentTarget, Deleted, HostAgentClient};
+use leasehold_adapters::hosts::{AgentError, AgentTarget, Deleted, Exported, HostAgentClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
@@ -213,4 +214,23 @@ async fn a_snapshot_restores_in_place_and_its_deletion_is_answered_not_found() {
     // fuse's agent has no route to delete a snapshot: every deletion is answered 404.
     let deleted = client.delete_snapshot(&host, vm, &taken.snapshot_id).await;
     assert_eq!(deleted, Ok(Deleted::AlreadyGone));
+}
+
+#[tokio::test]
+async fn an_export_goes_to_leaseholds_own_route_and_an_unknown_snapshot_is_not_found() {
+    let agent = start_agent(&[]).await;
+    let (client, host) = (HostAgentClient::new(WAIT).expect("a client"), target(&agent, TOKEN));
+    let vm = "lh-00000000-0000-0000-0000-00000000000e";
+    client.create(&host, &request(vm)).await.expect("created");
+    let disk = SnapshotRequest { comment: String::new(), live: false };
+    let taken = client.snapshot(&host, vm, &disk).await.expect("taken");
+    let export =
+        ExportRequest { destination: "s3://backups/snap".into(), operation_id: Uuid::now_v7() };
+    let written = client.export_snapshot(&host, (vm, &taken.snapshot_id), &export).await;
+    assert_eq!(written, Ok(Exported::Written));
+    let unknown = client.export_snapshot(&host, (vm, "snap-0-000000"), &export).await;
+    assert_eq!(unknown, Err(AgentError::NotFound));
+    let wrong = target(&agent, "not-the-token");
+    let refused = client.export_snapshot(&wrong, (vm, &taken.snapshot_id), &export).await;
+    assert_eq!(refused, Err(AgentError::Unauthorized));
 }

@@ -10,9 +10,11 @@
 //!
 //! At least once: a snapshot sent again after a lost answer takes a second one at the agent
 //! (fuse's agent cannot delete the first). Work the snapshot no longer awaits (another
-//! operation, or settled) is never sent. Exports have no route at fuse's agent: they stay
-//! pending until an agent reports them (`reportSnapshotExport`). fuse's agent writes no
-//! diffs: a diff is asked as live and recorded as written in full.
+//! operation, or settled) is never sent. An export goes to Leasehold's own route,
+//! `POST /v1/vm/{id}/snapshots/{snapshot}/export` (fuse's agent has none: its 404 is the
+//! export's error, never sent again); an agent that answers 202 reports it later through
+//! `reportSnapshotExport`, naming the export's operation. fuse's agent writes no diffs: a diff
+//! is asked as live and recorded as written in full.
 
 use std::time::Duration;
 
@@ -21,8 +23,8 @@ use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::snapshot_service::{AgentReport, SnapshotListing, SnapshotService};
 use leasehold_domain::snapshot::{
-    Digest, ReportedSizes, RequestedKind, Snapshot, SnapshotEvent, SnapshotId, SnapshotKind,
-    SnapshotStatus, Written,
+    Digest, Export, ExportStatus, ReportedSizes, RequestedKind, Snapshot, SnapshotEvent,
+    SnapshotId, SnapshotKind, SnapshotStatus, Written,
 };
 use leasehold_domain::values::fleet::HostId;
 use leasehold_domain::values::{OperationId, OperatorDetail};
@@ -32,8 +34,8 @@ use leasehold_projections::ReconcileError;
 
 use super::vm::{NO_TOKEN_WAIT, host_target, retry};
 use super::{DispatchKind, Intent, Sent, Work};
-use crate::hosts::wire::{RestoreRequest, SnapshotRequest, agent_name};
-use crate::hosts::{AgentError, AgentTarget, Deleted, HostAgentClient};
+use crate::hosts::wire::{ExportRequest, RestoreRequest, SnapshotRequest, agent_name};
+use crate::hosts::{AgentError, AgentTarget, Deleted, Exported, HostAgentClient};
 use crate::vault::PgCredentialVault;
 
 /// The snapshot kind's dispatch: snapshots, restores and deletions sent to host agents.
@@ -63,12 +65,26 @@ fn started_work(event: &SnapshotEvent) -> Option<(&'static str, OperationId)> {
         SnapshotEvent::SnapshotRequested { operation, .. } => Some(("create", *operation)),
         SnapshotEvent::SnapshotRestoring { operation, .. } => Some(("restore", *operation)),
         SnapshotEvent::SnapshotDeleting { operation, .. } => Some(("delete", *operation)),
+        SnapshotEvent::SnapshotExportRequested { operation: Some(operation), .. } => {
+            Some(("export", *operation))
+        }
         _ => None,
     }
 }
 
+/// The export of `operation` still pending on `stored`.
+fn pending_export(stored: &Snapshot, operation: OperationId) -> Option<&Export> {
+    let held = matches!(stored.status, SnapshotStatus::Ready | SnapshotStatus::Restoring);
+    stored.exports.iter().filter(|_| held).find(|export| {
+        export.operation == Some(operation) && export.status == ExportStatus::Pending
+    })
+}
+
 /// Whether `stored` still awaits the work `action` of `operation`.
 fn awaits(stored: &Snapshot, action: &str, operation: OperationId) -> bool {
+    if action == "export" {
+        return pending_export(stored, operation).is_some();
+    }
     let status = match action {
         "create" => SnapshotStatus::Creating,
         "restore" => SnapshotStatus::Restoring,
@@ -180,6 +196,45 @@ where
             _ => Err(format!("no such snapshot work: {}", work.action)),
         })
     }
+
+    /// An export's exchange: written (or failed) as the agent answers; accepted, no report
+    /// yet (`Ok(None)`: the agent reports it later, naming the operation). fuse's agent has no
+    /// export route: its 404 is the export's error, never sent again.
+    async fn export(
+        &self,
+        stored: &Snapshot,
+        (agent, vm, operation): (&AgentTarget, &str, OperationId),
+    ) -> Result<Option<AgentReport>, String> {
+        let failed = |destination, detail: String| AgentReport::Exported {
+            destination,
+            operation,
+            ready: false,
+            detail: Some(OperatorDetail::new(&detail)),
+        };
+        let Some(export) = pending_export(stored, operation) else { return Ok(None) };
+        let destination = export.destination.clone();
+        let Some(written) = stored.written.as_ref() else {
+            return Ok(Some(failed(destination, "the snapshot was never written".into())));
+        };
+        let request =
+            ExportRequest { destination: destination.to_string(), operation_id: operation.0 };
+        let store_ref = written.store_ref.to_string();
+        match self.agents.export_snapshot(agent, (vm, &store_ref), &request).await {
+            Ok(Exported::Written) => Ok(Some(AgentReport::Exported {
+                destination,
+                operation,
+                ready: true,
+                detail: None,
+            })),
+            Ok(Exported::Accepted) => Ok(None),
+            Err(error @ AgentError::NotFound) => Ok(Some(failed(
+                destination,
+                format!("{error} (or no export route: fuse's agent has none)"),
+            ))),
+            Err(error) if definite(&error) => Ok(Some(failed(destination, error.to_string()))),
+            Err(error) => Err(error.to_string()),
+        }
+    }
 }
 
 impl<S, L> DispatchKind for SnapshotDispatch<S, L>
@@ -242,8 +297,16 @@ where
             Ok(_) | Err(leasehold_commands::CommandError::NotFound) => return Ok(Sent::Moot),
             Err(error) => return Err(retry("read a snapshot", &error)),
         };
-        let report = match self.exchange(work, &stored, (&agent, operation)).await? {
-            Ok(report) => report,
+        let answer = if work.action == "export" {
+            let vm = work.request["vm"].as_str().unwrap_or_default();
+            self.export(&stored, (&agent, vm, operation)).await
+        } else {
+            self.exchange(work, &stored, (&agent, operation)).await?.map(Some)
+        };
+        let report = match answer {
+            Ok(Some(report)) => report,
+            // Taken on by the agent, which reports it itself.
+            Ok(None) => return Ok(Sent::Delivered),
             Err(detail) => return Ok(Sent::Failed { detail }),
         };
         let refused = matches!(
@@ -251,6 +314,7 @@ where
             AgentReport::WriteFailed { .. }
                 | AgentReport::RestoreFailed { .. }
                 | AgentReport::DeleteFailed { .. }
+                | AgentReport::Exported { ready: false, .. }
         );
         let key = format!("snapshot-dispatch:{}:{}", snapshot.0, work.generation);
         let caller = dispatcher();

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::wire::{
     AgentCapacity, AgentVm, AgentVms, ArtifactPullRequest, ArtifactPulled, CreateVmRequest,
-    ForkVmRequest, RestoreRequest, SnapshotRequest, SnapshotTaken,
+    ExportRequest, ForkVmRequest, RestoreRequest, SnapshotRequest, SnapshotTaken,
 };
 
 /// Largest error body kept, in bytes (fuse's `hostwire.MaxErrorBodyBytes`).
@@ -77,6 +77,15 @@ pub enum Deleted {
     Destroyed,
     /// It was gone already (404).
     AlreadyGone,
+}
+
+/// What an export found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exported {
+    /// The agent wrote it (200, 204).
+    Written,
+    /// It took it on, to report later (202).
+    Accepted,
 }
 
 /// The client, shared by every host.
@@ -245,6 +254,28 @@ impl HostAgentClient {
         let path = format!("/v1/artifacts/{digest}/pull");
         let within = Duration::from_secs(crate::limits::HOST_AGENT_ARTIFACT_PULL_SECONDS);
         self.exchange_within(agent, (Method::POST, &path), Some(request), Some(within)).await
+    }
+
+    /// `POST /v1/vm/{id}/snapshots/{snapshot}/export` (Leasehold's route, not fuse's): the
+    /// agent writes `snapshot` of its store to the request's destination.
+    ///
+    /// # Errors
+    /// [`AgentError`]; `NotFound` for no such snapshot, or an agent without the route.
+    pub async fn export_snapshot(
+        &self,
+        agent: &AgentTarget,
+        (vm_id, snapshot): (&str, &str),
+        request: &ExportRequest,
+    ) -> Result<Exported, AgentError> {
+        let path = format!("/v1/vm/{vm_id}/snapshots/{snapshot}/export");
+        let within = Some(Duration::from_secs(crate::limits::HOST_AGENT_SNAPSHOT_SECONDS));
+        let response =
+            self.send_within(agent, (Method::POST, &path), Some(request), within).await?;
+        match response.status() {
+            StatusCode::OK | StatusCode::NO_CONTENT => Ok(Exported::Written),
+            StatusCode::ACCEPTED => Ok(Exported::Accepted),
+            _ => Err(failure(response).await),
+        }
     }
 
     /// `GET /v1/capacity`: what the host has, as its agent probes it.

@@ -7,4 +7,4 @@ pub mod agent;
 pub mod grant;
 pub mod wire;
 
-pub use agent::{AgentError, AgentTarget, Deleted, HostAgentClient};
+pub use agent::{AgentError, AgentTarget, Deleted, Exported, HostAgentClient};

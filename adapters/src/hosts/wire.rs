@@ -88,6 +88,18 @@ pub struct RestoreRequest {
     pub snapshot_id: String,
 }
 
+/// `POST /v1/vm/{id}/snapshots/{snapshot}/export`, Leasehold's own route (fuse's agent has
+/// none, and answers 404): write the snapshot to `destination`, an object-storage URL with no
+/// credentials in it (the agent holds its own). 200 or 204: written; 202: accepted, reported
+/// later through `reportSnapshotExport` naming `operation_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportRequest {
+    /// Where to write it.
+    pub destination: String,
+    /// The export's operation, which a later report names.
+    pub operation_id: uuid::Uuid,
+}
+
 /// The answer to a snapshot: the agent chose its id (`snap-<seconds>-<6 hex>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotTaken {

@@ -61,10 +61,12 @@ pub enum AgentReport {
         /// Why.
         detail: OperatorDetail,
     },
-    /// An export to `destination` was written, or failed.
+    /// The export to `destination` of `operation` was written, or failed.
     Exported {
         /// Where to.
         destination: ExportDestination,
+        /// The export's operation (another request's is `FENCED`).
+        operation: OperationId,
         /// Whether it was written.
         ready: bool,
         /// Why it failed.
@@ -93,8 +95,9 @@ impl AgentReport {
             Self::DeleteFailed { operation, detail } => {
                 Self::DeleteFailed { operation, detail: redact(detail).await? }
             }
-            Self::Exported { destination, ready, detail: Some(detail) } => {
-                Self::Exported { destination, ready, detail: Some(redact(detail).await?) }
+            Self::Exported { destination, operation, ready, detail: Some(detail) } => {
+                let detail = Some(redact(detail).await?);
+                Self::Exported { destination, operation, ready, detail }
             }
             other => other,
         })
@@ -114,8 +117,8 @@ impl AgentReport {
             Self::DeleteFailed { operation, detail } => {
                 SnapshotCommand::FailDelete { operation, detail }
             }
-            Self::Exported { destination, ready, detail } => {
-                SnapshotCommand::ReportExport { destination, ready, detail }
+            Self::Exported { destination, operation, ready, detail } => {
+                SnapshotCommand::ReportExport { destination, operation, ready, detail }
             }
         }
     }

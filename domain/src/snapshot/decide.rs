@@ -85,33 +85,20 @@ pub(super) fn decide(
         (S::Deleting, C::FailDelete { detail, .. }) => {
             Ok(delete_failed(snapshot, detail, facts, at))
         }
-        (S::Ready, C::RequestExport { destination }) => {
+        (S::Ready, C::RequestExport { destination, operation }) => {
             let known = snapshot.exports.iter().any(|export| {
                 export.destination == *destination && export.status != ExportStatus::Error
             });
             if known {
                 return Ok(Vec::new());
             }
-            Ok(vec![E::SnapshotExportRequested { destination: destination.clone(), at }])
+            let destination = destination.clone();
+            Ok(vec![E::SnapshotExportRequested { destination, at, operation: Some(*operation) }])
         }
         // An export's report on a deleted snapshot is a redelivery, as every agent report is.
         (S::Deleted, C::ReportExport { .. }) => Ok(Vec::new()),
-        (S::Ready | S::Restoring, C::ReportExport { destination, ready, detail }) => {
-            let pending = snapshot.exports.iter().any(|export| {
-                export.destination == *destination && export.status == ExportStatus::Pending
-            });
-            if !pending {
-                return Err(SnapshotError::NoSuchExport);
-            }
-            let destination = destination.clone();
-            Ok(vec![if *ready {
-                E::SnapshotExported { destination, at }
-            } else {
-                let detail = detail.clone().unwrap_or_else(|| {
-                    crate::values::OperatorDetail::new("the agent reported no detail")
-                });
-                E::SnapshotExportFailed { destination, detail, at }
-            }])
+        (S::Ready | S::Restoring, C::ReportExport { destination, operation, ready, detail }) => {
+            report_export(snapshot, (destination, *operation), (*ready, detail.as_ref()), at)
         }
         (S::Ready | S::Restoring, C::AdoptChild { child, vm }) => adopt(snapshot, *child, *vm, at),
         (_, C::ReleaseChild { child }) if snapshot.children.contains(child) => {
@@ -220,4 +207,36 @@ fn delete_failed(
         events.push(E::SnapshotGcDeadLettered { failures, at });
     }
     events
+}
+
+/// An agent's report on the export to `destination` of `operation`: settled once; a report of
+/// another request's operation (an earlier attempt's, answered late) is fenced off, so it
+/// never settles the request pending now.
+fn report_export(
+    snapshot: &Snapshot,
+    (destination, operation): (&super::ExportDestination, crate::values::OperationId),
+    (ready, detail): (bool, Option<&crate::values::OperatorDetail>),
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<E>, SnapshotError> {
+    let export = snapshot.exports.iter().find(|export| export.destination == *destination);
+    let Some(export) = export else { return Err(SnapshotError::NoSuchExport) };
+    if export.operation.is_some_and(|current| current != operation) {
+        return Err(SnapshotError::Fenced);
+    }
+    match (export.status, export.operation) {
+        (ExportStatus::Pending, _) => {}
+        // Settled: the same report again is a redelivery.
+        (_, Some(_)) => return Ok(Vec::new()),
+        // Settled, recorded before exports had operations: nothing pending to report on.
+        (_, None) => return Err(SnapshotError::NoSuchExport),
+    }
+    let destination = destination.clone();
+    Ok(vec![if ready {
+        E::SnapshotExported { destination, at }
+    } else {
+        let detail = detail
+            .cloned()
+            .unwrap_or_else(|| crate::values::OperatorDetail::new("the agent reported no detail"));
+        E::SnapshotExportFailed { destination, detail, at }
+    }])
 }

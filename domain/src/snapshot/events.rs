@@ -39,7 +39,13 @@ pub enum SnapshotEvent {
     /// Retention GC failed to delete it this many times in a row: a dead letter.
     SnapshotGcDeadLettered { failures: u32, at: DateTime<Utc> },
     /// An export was asked for.
-    SnapshotExportRequested { destination: ExportDestination, at: DateTime<Utc> },
+    SnapshotExportRequested {
+        destination: ExportDestination,
+        at: DateTime<Utc>,
+        /// The export's operation (absent in events recorded before exports had one).
+        #[serde(default)]
+        operation: Option<OperationId>,
+    },
     /// An export was written.
     SnapshotExported { destination: ExportDestination, at: DateTime<Utc> },
     /// An export failed.
@@ -117,7 +123,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("SnapshotDeleted", &["cause", "not_found", "at"], &[]),
         view("SnapshotDeleteFailed", &["cause", "at"], &["failures", "detail"]),
         view("SnapshotGcDeadLettered", &[], &["failures", "at"]),
-        view("SnapshotExportRequested", &["destination", "at"], &[]),
+        view("SnapshotExportRequested", &["destination", "at"], &["operation"]),
         view("SnapshotExported", &["destination", "at"], &[]),
         view("SnapshotExportFailed", &["destination", "at"], &["detail"]),
         view("SnapshotUsed", AT, &[]),

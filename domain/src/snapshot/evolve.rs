@@ -64,7 +64,7 @@ pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
             snapshot.updated_at = Some(*at);
         }
         E::SnapshotGcDeadLettered { at, .. } => snapshot.updated_at = Some(*at),
-        E::SnapshotExportRequested { destination, at } => {
+        E::SnapshotExportRequested { destination, at, operation } => {
             snapshot.exports.retain(|export| export.destination != *destination);
             snapshot.exports.push(Export {
                 destination: destination.clone(),
@@ -72,6 +72,7 @@ pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
                 requested_at: *at,
                 updated_at: *at,
                 last_error: None,
+                operation: *operation,
             });
             snapshot.updated_at = Some(*at);
         }

@@ -242,4 +242,7 @@ pub struct Export {
     pub updated_at: chrono::DateTime<chrono::Utc>,
     /// The agent's failure (operators only; redacted before it is recorded).
     pub last_error: Option<crate::values::OperatorDetail>,
+    /// The request's operation, which the agent's report must name (none: recorded before
+    /// exports had operations, when a report was matched by its destination alone).
+    pub operation: Option<crate::values::OperationId>,
 }

@@ -496,19 +496,25 @@ fn a_failed_gc_deletion_is_an_error_and_from_the_fifth_in_a_row_a_dead_letter() 
 
 #[test]
 fn exports_are_recorded_pending_then_ready_or_error() {
-    let request = C::RequestExport { destination: destination() };
+    let request = C::RequestExport { destination: destination(), operation: op(7) };
     let snapshot =
         check(&ready(), request.clone(), running(), Events(&["SnapshotExportRequested"]));
     assert_eq!(snapshot.exports.len(), 1);
+    assert_eq!(snapshot.exports[0].operation, Some(op(7)));
     let mut pending = ready();
     pending.push((request.clone(), running()));
     check(&pending, request.clone(), running(), NoChange);
-    let report = |ready| C::ReportExport { destination: destination(), ready, detail: None };
-    let done = check(&pending, report(true), running(), Events(&["SnapshotExported"]));
+    let report = |operation, ready| C::ReportExport {
+        destination: destination(),
+        operation: op(operation),
+        ready,
+        detail: None,
+    };
+    let done = check(&pending, report(7, true), running(), Events(&["SnapshotExported"]));
     assert_eq!(done.exports[0].status.name(), "ready");
-    let failed = check(&pending, report(false), running(), Events(&["SnapshotExportFailed"]));
+    let failed = check(&pending, report(7, false), running(), Events(&["SnapshotExportFailed"]));
     assert_eq!(failed.exports[0].status.name(), "error");
-    check(&ready(), report(true), running(), Refused(SnapshotError::NoSuchExport));
+    check(&ready(), report(7, true), running(), Refused(SnapshotError::NoSuchExport));
     for bad in
         ["s3://user:pass@bucket/key", "https://b.example/k?X-Amz-Signature=abc", "s3://b/k#t"]
     {
@@ -517,7 +523,47 @@ fn exports_are_recorded_pending_then_ready_or_error() {
             "{bad}: a destination never carries credentials"
         );
     }
-    check(&deleted(), report(true), running(), NoChange);
+    check(&deleted(), report(7, true), running(), NoChange);
+}
+
+#[test]
+fn an_export_report_names_its_request_and_a_late_answer_never_settles_a_later_request() {
+    let first = C::RequestExport { destination: destination(), operation: op(7) };
+    let report = |operation, ready| C::ReportExport {
+        destination: destination(),
+        operation: op(operation),
+        ready,
+        detail: None,
+    };
+    let mut history = ready();
+    history.push((first, running()));
+    check(&history, report(8, true), running(), Refused(SnapshotError::Fenced));
+    history.push((report(7, false), running()));
+    // Settled: the same report again is a redelivery.
+    check(&history, report(7, false), running(), NoChange);
+    // Asked again after its failure: a new operation, and the first attempt's late success
+    // is fenced off.
+    let again = C::RequestExport { destination: destination(), operation: op(8) };
+    history.push((again, running()));
+    check(&history, report(7, true), running(), Refused(SnapshotError::Fenced));
+    let done = check(&history, report(8, true), running(), Events(&["SnapshotExported"]));
+    assert_eq!((done.exports.len(), done.exports[0].status.name()), (1, "ready"));
+}
+
+#[test]
+fn an_export_recorded_before_exports_had_operations_is_settled_by_its_destination() {
+    let payload = serde_json::json!({ "destination": "s3://bucket/snap-1", "at": t(20) });
+    let legacy = SnapshotEvent::from_stored("SnapshotExportRequested", &payload)
+        .expect("an event without an operation still decodes");
+    let pending = replay(&ready()).evolve(&legacy);
+    assert_eq!(pending.exports[0].operation, None);
+    let report =
+        C::ReportExport { destination: destination(), operation: op(9), ready: true, detail: None };
+    let events = pending.decide(&report, &ctx(running())).expect("settled by destination");
+    let done = events.iter().fold(pending, |state, event| state.evolve(event));
+    assert_eq!(done.exports[0].status.name(), "ready");
+    let again = done.decide(&report, &ctx(running()));
+    assert!(matches!(again, Err(SnapshotError::NoSuchExport)), "{again:?}");
 }
 
 #[test]

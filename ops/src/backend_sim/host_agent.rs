@@ -126,6 +126,7 @@ pub fn router(agent: HostAgent) -> Router {
         .route("/v1/vm/{id}/snapshot", post(copies::snapshot))
         .route("/v1/vm/{id}/fork", post(copies::fork))
         .route("/v1/vm/{id}/restore", post(copies::restore))
+        .route("/v1/vm/{id}/snapshots/{snapshot}/export", post(copies::export))
         .route("/v1/artifacts/{digest}", get(copies::artifact))
         .route("/v1/artifacts/{digest}/pull", post(copies::pull))
         .route("/v1/capacity", get(capacity))

@@ -232,6 +232,21 @@ pub(crate) struct Agent {
     _dir: TempDir,
 }
 
+impl Agent {
+    /// How many requests the agent received on `route` (the simulator's count).
+    pub(crate) async fn count(&self, route: &str) -> u64 {
+        let counts: Value = reqwest::Client::new()
+            .get(format!("{}/sim/requests", self.url))
+            .send()
+            .await
+            .expect("the agent answers")
+            .json()
+            .await
+            .expect("JSON");
+        counts[route].as_u64().unwrap_or(0)
+    }
+}
+
 pub(crate) async fn start_agent(extra: &[&str]) -> Agent {
     start_agent_with(AGENT_TOKEN, extra).await
 }

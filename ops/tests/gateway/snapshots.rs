@@ -275,8 +275,9 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
     let theirs = server.graphql(&tenant_token("globex"), used, hit).await;
     assert_eq!(data(&theirs)["useLayerArtifact"], Value::Null, "{theirs}");
 
-    // An export is recorded pending, and settled by the agent's report (fuse's agent has no
-    // export route: an agent reports it through GraphQL).
+    // An export is recorded pending and sent to the host's agent on Leasehold's export route,
+    // whose answer settles it; a report naming another operation is fenced, the same one again
+    // is a redelivery, and a tenant reports nothing.
     let export = "mutation($input: ExportSnapshotInput!) { exportSnapshot(input: $input) { events { type } } }";
     let to = "s3://backups/acme/snap-1";
     let input = json!({ "input": { "snapshotId": id, "destination": to, "operationKey": "x-1" } });
@@ -287,14 +288,6 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
     );
     let presigned = json!({ "input": { "snapshotId": id, "destination": "https://b/k?X-Amz-Signature=abc", "operationKey": "x-2" } });
     assert_eq!(code(&server.graphql(&acme, export, presigned).await), Some("BAD_USER_INPUT"));
-    let report = "mutation($input: SnapshotExportReportInput!) { reportSnapshotExport(input: $input) { events { type } } }";
-    let done = json!({ "input": { "snapshotId": id, "destination": to, "ready": true, "operationKey": "xr-1" } });
-    let reported = server.graphql(&host_agent("agent-1"), report, done.clone()).await;
-    assert_eq!(
-        data(&reported)["reportSnapshotExport"]["events"],
-        json!([{ "type": "SnapshotExported" }])
-    );
-    assert_eq!(code(&server.graphql(&acme, report, done).await), Some("FORBIDDEN"));
     let exported = crate::backend::eventually("the export being projected ready", || async {
         let answer = server
             .graphql(
@@ -308,6 +301,29 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
     })
     .await;
     assert_eq!(exported[0]["destination"], to);
+    assert_eq!(agent.count("export").await, 1, "sent once to the host's agent");
+    let client = server.db.client().await;
+    let stream = format!("snapshot-{}", id.as_str().expect("an id"));
+    let row = client
+        .query_one(
+            "SELECT payload->>'operation' FROM events WHERE stream_id = $1 \
+             AND event_type = 'SnapshotExportRequested'",
+            &[&stream],
+        )
+        .await
+        .expect("readable");
+    let operation: String = row.get(0);
+    let report = "mutation($input: SnapshotExportReportInput!) { reportSnapshotExport(input: $input) { events { type } } }";
+    let again = |operation: &str, key: &str| json!({ "input": { "snapshotId": id, "operationId": operation, "destination": to, "ready": false, "detail": "late", "operationKey": key } });
+    let stale = server
+        .graphql(&host_agent("agent-1"), report, again(&uuid::Uuid::nil().to_string(), "xr-1"))
+        .await;
+    assert_eq!(code(&stale), Some("FENCED"), "{stale}");
+    let redelivered =
+        server.graphql(&host_agent("agent-1"), report, again(&operation, "xr-2")).await;
+    assert_eq!(data(&redelivered)["reportSnapshotExport"]["events"], json!([]), "{redelivered}");
+    let tenant = server.graphql(&acme, report, again(&operation, "xr-3")).await;
+    assert_eq!(code(&tenant), Some("FORBIDDEN"));
 
     let restore = "mutation($input: RestoreSnapshotInput!) { restoreSnapshot(input: $input) { events { type } } }";
     let input = json!({ "input": { "snapshotId": id, "vmId": vm, "operationKey": "r-1" } });
@@ -316,7 +332,6 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
         data(&restoring)["restoreSnapshot"]["events"],
         json!([{ "type": "SnapshotRestoring" }])
     );
-    let client = server.db.client().await;
     crate::backend::eventually("the restore being confirmed", || async {
         let stream = format!("snapshot-{}", id.as_str().expect("an id"));
         let row = client

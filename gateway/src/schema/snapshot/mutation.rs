@@ -218,7 +218,8 @@ impl SnapshotMutation {
         report(ctx, (snapshot, input.operation_key.as_str()), deleted).await
     }
 
-    /// A host agent reports an export of a snapshot of its host written, or failed.
+    /// A host agent reports an export of a snapshot of its host written, or failed, naming
+    /// the export's operation it was sent (an earlier request's is `FENCED`).
     async fn report_snapshot_export(
         &self,
         ctx: &Context<'_>,
@@ -227,8 +228,9 @@ impl SnapshotMutation {
         let snapshot = SnapshotId(uuid_arg("snapshotId", &input.snapshot_id)?);
         let destination = ExportDestination::parse("destination", input.destination)
             .map_err(ApiError::from_field)?;
+        let operation = OperationId(uuid_arg("operationId", &input.operation_id)?);
         let detail = (!input.ready).then(|| detail_of(input.detail.as_deref()));
-        let exported = AgentReport::Exported { destination, ready: input.ready, detail };
+        let exported = AgentReport::Exported { destination, operation, ready: input.ready, detail };
         report(ctx, (snapshot, input.operation_key.as_str()), exported).await
     }
 

@@ -310,6 +310,8 @@ pub struct SnapshotExportReportInput {
     pub snapshot_id: ID,
     /// Your idempotency key.
     pub operation_key: String,
+    /// The export's operation, as it was sent (an earlier request's is `FENCED`).
+    pub operation_id: ID,
     /// Where it was exported to.
     pub destination: String,
     /// Whether it was written (else it failed).

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use leasehold_adapters::hosts::grant::{self, GRANT_HEADER};
 use leasehold_adapters::hosts::wire::{
-    ArtifactPullRequest, ArtifactPulled, ForkVmRequest, RestoreRequest, SnapshotRequest,
-    SnapshotTaken,
+    ArtifactPullRequest, ArtifactPulled, ExportRequest, ForkVmRequest, RestoreRequest,
+    SnapshotRequest, SnapshotTaken,
 };
 use sha2::{Digest, Sha256};
 
@@ -101,6 +101,33 @@ pub async fn restore(
         return text(StatusCode::NOT_FOUND, "snapshot not found");
     }
     (StatusCode::OK, axum::Json(serde_json::json!({ "ok": true }))).into_response()
+}
+
+/// `POST /v1/vm/{id}/snapshots/{snapshot}/export`, Leasehold's route (fuse's agent has
+/// none): the snapshot "written" to its destination at once (200), counted under `export`.
+pub async fn export(
+    State(agent): State<HostAgent>,
+    headers: HeaderMap,
+    Path((id, snapshot)): Path<(String, String)>,
+    body: String,
+) -> Response {
+    if !agent.allows(&headers, "export") {
+        return text(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    let request: ExportRequest = match serde_json::from_str(&body) {
+        Ok(request) => request,
+        Err(error) => return bad_json(&error),
+    };
+    if request.destination.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "destination required");
+    }
+    // A snapshot outlives its VM in the host's store: its export needs only the snapshot.
+    let _ = id;
+    if !agent.snapshots().contains_key(&snapshot) {
+        return text(StatusCode::NOT_FOUND, "snapshot not found");
+    }
+    (StatusCode::OK, axum::Json(serde_json::json!({ "destination": request.destination })))
+        .into_response()
 }
 
 pub async fn fork(
