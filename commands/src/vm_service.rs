@@ -59,14 +59,47 @@ pub trait HostCatalog: Send + Sync {
     /// Every host of the fleet, as last known.
     fn hosts(&self) -> impl Future<Output = std::result::Result<Vec<Host>, StoreError>> + Send;
 
-    /// The hosts already holding the bytes of `tenant`'s artifact `seed` (the artifact
-    /// index: placement's locality tie-break). None known by default.
-    fn artifact_hosts(
+    /// The copies of `tenant`'s artifact `seed` on the fleet's hosts: the seed itself and its
+    /// tenant's other ready snapshots of the same digest (the artifact index). None known by
+    /// default.
+    fn seed_copies(
         &self,
         _tenant: &TenantId,
         _seed: &leasehold_domain::vm::SnapshotRef,
+    ) -> impl Future<Output = std::result::Result<Vec<SeedCopy>, StoreError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    /// The hosts already holding the bytes of `tenant`'s artifact `seed` (placement's
+    /// locality tie-break).
+    fn artifact_hosts(
+        &self,
+        tenant: &TenantId,
+        seed: &leasehold_domain::vm::SnapshotRef,
     ) -> impl Future<Output = std::result::Result<BTreeSet<HostId>, StoreError>> + Send {
-        async { Ok(BTreeSet::new()) }
+        let copies = self.seed_copies(tenant, seed);
+        async move { Ok(copies.await?.into_iter().map(|copy| copy.host).collect()) }
+    }
+}
+
+/// One host's copy of a seed artifact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedCopy {
+    /// The host holding it.
+    pub host: HostId,
+    /// Its reference in that host's store.
+    pub store_ref: leasehold_domain::vm::SnapshotRef,
+    /// Its sha256 (what a pull asks for and checks), when the agent hashed it.
+    pub digest: Option<leasehold_domain::snapshot::Digest>,
+    /// Whether another host can boot from it once pulled: written as a disk snapshot (a live
+    /// one's pull carries its disk half only, which does not boot on its own).
+    pub movable: bool,
+}
+
+impl SeedCopy {
+    /// The digest a pull of it asks for, when it can move.
+    pub fn pullable(&self) -> Option<&leasehold_domain::snapshot::Digest> {
+        self.digest.as_ref().filter(|_| self.movable)
     }
 }
 
@@ -311,10 +344,7 @@ where
             let outcome = Box::pin(self.pipeline.execute(request.hashed_as(hash))).await?;
             return Ok(VmOutcome { vm, outcome, replacements: 0 });
         }
-        let artifact_hosts = match &spec.seed {
-            Some(seed) => self.catalog.artifact_hosts(tenant, seed).await?,
-            None => BTreeSet::new(),
-        };
+        let artifact_hosts = self.seed_holders(tenant, &spec).await?;
         let ask = Ask {
             demand: spec.demand(),
             pin: spec.pin.clone(),
@@ -332,6 +362,36 @@ where
             })
             .await?;
         Ok(VmOutcome { vm, outcome, replacements })
+    }
+
+    /// The hosts holding `spec`'s seed (placement's tie-break). An unpinned seed must be one
+    /// of the tenant's ready snapshots, and movable (hashed, written as disk): the chosen
+    /// host's agent may have to pull it by its digest (a pinned one is looked up by the pinned host's agent, as fuse's is).
+    async fn seed_holders(&self, tenant: &TenantId, spec: &VmSpec) -> Result<BTreeSet<HostId>> {
+        let Some(seed) = &spec.seed else { return Ok(BTreeSet::new()) };
+        let copies = self.catalog.seed_copies(tenant, seed).await?;
+        if spec.pin.is_none() {
+            use leasehold_domain::values::{FieldError, Problem};
+            let unknown = FieldError::new(
+                "seedSnapshotId",
+                Problem::BadFormat {
+                    expected: "one of your ready snapshots, or set with a hostId",
+                },
+            );
+            let unmovable = FieldError::new(
+                "hostId",
+                Problem::BadFormat {
+                    expected: "set: the seed cannot move (no digest, or a live snapshot)",
+                },
+            );
+            if copies.is_empty() {
+                return Err(CommandError::Refused(VmError::BadSpec(unknown)));
+            }
+            if copies.iter().all(|copy| copy.pullable().is_none()) {
+                return Err(CommandError::Refused(VmError::BadSpec(unmovable)));
+            }
+        }
+        Ok(copies.into_iter().map(|copy| copy.host).collect())
     }
 
     /// The fleet's hosts as placement sees them: the catalog, with what this process appended

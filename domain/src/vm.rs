@@ -20,7 +20,7 @@
 //!
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
-//! | none | Create | provisioning | VmProvisioning, TaskAssigned, VmScheduled (the placement decision); linked: Reserve on the chosen host | the spec's own rules (`BadSpec`: counts in range, a GPU model only with GPUs, a seed snapshot only with a pin, guest files unique and outside `/fuse`); startup-script timeout ≤ the fleet's maximum (`StartupTimeoutTooLarge`); proxy egress needs an egress registry (`NoEgressRegistry`); a pinned VM placed on its pin (`PinMismatch`) |
+//! | none | Create | provisioning | VmProvisioning, TaskAssigned, VmScheduled (the placement decision); linked: Reserve on the chosen host | the spec's own rules (`BadSpec`: counts in range, a GPU model only with GPUs, resuming a seed only with a seed and a pin, guest files unique and outside `/fuse`); startup-script timeout ≤ the fleet's maximum (`StartupTimeoutTooLarge`); proxy egress needs an egress registry (`NoEgressRegistry`); a pinned VM placed on its pin (`PinMismatch`) |
 //! | any but none | Create | unchanged | refused | `TaskAlreadyAssigned` (a conflict: the task has its VM) |
 //! | provisioning | ReportBooted | running | VmRunning, TaskRunning | — |
 //! | running, draining | ReportBooted | unchanged | — (duplicate report) | — |

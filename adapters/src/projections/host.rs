@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{ClientWrapper, Transaction};
-use leasehold_commands::vm_service::HostCatalog;
+use leasehold_commands::vm_service::{HostCatalog, SeedCopy};
 use leasehold_domain::StoreError;
 use leasehold_domain::host::Host;
 use leasehold_domain::values::fleet::HostId;
@@ -136,35 +136,51 @@ impl HostCatalog for PgHostCatalog {
         Ok(hosts)
     }
 
-    /// The hosts holding one of `tenant`'s ready artifacts with the seed's digest, and the
-    /// seed's own host (the artifact index over `snapshot_records`; the tenant in the query:
-    /// another tenant's artifact never draws a VM anywhere).
-    async fn artifact_hosts(
+    /// The seed, and `tenant`'s other ready snapshots with the seed's digest, where they are
+    /// (the artifact index over `snapshot_records`; the tenant in the query: another tenant's
+    /// artifact never draws a VM anywhere, nor is ever pulled for one).
+    async fn seed_copies(
         &self,
         tenant: &leasehold_domain::TenantId,
         seed: &leasehold_domain::vm::SnapshotRef,
-    ) -> Result<std::collections::BTreeSet<HostId>, StoreError> {
+    ) -> Result<Vec<SeedCopy>, StoreError> {
+        // A seed is named by its snapshot id (a tenant's way) or by its host-store reference.
+        let as_id = uuid::Uuid::parse_str(seed.as_str()).ok();
         let client = self.store.client().await?;
         let endpoint = self.store.endpoint().to_owned();
         let statement = client
-            .prepare_cached(SEED_HOLDERS_SQL)
+            .prepare_cached(SEED_COPIES_SQL)
             .await
             .map_err(|error| crate::store::from_driver(error, &endpoint))?;
         let rows = client
-            .query(&statement, &[&tenant.as_str(), &seed.as_str()])
+            .query(&statement, &[&tenant.as_str(), &seed.as_str(), &as_id])
             .await
             .map_err(|error| crate::store::from_driver(error, &endpoint))?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| HostId::parse("host", row.get::<_, &str>(0)).ok())
-            .collect())
+        Ok(rows.iter().filter_map(seed_copy).collect())
     }
 }
 
-/// The seed's host, and every host holding a ready artifact of the same tenant's with the
-/// seed's digest.
-const SEED_HOLDERS_SQL: &str = "SELECT seed.host_id FROM snapshot_records seed \
-     WHERE seed.tenant_id = $1 AND seed.store_ref = $2 AND seed.state = 'ready' \
-     UNION SELECT same.host_id FROM snapshot_records seed JOIN snapshot_records same \
-       ON same.tenant_id = seed.tenant_id AND same.digest = seed.digest AND same.state = 'ready' \
-     WHERE seed.tenant_id = $1 AND seed.store_ref = $2 AND seed.state = 'ready'";
+/// A row of [`SEED_COPIES_SQL`] as a copy (a row the domain would not accept is no copy).
+fn seed_copy(row: &tokio_postgres::Row) -> Option<SeedCopy> {
+    use leasehold_domain::snapshot::Digest;
+    use leasehold_domain::vm::SnapshotRef;
+    Some(SeedCopy {
+        host: HostId::parse("host", row.get::<_, &str>(0)).ok()?,
+        store_ref: SnapshotRef::parse("store_ref", row.get::<_, &str>(1)).ok()?,
+        digest: row
+            .get::<_, Option<&str>>(2)
+            .and_then(|digest| Digest::parse("digest", digest).ok()),
+        movable: row.get::<_, Option<&str>>(3) == Some("disk"),
+    })
+}
+
+/// The seed itself (by its store reference or its snapshot id), and every ready snapshot of
+/// the same tenant's with the seed's digest, one per host (the seed itself first on its own
+/// host), by host id: the same answer every time.
+const SEED_COPIES_SQL: &str = "SELECT DISTINCT ON (same.host_id) same.host_id, same.store_ref, \
+     same.digest, same.kind FROM snapshot_records seed JOIN snapshot_records same \
+       ON same.tenant_id = seed.tenant_id AND same.state = 'ready' AND same.store_ref IS NOT NULL \
+      AND (same.snapshot_id = seed.snapshot_id OR same.digest = seed.digest) \
+     WHERE seed.tenant_id = $1 AND (seed.store_ref = $2 OR seed.snapshot_id = $3::uuid) \
+       AND seed.state = 'ready' \
+     ORDER BY same.host_id, same.snapshot_id = seed.snapshot_id DESC, same.snapshot_id";

@@ -60,6 +60,7 @@ pub struct MigrateOptions {
 fn copy_spec(source: &VmSpec) -> VmSpec {
     let mut spec = source.clone();
     spec.seed = None;
+    spec.resume_seed = false;
     spec
 }
 

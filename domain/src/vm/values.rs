@@ -167,8 +167,10 @@ pub struct VmSpec {
     /// A named base image to boot from (none: the provider's default base). Never with a
     /// seed snapshot.
     pub image: Option<ImageName>,
-    /// A snapshot in its host's store to boot from instead (host-local: the VM is pinned to
-    /// that host). Never with an image.
+    /// A snapshot in a host's store to boot from instead: one of its tenant's (by its store
+    /// reference). Unpinned, placement prefers a host already holding its bytes (locality
+    /// breaks ties only) and the dispatcher has the chosen host's agent pull it from a holder
+    /// first when it holds none. Never with an image.
     pub seed: Option<SnapshotRef>,
     /// Resume the seed's memory instead of cold-booting (live migration only).
     pub resume_seed: bool,
@@ -214,10 +216,11 @@ impl VmSpec {
             let problem = Problem::BadFormat { expected: "not set with an image" };
             return Err(FieldError::new("seedSnapshotId", problem));
         }
-        if self.seed.is_some() && self.pin.is_none() {
-            // A seed snapshot is host-local: the VM must land where it is.
-            let problem = Problem::BadFormat { expected: "set with a seed snapshot" };
-            return Err(FieldError::new("hostId", problem));
+        if self.resume_seed && (self.seed.is_none() || self.pin.is_none()) {
+            // A seed's memory resumes only where a live seed already is: the artifact moves
+            // to an unpinned VM's host (see the VM service), its memory image does not.
+            let problem = Problem::BadFormat { expected: "set with a seed snapshot and a hostId" };
+            return Err(FieldError::new("resumeSeed", problem));
         }
         let mut paths: Vec<&GuestPath> = self.guest_files.iter().collect();
         paths.sort();

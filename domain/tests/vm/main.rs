@@ -62,10 +62,17 @@ fn create_checks_the_spec() {
     let mut kind_alone = spec();
     kind_alone.gpu_kind = Some(GpuKind::parse("gpuKind", "a100").expect("valid"));
     refuse(kind_alone, "gpuKind");
-    // A seed snapshot is host-local: it needs a pin.
+    // A seed snapshot moves to its VM's host: no pin needed; resuming its memory needs one.
     let mut seeded = spec();
     seeded.seed = Some(SnapshotRef::parse("seed", "snap-1-abc").expect("valid"));
-    refuse(seeded.clone(), "hostId");
+    let mut resumed = seeded.clone();
+    resumed.resume_seed = true;
+    refuse(resumed, "resumeSeed");
+    check(
+        &[],
+        create_with(seeded.clone(), placed_on("agent-1")),
+        Events(&["VmProvisioning", "TaskAssigned", "VmScheduled"]),
+    );
     seeded.pin = Some(host("agent-1"));
     let mut both = seeded.clone();
     both.image =

@@ -6,6 +6,10 @@
 //! a plain boot's is; the source is never touched by one (a migration's source is destroyed
 //! only once its copy booted, by the VM service).
 //!
+//! A seeded VM's boot (`seed_on`): its host's own copy of the seed when it has one (the
+//! seed, or its tenant's artifact of the same digest), else one its agent pulls from a
+//! holder's first, the same way.
+//!
 //! A send repeated after a lost answer takes a second snapshot (fuse's agent has no route to
 //! delete one: it stays in the host's store, as its own orchestrator's do) and then finds the
 //! copy there (409), which it reads back.
@@ -14,7 +18,7 @@ use leasehold_commands::CommandStore;
 use leasehold_commands::vm_service::{CredentialVault, HostCatalog};
 use leasehold_domain::values::OperationId;
 use leasehold_domain::values::fleet::{HostId, VmId};
-use leasehold_domain::vm::{Vm, VmStatus};
+use leasehold_domain::vm::{SnapshotRef, Vm, VmStatus};
 use leasehold_projections::ReconcileError;
 
 use super::{BootAnswer, Sent, VmDispatch, Work, retry};
@@ -139,17 +143,64 @@ where
         if target_host == source_host {
             return Ok(taken.snapshot_id);
         }
+        self.pull(source, target, (&taken.digest, &taken.snapshot_id)).await
+    }
+}
+
+impl<S, C, V> VmDispatch<S, C, V>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+    C: HostCatalog,
+    V: CredentialVault,
+{
+    /// The id `host`'s store has `seed` under: its own copy (the seed, or the tenant's
+    /// same-digest artifact there), or one its agent pulls now from a holder's agent, with a
+    /// grant minted with the holder's token and filed under the seed's id. A seed the
+    /// artifact index does not know is sent as named (a pinned VM's host's agent looks it up
+    /// itself, as fuse's does). `Err` inside: the boot's answer (a failed or refused pull).
+    pub(super) async fn seed_on(
+        &self,
+        work: &Work,
+        (host, agent): (&HostId, &AgentTarget),
+        seed: &str,
+    ) -> Result<Result<String, BootAnswer>, ReconcileError> {
+        let Ok(seed_ref) = SnapshotRef::parse("seed", seed) else { return Ok(Ok(seed.into())) };
+        let copies = self.vms.catalog().seed_copies(&work.tenant, &seed_ref).await;
+        let copies = copies.map_err(|error| retry("read the seed's copies", &error))?;
+        if copies.is_empty() {
+            return Ok(Ok(seed.into()));
+        }
+        if let Some(local) = copies.iter().find(|copy| copy.host == *host) {
+            return Ok(Ok(local.store_ref.to_string()));
+        }
+        for copy in &copies {
+            let Some(digest) = copy.pullable() else { continue };
+            let Some(peer) = self.target(&copy.host).await? else { continue };
+            let pulled = self.pull(&peer, agent, (digest.as_str(), seed)).await;
+            return Ok(pulled);
+        }
+        let none = "no holder of a movable copy of the seed has a registered agent token";
+        Ok(Err(BootAnswer::NoAnswer(none.into())))
+    }
+
+    /// `target`'s agent pulls `digest` from `peer`'s, filed under `snapshot_id`.
+    async fn pull(
+        &self,
+        peer: &AgentTarget,
+        target: &AgentTarget,
+        (digest, snapshot_id): (&str, &str),
+    ) -> Result<String, BootAnswer> {
         let expiry = chrono::Utc::now().timestamp() + GRANT_TTL_SECONDS;
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce)
             .map_err(|error| BootAnswer::NoAnswer(format!("no randomness for a grant: {error}")))?;
-        // Minted with the serving (source) host's token: the target's agent never holds it.
+        // Minted with the serving host's token: the pulling agent never holds it.
         let pull = ArtifactPullRequest {
-            peer_url: source.url.clone(),
-            grant: grant::mint(&source.token, &taken.digest, expiry, nonce),
-            snapshot_id: taken.snapshot_id.clone(),
+            peer_url: peer.url.clone(),
+            grant: grant::mint(&peer.token, digest, expiry, nonce),
+            snapshot_id: snapshot_id.to_owned(),
         };
-        let pulled = self.agents.pull_artifact(target, &taken.digest, &pull).await;
+        let pulled = self.agents.pull_artifact(target, digest, &pull).await;
         pulled.map(|pulled| pulled.snapshot_id).map_err(BootAnswer::of_error)
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! A copy's boot (`copies.rs`) is a fork or a migration: a snapshot of the source first, then
 //! the copy booted from it, on the source's host (a fork) or on the target after the target's
-//! agent pulled the snapshot from the source's (a migration).
+//! agent pulled the snapshot from the source's (a migration). A seeded VM boots from its
+//! host's copy of the seed, pulled there first from a holder when the host has none.
 //!
 //! At least once: a boot sent again after a lost answer finds the VM there (409) and reads it
 //! back; a delete sent again finds it gone (404), which is done. Work the VM no longer awaits
@@ -214,8 +215,14 @@ where
         named: (VmId, HostId, OperationId),
         agent: &AgentTarget,
     ) -> Result<Sent, ReconcileError> {
-        let request: CreateVmRequest = serde_json::from_value(work.request["agent"].clone())
+        let mut request: CreateVmRequest = serde_json::from_value(work.request["agent"].clone())
             .map_err(|error| retry("decode a boot request", &error))?;
+        if let Some(seed) = request.seed_snapshot.clone() {
+            match self.seed_on(work, (&named.1, agent), &seed).await? {
+                Ok(local) => request.seed_snapshot = Some(local),
+                Err(answer) => return self.record_boot(work, named, answer).await,
+            }
+        }
         let created = self.agents.create(agent, &request).await;
         let answer = self.read_back(agent, &request.name, created).await;
         self.record_boot(work, named, answer).await

@@ -159,7 +159,10 @@ pub struct CreateVmInput {
     pub idle_timeout_seconds: Option<i64>,
     /// A base image (never with a seed snapshot).
     pub image: Option<String>,
-    /// A snapshot in the pinned host's store to boot from.
+    /// One of your ready snapshots to boot from instead of an image (its id, or its host
+    /// store's reference). Unpinned, the VM goes where the gates and the policy say, a host
+    /// already holding the snapshot breaking a tie, and the chosen host's agent pulls it from
+    /// a holder first when it has none (the snapshot must have a digest).
     pub seed_snapshot_id: Option<String>,
     /// Guest memory on 2 MiB pages.
     pub huge_pages: Option<bool>,

@@ -173,4 +173,13 @@ async fn placements_artifact_lookup_finds_the_seeds_holders_of_the_tenants_own_o
     let names: Vec<&str> = theirs.iter().map(HostId::as_str).collect();
     assert_eq!(names, ["agent-2", "agent-3"], "the seed's host and its digest's other holders");
     assert!(catalog.artifact_hosts(&tenant("acme"), &seed).await.expect("read").is_empty());
+    // By its snapshot id too (a tenant's way to name it), each host's copy under its own
+    // store reference, with the digest a pull asks for.
+    let by_id = SnapshotRef::parse("seed", Uuid::from_u128(9).to_string()).expect("valid");
+    let copies = catalog.seed_copies(&tenant("globex"), &by_id).await.expect("read");
+    let found: Vec<(&str, &str)> =
+        copies.iter().map(|copy| (copy.host.as_str(), copy.store_ref.as_str())).collect();
+    assert_eq!(found, [("agent-2", "snap-9"), ("agent-3", "snap-10")]);
+    assert!(copies.iter().all(|copy| copy.digest == copies[0].digest && copy.digest.is_some()));
+    assert!(catalog.seed_copies(&tenant("acme"), &by_id).await.expect("read").is_empty());
 }
