@@ -47,14 +47,19 @@ const DUE_SQL: &str = "SELECT r.snapshot_id, r.updated_at FROM snapshot_records 
        ORDER BY l.created_at DESC, l.snapshot_id DESC LIMIT 1) \
      ORDER BY r.retention_until, r.snapshot_id LIMIT $2";
 
-/// Each tenant's ready layers past the cap, least recently used first (ties: the older id).
+/// Each tenant's ready layers past the cap, least recently used first (ties: the older id),
+/// but a parent of a child not being deleted (the aggregate keeps it: it would only be refused
+/// again every sweep; it still counts toward the cap).
 const OVER_CAP_SQL: &str = "SELECT snapshot_id, updated_at FROM ( \
-       SELECT snapshot_id, updated_at, last_used, created_at, row_number() OVER ( \
+       SELECT snapshot_id, tenant_id, updated_at, last_used, created_at, row_number() OVER ( \
          PARTITION BY tenant_id \
          ORDER BY coalesce(last_used, created_at) DESC, snapshot_id DESC) AS newness \
        FROM snapshot_records \
        WHERE mode = 'build' AND layer_key IS NOT NULL AND state = 'ready') ranked \
-     WHERE newness > $1 ORDER BY coalesce(last_used, created_at), snapshot_id LIMIT $2";
+     WHERE newness > $1 AND NOT EXISTS (SELECT 1 FROM snapshot_records c \
+       WHERE c.tenant_id = ranked.tenant_id AND c.parent_snapshot_id = ranked.snapshot_id \
+       AND c.state NOT IN ('deleting', 'deleted')) \
+     ORDER BY coalesce(last_used, created_at), snapshot_id LIMIT $2";
 
 /// Snapshots creating with no change since `$1`.
 const STUCK_SQL: &str = "SELECT snapshot_id, updated_at FROM snapshot_records \

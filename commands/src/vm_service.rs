@@ -94,12 +94,20 @@ pub struct SeedCopy {
     /// Whether another host can boot from it once pulled: written as a disk snapshot (a live
     /// one's pull carries its disk half only, which does not boot on its own).
     pub movable: bool,
+    /// Whether it is the seed itself (else another of the tenant's artifacts with its digest).
+    pub is_seed: bool,
 }
 
 impl SeedCopy {
     /// The digest a pull of it asks for, when it can move.
     pub fn pullable(&self) -> Option<&leasehold_domain::snapshot::Digest> {
         self.digest.as_ref().filter(|_| self.movable)
+    }
+
+    /// Whether a VM seeded from it boots from this copy on its own host: the seed itself, or
+    /// a disk artifact of the same bytes (its digest: content addressing, as a pull is).
+    pub fn bootable_here(&self) -> bool {
+        self.is_seed || self.pullable().is_some()
     }
 }
 
@@ -364,32 +372,24 @@ where
         Ok(VmOutcome { vm, outcome, replacements })
     }
 
-    /// The hosts holding `spec`'s seed (placement's tie-break). An unpinned seed must be one
-    /// of the tenant's ready snapshots, and movable (hashed, written as disk): the chosen
-    /// host's agent may have to pull it by its digest (a pinned one is looked up by the pinned host's agent, as fuse's is).
+    /// The hosts holding `spec`'s seed (placement's tie-break). A seed must be one of the
+    /// tenant's ready snapshots, pinned or not (an artifact carries whatever its build baked
+    /// in: another tenant's is never booted, nor is a name the index does not know sent on);
+    /// unpinned, it must be movable too (hashed, written as disk): the chosen host's agent may
+    /// have to pull it by its digest.
     async fn seed_holders(&self, tenant: &TenantId, spec: &VmSpec) -> Result<BTreeSet<HostId>> {
+        use leasehold_domain::values::{FieldError, Problem};
         let Some(seed) = &spec.seed else { return Ok(BTreeSet::new()) };
         let copies = self.catalog.seed_copies(tenant, seed).await?;
-        if spec.pin.is_none() {
-            use leasehold_domain::values::{FieldError, Problem};
-            let unknown = FieldError::new(
-                "seedSnapshotId",
-                Problem::BadFormat {
-                    expected: "one of your ready snapshots, or set with a hostId",
-                },
-            );
-            let unmovable = FieldError::new(
-                "hostId",
-                Problem::BadFormat {
-                    expected: "set: the seed cannot move (no digest, or a live snapshot)",
-                },
-            );
-            if copies.is_empty() {
-                return Err(CommandError::Refused(VmError::BadSpec(unknown)));
-            }
-            if copies.iter().all(|copy| copy.pullable().is_none()) {
-                return Err(CommandError::Refused(VmError::BadSpec(unmovable)));
-            }
+        let refused = |field, expected| {
+            let problem = Problem::BadFormat { expected };
+            Err(CommandError::Refused(VmError::BadSpec(FieldError::new(field, problem))))
+        };
+        if copies.is_empty() {
+            return refused("seedSnapshotId", "one of your ready snapshots");
+        }
+        if spec.pin.is_none() && copies.iter().all(|copy| copy.pullable().is_none()) {
+            return refused("hostId", "set: the seed cannot move (no digest, or a live snapshot)");
         }
         Ok(copies.into_iter().map(|copy| copy.host).collect())
     }

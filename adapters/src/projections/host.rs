@@ -171,6 +171,7 @@ fn seed_copy(row: &tokio_postgres::Row) -> Option<SeedCopy> {
             .get::<_, Option<&str>>(2)
             .and_then(|digest| Digest::parse("digest", digest).ok()),
         movable: row.get::<_, Option<&str>>(3) == Some("disk"),
+        is_seed: row.get(4),
     })
 }
 
@@ -178,7 +179,8 @@ fn seed_copy(row: &tokio_postgres::Row) -> Option<SeedCopy> {
 /// the same tenant's with the seed's digest, one per host (the seed itself first on its own
 /// host), by host id: the same answer every time.
 const SEED_COPIES_SQL: &str = "SELECT DISTINCT ON (same.host_id) same.host_id, same.store_ref, \
-     same.digest, same.kind FROM snapshot_records seed JOIN snapshot_records same \
+     same.digest, same.kind, same.snapshot_id = seed.snapshot_id \
+     FROM snapshot_records seed JOIN snapshot_records same \
        ON same.tenant_id = seed.tenant_id AND same.state = 'ready' AND same.store_ref IS NOT NULL \
       AND (same.snapshot_id = seed.snapshot_id OR same.digest = seed.digest) \
      WHERE seed.tenant_id = $1 AND (seed.store_ref = $2 OR seed.snapshot_id = $3::uuid) \

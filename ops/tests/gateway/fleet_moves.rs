@@ -193,8 +193,8 @@ async fn an_unpinned_seeded_vm_boots_where_placement_says_pulling_its_seed_and_l
     assert!(artifact_local(&server, &second).await);
     assert_eq!((two.count("pull").await, one.count("artifact").await), (1, 1));
 
-    // Unpinned, a seed must be one of the tenant's ready snapshots: another tenant's is
-    // answered as an unknown one is.
+    // A seed must be one of the tenant's ready snapshots: another tenant's is answered as an
+    // unknown one is.
     let theirs = server.graphql(&tenant_token("globex"), CREATE, seeded("c-4", "g-1")).await;
     assert_eq!(code(&theirs), Some("BAD_USER_INPUT"), "{theirs}");
     let mut unknown = create_input("c-5", "seeded-3");
@@ -202,6 +202,11 @@ async fn an_unpinned_seeded_vm_boots_where_placement_says_pulling_its_seed_and_l
     let unknown = server.graphql(&acme, CREATE, unknown).await;
     assert_eq!(code(&unknown), Some("BAD_USER_INPUT"), "{unknown}");
     assert_eq!(theirs["errors"][0]["message"], unknown["errors"][0]["message"]);
+    // Pinned too: a pin never lets a tenant name a seed that is not its own.
+    let mut pinned_theirs = seeded("c-7", "g-2");
+    pinned_theirs["input"]["hostId"] = json!("agent-1");
+    let pinned_theirs = server.graphql(&tenant_token("globex"), CREATE, pinned_theirs).await;
+    assert_eq!(pinned_theirs["errors"][0]["message"], unknown["errors"][0]["message"]);
 
     // A live snapshot cannot move (its pull carries the disk half only): unpinned, refused.
     let input = json!({ "input": { "operationKey": "s-2", "vmId": source, "kind": "LIVE" } });

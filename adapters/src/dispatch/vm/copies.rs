@@ -153,34 +153,54 @@ where
     C: HostCatalog,
     V: CredentialVault,
 {
-    /// The id `host`'s store has `seed` under: its own copy (the seed, or the tenant's
-    /// same-digest artifact there), or one its agent pulls now from a holder's agent, with a
-    /// grant minted with the holder's token and filed under the seed's id. A seed the
-    /// artifact index does not know is sent as named (a pinned VM's host's agent looks it up
-    /// itself, as fuse's does). `Err` inside: the boot's answer (a failed or refused pull).
+    /// The id `host`'s store has `seed` under: its own copy (the seed, or the tenant's disk
+    /// artifact of the same digest there), or one its agent pulls now from a holder's agent
+    /// (each holder in turn), with a grant minted with the holder's token, filed under the
+    /// seed's id. A seed no longer among the tenant's ready snapshots fails the boot: no name
+    /// the index does not know is ever sent on. `Err` inside: the boot's answer (the VM found
+    /// booted already by a send whose answer was lost, or a failed pull).
     pub(super) async fn seed_on(
         &self,
         work: &Work,
         (host, agent): (&HostId, &AgentTarget),
-        seed: &str,
+        (seed, name): (&str, &str),
     ) -> Result<Result<String, BootAnswer>, ReconcileError> {
-        let Ok(seed_ref) = SnapshotRef::parse("seed", seed) else { return Ok(Ok(seed.into())) };
+        let gone = || {
+            Err(BootAnswer::Failed("the seed is not one of the tenant's ready snapshots".into()))
+        };
+        let Ok(seed_ref) = SnapshotRef::parse("seed", seed) else { return Ok(gone()) };
         let copies = self.vms.catalog().seed_copies(&work.tenant, &seed_ref).await;
         let copies = copies.map_err(|error| retry("read the seed's copies", &error))?;
         if copies.is_empty() {
-            return Ok(Ok(seed.into()));
+            return Ok(gone());
         }
-        if let Some(local) = copies.iter().find(|copy| copy.host == *host) {
+        if let Some(local) = copies.iter().find(|copy| copy.host == *host && copy.bootable_here()) {
             return Ok(Ok(local.store_ref.to_string()));
         }
-        for copy in &copies {
-            let Some(digest) = copy.pullable() else { continue };
-            let Some(peer) = self.target(&copy.host).await? else { continue };
-            let pulled = self.pull(&peer, agent, (digest.as_str(), seed)).await;
-            return Ok(pulled);
+        // Sent before and its answer lost: the VM may be running already; never pull again
+        // and risk failing a VM that booted.
+        match self.agents.get(agent, name).await {
+            Ok(Some(found)) => return Ok(Err(BootAnswer::Booted(found))),
+            Ok(None) => {}
+            Err(error) => return Ok(Err(BootAnswer::NoAnswer(error.to_string()))),
         }
-        let none = "no holder of a movable copy of the seed has a registered agent token";
-        Ok(Err(BootAnswer::NoAnswer(none.into())))
+        let mut last = None;
+        for copy in copies.iter().filter(|copy| copy.pullable().is_some()) {
+            let digest = copy.pullable().expect("filtered").as_str();
+            let Some(peer) = self.target(&copy.host).await? else { continue };
+            match self.pull(&peer, agent, (digest, seed)).await {
+                Ok(pulled) => return Ok(Ok(pulled)),
+                Err(answer) => last = Some(answer),
+            }
+        }
+        Ok(Err(last.unwrap_or_else(|| {
+            if copies.iter().any(|copy| copy.pullable().is_some()) {
+                let none = "no holder of a movable copy of the seed has a registered agent token";
+                BootAnswer::NoAnswer(none.into())
+            } else {
+                BootAnswer::Failed("no copy of the seed can move to this host".into())
+            }
+        })))
     }
 
     /// `target`'s agent pulls `digest` from `peer`'s, filed under `snapshot_id`.

@@ -218,7 +218,8 @@ where
         let mut request: CreateVmRequest = serde_json::from_value(work.request["agent"].clone())
             .map_err(|error| retry("decode a boot request", &error))?;
         if let Some(seed) = request.seed_snapshot.clone() {
-            match self.seed_on(work, (&named.1, agent), &seed).await? {
+            let name = request.name.clone();
+            match self.seed_on(work, (&named.1, agent), (&seed, &name)).await? {
                 Ok(local) => request.seed_snapshot = Some(local),
                 Err(answer) => return self.record_boot(work, named, answer).await,
             }

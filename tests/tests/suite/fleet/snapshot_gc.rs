@@ -401,6 +401,49 @@ async fn past_a_tenants_layer_cap_the_least_recently_used_layers_are_evicted_as_
 }
 
 #[tokio::test]
+async fn a_layer_over_the_cap_that_is_a_live_childs_parent_is_never_asked_to_be_evicted() {
+    let db = TestDb::migrated().await;
+    let vms = running_vms(&db, 1).await;
+    let clock = ManualClock::at(t0());
+    let snapshots = snapshots(&db, &clock);
+    let acme = tenant("acme");
+    let layer = |n: u32, requested| CreateSnapshot {
+        requested,
+        mode: SnapshotMode::Build,
+        layer_key: Some(LayerKey::parse("l", format!("step-{n}")).expect("valid")),
+        ..disk_of(vms[0], None)
+    };
+    // The least recently used layer is live, and a diff over it is alive.
+    let parent = snapshots.create(&acme, "l-0", &layer(0, RequestedKind::Live)).await;
+    let parent = parent.expect("created").snapshot;
+    write(&snapshots, parent, SnapshotKind::Live, None).await;
+    project(&db).await;
+    clock.advance(TimeDelta::minutes(1));
+    let diff = CreateSnapshot { requested: RequestedKind::Diff, ..disk_of(vms[0], None) };
+    let child = snapshots.create(&acme, "d-0", &diff).await.expect("created").snapshot;
+    write(&snapshots, child, SnapshotKind::Live, Some(parent)).await;
+    let mut newer = Vec::new();
+    for n in 1..3 {
+        clock.advance(TimeDelta::minutes(1));
+        let (key, ask) = (format!("l-{n}"), layer(n, RequestedKind::Disk));
+        let created = snapshots.create(&acme, &key, &ask).await.expect("created").snapshot;
+        write(&snapshots, created, SnapshotKind::Disk, None).await;
+        newer.push(created);
+    }
+    project(&db).await;
+    let gc =
+        SnapshotGc::new(snapshots.clone(), db.store(), TimeDelta::hours(1)).with_layer_cap(Some(1));
+    let swept = gc.sweep(clock.now()).await.expect("swept");
+    // Two are past the cap: the parent (kept by its child, so never asked) and the older of
+    // the disk layers, evicted.
+    assert_eq!((swept.evicting, swept.kept, swept.failed), (1, 0, 0), "{swept:?}");
+    let (_, stored) = snapshots.owned(parent).await.expect("stored");
+    assert_eq!(stored.status, SnapshotStatus::Ready);
+    let (_, stored) = snapshots.owned(newer[0]).await.expect("stored");
+    assert_eq!(stored.status, SnapshotStatus::Deleting);
+}
+
+#[tokio::test]
 async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_kept() {
     let db = TestDb::migrated().await;
     let vms = running_vms(&db, 1).await;
