@@ -182,14 +182,15 @@ fn run_dispatcher<K: leasehold_adapters::dispatch::DispatchKind>(
 pub fn start_snapshot_dispatcher(
     snapshots: &leasehold_gateway::SnapshotService,
     vault: &leasehold_adapters::vault::PgCredentialVault,
-    timeout: std::time::Duration,
+    (timeout, export_within): (std::time::Duration, chrono::TimeDelta),
     stopped: &watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     let kind = leasehold_adapters::dispatch::SnapshotDispatch::new(
         snapshots.clone(),
         (host_agents(timeout)?, timeout),
         vault.clone(),
-    );
+    )
+    .with_export_within(export_within);
     Ok(run_dispatcher(kind, snapshots.pipeline().store(), stopped))
 }
 

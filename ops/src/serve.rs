@@ -152,6 +152,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_STUCK_AFTER", default_value = "1h",
           value_parser = crate::token::parse_ttl)]
     snapshot_stuck_after: TimeDelta,
+    /// How long a host's agent that took an export on (answered 202) has to report it through
+    /// `reportSnapshotExport`; past it the export is recorded as failed (it may be asked
+    /// again).
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_EXPORT_WITHIN", default_value = "6h",
+          value_parser = crate::token::parse_ttl)]
+    snapshot_export_within: TimeDelta,
 }
 
 impl ServeArgs {
@@ -257,7 +263,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     reconcilers.push(crate::dispatch::start_snapshot_dispatcher(
         state.snapshots(),
         state.vault(),
-        agent_timeout,
+        (agent_timeout, args.snapshot_export_within),
         &stopped,
     )?);
     reconcilers.push(crate::dispatch::start_snapshot_gc(

@@ -125,6 +125,9 @@ pub trait DispatchKind: Send + Sync + 'static {
     const NAME: &'static str;
     /// The version of what its checkpoint means.
     const VERSION: u32;
+    /// Actions whose work runs beside its stream's other work, superseding nothing and
+    /// superseded by nothing (each is its own request, not a newer state of the stream's).
+    const BESIDE: &'static [&'static str] = &[];
 
     /// The work `event` starts, if it starts any that is still awaited.
     fn intent(
@@ -338,7 +341,8 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         }
         // Until it is read again, unknown: a failure below leaves the next call to ask.
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-        self.parts.outbox.enqueue(K::NAME, &intents, seen.now).await?;
+        let outbox = &self.parts.outbox;
+        outbox.enqueue_beside(K::NAME, (&intents, K::BESIDE), seen.now).await?;
         self.send_due(seen.now).await?;
         let mut times = self.parts.outbox.next_times(K::NAME).await?;
         // Deadlines are rare: looked at only when one has passed.

@@ -59,9 +59,25 @@ impl PgOutbox {
         intents: &[Intent],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        self.enqueue_beside(dispatcher, (intents, &[]), now).await
+    }
+
+    /// As [`Self::enqueue`], with work of the actions in `beside` running beside its
+    /// stream's other work: it supersedes nothing and nothing supersedes it (a snapshot's
+    /// exports, each to its own destination, beside its restore).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn enqueue_beside(
+        &self,
+        dispatcher: &str,
+        (intents, beside): (&[Intent], &[&str]),
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
         if intents.is_empty() {
             return Ok(());
         }
+        let aside = |intent: &Intent| beside.contains(&intent.action);
         let column = |f: fn(&Intent) -> String| intents.iter().map(f).collect::<Vec<_>>();
         let streams = column(|i| i.stream.as_str().to_string());
         let generations: Vec<i64> = intents.iter().map(|i| to_i64(i.generation)).collect();
@@ -73,15 +89,16 @@ impl PgOutbox {
         // Within the batch too, only a stream's newest work is pending: the older is
         // superseded from the start (one statement cannot see what it inserts).
         let mut newest: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-        for intent in intents {
+        for intent in intents.iter().filter(|intent| !aside(intent)) {
             let entry = newest.entry(intent.stream.as_str()).or_insert(intent.generation);
             *entry = (*entry).max(intent.generation);
         }
         let states: Vec<&str> = intents
             .iter()
-            .map(
-                |i| if i.generation < newest[i.stream.as_str()] { "superseded" } else { "pending" },
-            )
+            .map(|i| match newest.get(i.stream.as_str()) {
+                Some(newer) if !aside(i) && i.generation < *newer => "superseded",
+                _ => "pending",
+            })
             .collect();
         let client = self.client().await?;
         client
@@ -94,8 +111,9 @@ impl PgOutbox {
                                $6::text[], $9::jsonb[], $10::text[]) AS i(s, g, e, t, tg, a, r, st) \
                    ON CONFLICT DO NOTHING) \
                  UPDATE dispatch_outbox o SET state = 'superseded', settled_at = $8 \
-                 FROM unnest($1::text[], $2::bigint[]) AS i(s, g) \
-                 WHERE o.stream_id = i.s AND o.generation < i.g AND o.state = 'pending'",
+                 FROM unnest($1::text[], $2::bigint[], $6::text[]) AS i(s, g, a) \
+                 WHERE o.stream_id = i.s AND o.generation < i.g AND o.state = 'pending' \
+                   AND NOT (i.a = ANY($11::text[])) AND NOT (o.action = ANY($11::text[]))",
                 &[
                     &streams,
                     &generations,
@@ -107,6 +125,7 @@ impl PgOutbox {
                     &now,
                     &requests,
                     &states,
+                    &beside,
                 ],
             )
             .await

@@ -38,6 +38,9 @@ use crate::hosts::wire::{ExportRequest, RestoreRequest, SnapshotRequest, agent_n
 use crate::hosts::{AgentError, AgentTarget, Deleted, Exported, HostAgentClient};
 use crate::vault::PgCredentialVault;
 
+/// How long a host's agent that took an export on (202) has to report it, by default.
+pub const EXPORT_ANSWER_WITHIN: chrono::TimeDelta = chrono::TimeDelta::hours(6);
+
 /// The snapshot kind's dispatch: snapshots, restores and deletions sent to host agents.
 #[derive(Debug, Clone)]
 pub struct SnapshotDispatch<S, L> {
@@ -45,6 +48,7 @@ pub struct SnapshotDispatch<S, L> {
     agents: HostAgentClient,
     tokens: PgCredentialVault,
     timeout: Duration,
+    export_within: chrono::TimeDelta,
 }
 
 impl<S, L> SnapshotDispatch<S, L> {
@@ -55,7 +59,13 @@ impl<S, L> SnapshotDispatch<S, L> {
         (agents, timeout): (HostAgentClient, Duration),
         tokens: PgCredentialVault,
     ) -> Self {
-        Self { snapshots, agents, tokens, timeout }
+        Self { snapshots, agents, tokens, timeout, export_within: EXPORT_ANSWER_WITHIN }
+    }
+
+    /// The same dispatch, giving an agent that took an export on `within` to report it.
+    #[must_use]
+    pub fn with_export_within(self, within: chrono::TimeDelta) -> Self {
+        Self { export_within: within, ..self }
     }
 }
 
@@ -244,6 +254,9 @@ where
 {
     const NAME: &'static str = "snapshot-dispatcher";
     const VERSION: u32 = 1;
+    // Each export is its own request: a later one (another destination) or a restore never
+    // supersedes it, or it would stay pending with nothing left to send it.
+    const BESIDE: &'static [&'static str] = &["export"];
 
     async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {
         if event.stream_type.as_str() != "snapshot" {
@@ -321,6 +334,38 @@ where
         let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report);
         recorded.await.map_err(|error| retry("record a snapshot agent's answer", &error))?;
         Ok(if refused { Sent::Refused } else { Sent::Delivered })
+    }
+
+    /// An export the agent took on (202) has this long to be reported.
+    fn answer_within(&self, action: &str) -> Option<chrono::TimeDelta> {
+        (action == "export").then_some(self.export_within)
+    }
+
+    /// An export taken on and never reported by its deadline is the export's error (it may be
+    /// asked again); one settled meanwhile is left as it is.
+    async fn lapsed(&self, work: &Work, _now: DateTime<Utc>) -> Result<bool, ReconcileError> {
+        let (Some(snapshot), Ok(host)) =
+            (SnapshotId::of_stream(&work.stream), HostId::parse("host", work.target.as_str()))
+        else {
+            return Ok(false);
+        };
+        let operation: uuid::Uuid = serde_json::from_value(work.request["operation"].clone())
+            .map_err(|error| retry("decode an operation", &error))?;
+        let operation = OperationId(operation);
+        let destination = match self.snapshots.owned(snapshot).await {
+            Ok((_, stored)) => pending_export(&stored, operation).map(|e| e.destination.clone()),
+            Err(leasehold_commands::CommandError::NotFound) => None,
+            Err(error) => return Err(retry("read a snapshot", &error)),
+        };
+        let Some(destination) = destination else { return Ok(false) };
+        let detail = OperatorDetail::new("the host's agent took the export and never reported it");
+        let report =
+            AgentReport::Exported { destination, operation, ready: false, detail: Some(detail) };
+        let key = format!("snapshot-dispatch:{}:{}:lapsed", snapshot.0, work.generation);
+        let caller = dispatcher();
+        let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report);
+        recorded.await.map_err(|error| retry("record an export's lapse", &error))?;
+        Ok(true)
     }
 
     /// A send is one exchange (a snapshot's or a restore's with their longer limit) and the

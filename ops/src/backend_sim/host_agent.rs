@@ -4,7 +4,7 @@
 //! `GET /v1/capacity` and `GET /healthz`, snapshots, forks and artifact transfers between
 //! agents (`copies.rs`), every route behind `Authorization: Bearer <token>` (an artifact's
 //! read behind its grant instead), every error a plain-text body. `--fail-boots` makes boots fail (500, rolled back),
-//! `--fail-deletes` deletes (500);
+//! `--fail-deletes` deletes (500), `--export-later` takes exports on (202) without writing them;
 //! `POST /sim/vanish/{id}` drops a VM as a crashed host would; `GET /sim/requests` counts the
 //! requests per route.
 
@@ -34,6 +34,7 @@ pub struct HostAgent {
     requests: Arc<Mutex<BTreeMap<String, u64>>>,
     fail_boots: bool,
     fail_deletes: bool,
+    export_later: bool,
 }
 
 impl HostAgent {
@@ -48,7 +49,14 @@ impl HostAgent {
             requests: Arc::default(),
             fail_boots,
             fail_deletes,
+            export_later: false,
         }
+    }
+
+    /// The same agent, taking exports on (202) instead of writing them when `later`.
+    #[must_use]
+    pub fn exporting_later(self, later: bool) -> Self {
+        Self { export_later: later, ..self }
     }
 
     fn vms(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AgentVm>> {

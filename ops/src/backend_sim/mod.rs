@@ -54,6 +54,10 @@ pub struct SimArgs {
     /// For `--host-agent`: every delete fails (500), as a host whose VMs will not die.
     #[arg(long)]
     pub fail_deletes: bool,
+    /// For `--host-agent`: exports are taken on (202) and never written, as an agent that
+    /// reports them later (through GraphQL) would.
+    #[arg(long)]
+    pub export_later: bool,
     /// The backend's name, sent in callbacks.
     #[arg(long, default_value = "sim-1")]
     pub name: String,
@@ -241,7 +245,10 @@ async fn run_host_agent(args: &SimArgs) -> anyhow::Result<()> {
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(
         listener,
-        host_agent::router(host_agent::HostAgent::new(token, (args.fail_boots, args.fail_deletes))),
+        host_agent::router(
+            host_agent::HostAgent::new(token, (args.fail_boots, args.fail_deletes))
+                .exporting_later(args.export_later),
+        ),
     )
     .with_graceful_shutdown(async {
         if let Err(error) = crate::serve::stop_signal().await {

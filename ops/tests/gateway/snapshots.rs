@@ -356,3 +356,71 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
         .expect("a deletion");
     assert_eq!(row.get::<_, Option<String>>(0).as_deref(), Some("true"));
 }
+
+/// acme's snapshot's exports, as projected.
+async fn exports_of(server: &Server, id: &Value) -> Value {
+    let read = "query($id: ID!) { snapshot(id: $id) { exports } }";
+    server.graphql(&tenant_token("acme"), read, json!({ "id": id })).await["data"]["snapshot"]
+        ["exports"]
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_the_agent_takes_on_is_reported_later_or_lapses_into_an_error() {
+    use crate::fleet::{AGENT_TOKEN, register_at, start_agent, wait_for_state};
+    let agent = start_agent(&["--export-later"]).await;
+    let server = Server::start_with(&["--snapshot-export-within", "2s"]).await;
+    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
+    wait_for_host(&server, "agent-1").await;
+    let acme = tenant_token("acme");
+    let created = server.graphql(&acme, CREATE, create_input("c-1", "t-1")).await;
+    let vm = data(&created)["createVm"]["id"].clone();
+    wait_for_state(&server, &acme, &vm, "running").await;
+    let taken = server.graphql(&acme, SNAPSHOT, ask("s-1", &vm, "DISK")).await;
+    let id = data(&taken)["createSnapshot"]["id"].clone();
+    wait_for(&server, &id, "ready").await;
+
+    // Two exports at once, to two destinations: each is sent (neither supersedes the other).
+    let export =
+        "mutation($input: ExportSnapshotInput!) { exportSnapshot(input: $input) { version } }";
+    for (key, to) in [("x-1", "s3://backups/one"), ("x-2", "s3://backups/two")] {
+        let input =
+            json!({ "input": { "snapshotId": id, "destination": to, "operationKey": key } });
+        assert!(
+            data(&server.graphql(&acme, export, input).await)["exportSnapshot"]["version"]
+                .is_number()
+        );
+    }
+    crate::backend::eventually("both exports sent to the agent", || async {
+        (agent.count("export").await == 2).then_some(())
+    })
+    .await;
+    // The agent reports the first later, naming its operation.
+    let stream = format!("snapshot-{}", id.as_str().expect("an id"));
+    let client = server.db.client().await;
+    let row = client
+        .query_one(
+            "SELECT payload->>'operation' FROM events WHERE stream_id = $1 \
+             AND event_type = 'SnapshotExportRequested' AND payload->>'destination' = $2",
+            &[&stream, &"s3://backups/one"],
+        )
+        .await
+        .expect("the first export's request");
+    let operation: String = row.get(0);
+    let report = "mutation($input: SnapshotExportReportInput!) { reportSnapshotExport(input: $input) { events { type } } }";
+    let done = json!({ "input": { "snapshotId": id, "operationId": operation, "destination": "s3://backups/one", "ready": true, "operationKey": "xr-1" } });
+    let reported = server.graphql(&host_agent("agent-1"), report, done).await;
+    assert_eq!(
+        data(&reported)["reportSnapshotExport"]["events"],
+        json!([{ "type": "SnapshotExported" }])
+    );
+    // The second is never reported: past its deadline, it is the export's error.
+    let settled = crate::backend::eventually("the unreported export lapsing", || async {
+        let exports = exports_of(&server, &id).await;
+        let statuses: Vec<&str> =
+            exports.as_array()?.iter().filter_map(|e| e["status"].as_str()).collect();
+        (statuses == ["ready", "error"]).then_some(exports)
+    })
+    .await;
+    assert_eq!(settled[1]["destination"], "s3://backups/two", "{settled}");
+}

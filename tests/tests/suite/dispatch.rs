@@ -1,5 +1,5 @@
 //! The dispatcher's outbox (`adapters::dispatch::PgOutbox`) on a real database: intake is
-//! idempotent, newer work supersedes pending older work, an attempt number is claimed before
+//! idempotent, newer work supersedes pending older work (but work beside its stream's), an attempt number is claimed before
 //! a send and never reused, a claimed row is held while its send runs, a send the target refused to try gives its number back, and work
 //! waits until it is due; taken work is overdue at its answer deadline until that is handled.
 
@@ -90,6 +90,32 @@ async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
     assert_eq!(c, [(1, "superseded"), (2, "pending")]);
     // Another dispatcher's work is its own.
     assert!(outbox.claim_due("another", now, 10, now).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn work_beside_its_stream_supersedes_nothing_and_nothing_supersedes_it() {
+    let db = TestDb::migrated().await;
+    let outbox = PgOutbox::new(db.store());
+    let now = Utc::now();
+    let of = |generation, action| Intent { action, ..intent("snapshot-a", generation) };
+    let beside: &[&str] = &["export"];
+    // A pending create; an export beside it; a restore (supersedes the create only); a second
+    // export in the same batch as a later deletion.
+    outbox
+        .enqueue_beside(DISPATCHER, (&[of(1, "create"), of(2, "export")], beside), now)
+        .await
+        .unwrap();
+    outbox.enqueue_beside(DISPATCHER, (&[of(3, "restore")], beside), now).await.unwrap();
+    outbox
+        .enqueue_beside(DISPATCHER, (&[of(4, "export"), of(5, "delete")], beside), now)
+        .await
+        .unwrap();
+    let rows = outbox.rows(DISPATCHER).await.unwrap();
+    let states: Vec<(u64, &str)> = rows.iter().map(|r| (r.generation, r.state.as_str())).collect();
+    assert_eq!(
+        states,
+        [(1, "superseded"), (2, "pending"), (3, "superseded"), (4, "pending"), (5, "pending")]
+    );
 }
 
 #[tokio::test]

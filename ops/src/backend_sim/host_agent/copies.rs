@@ -126,8 +126,8 @@ pub async fn export(
     if !agent.snapshots().contains_key(&snapshot) {
         return text(StatusCode::NOT_FOUND, "snapshot not found");
     }
-    (StatusCode::OK, axum::Json(serde_json::json!({ "destination": request.destination })))
-        .into_response()
+    let status = if agent.export_later { StatusCode::ACCEPTED } else { StatusCode::OK };
+    (status, axum::Json(serde_json::json!({ "destination": request.destination }))).into_response()
 }
 
 pub async fn fork(
