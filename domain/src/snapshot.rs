@@ -30,7 +30,7 @@
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
 //! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, from the Nth failure in a row on (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
 //! | ready | RequestExport(destination, op) | ready | SnapshotExportRequested (pending, op) | — when that destination is already pending or ready |
-//! | ready, restoring | ReportExport(destination, op, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed; — when that export already settled (a redelivery) | an export there (`NoSuchExport`) of that operation (`Fenced`: an earlier request's report never settles a later one) |
+//! | ready, restoring | ReportExport(destination, op, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed; — when that export already settled as reported (a redelivery), else `ReportContradicts` | an export there (`NoSuchExport`) of that operation (`Fenced`: an earlier request's report never settles a later one) |
 //! | deleted | ReportExport | deleted | — (a redelivery) | — |
 //! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
 //! | ready, restoring | AdoptChild(diff, vm) | unchanged | SnapshotChildAdopted, or — when adopted already | live as written, of the diff's VM (`ParentNotLive`); linked to the diff's creation |
@@ -38,8 +38,10 @@
 //! | deleted | anything else | deleted | refused | `InvalidState` |
 //!
 //! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
-//! are on a removed VM, and so is a report of the current operation once it settled (a
-//! confirmation sent again after the snapshot became ready). The tenant's snapshot quota follows the states that count
+//! are on a removed VM, and so is a report of the current operation once it settled as the
+//! report says (a confirmation of the same write sent again after the snapshot became ready);
+//! one that contradicts how it settled (a failure after its success, a success after its
+//! failure, another write) is `ReportContradicts` (`CONFLICT`), never a silent success. The tenant's snapshot quota follows the states that count
 //! ([`Snapshot::counts`]): the command service links the quota's reservation to the
 //! creation, its settlement to the confirmation, and its release to every move out of the
 //! counted states (`quota_effect`).
@@ -409,6 +411,10 @@ pub enum SnapshotError {
     /// A report of another operation than the snapshot's current one.
     #[error("the report is for another operation than the snapshot's current one")]
     Fenced,
+    /// A report of an operation that settled otherwise (a failure after its success, or
+    /// another write than the one recorded): never taken as a redelivery.
+    #[error("the operation already settled otherwise than this report says")]
+    ReportContradicts,
 }
 
 impl Refusal for SnapshotError {
@@ -427,7 +433,7 @@ impl Refusal for SnapshotError {
             | Self::LatestOfVm
             | Self::NotALayer
             | Self::ParentNotLive => RefusalKind::InvalidState,
-            Self::AlreadyExists => RefusalKind::Conflict,
+            Self::AlreadyExists | Self::ReportContradicts => RefusalKind::Conflict,
             Self::Fenced => RefusalKind::Fenced,
         }
     }

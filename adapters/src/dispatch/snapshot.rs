@@ -331,8 +331,17 @@ where
         );
         let key = format!("snapshot-dispatch:{}:{}", snapshot.0, work.generation);
         let caller = dispatcher();
-        let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report);
-        recorded.await.map_err(|error| retry("record a snapshot agent's answer", &error))?;
+        let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report).await;
+        match recorded {
+            // The snapshot moved on meanwhile (GC gave up on its creation, another operation
+            // started): the answer is no longer its to take, and the work is moot.
+            Err(
+                leasehold_commands::CommandError::Refused(_)
+                | leasehold_commands::CommandError::NotFound,
+            ) => return Ok(Sent::Moot),
+            Err(error) => return Err(retry("record a snapshot agent's answer", &error)),
+            Ok(_) => {}
+        }
         Ok(if refused { Sent::Refused } else { Sent::Delivered })
     }
 
@@ -363,9 +372,15 @@ where
             AgentReport::Exported { destination, operation, ready: false, detail: Some(detail) };
         let key = format!("snapshot-dispatch:{}:{}:lapsed", snapshot.0, work.generation);
         let caller = dispatcher();
-        let recorded = self.snapshots.report(&caller, (&host, &key), snapshot, report);
-        recorded.await.map_err(|error| retry("record an export's lapse", &error))?;
-        Ok(true)
+        match self.snapshots.report(&caller, (&host, &key), snapshot, report).await {
+            Ok(_) => Ok(true),
+            // Settled meanwhile (the agent's report won the race): nothing lapsed.
+            Err(
+                leasehold_commands::CommandError::Refused(_)
+                | leasehold_commands::CommandError::NotFound,
+            ) => Ok(false),
+            Err(error) => Err(retry("record an export's lapse", &error)),
+        }
     }
 
     /// A send is one exchange (a snapshot's or a restore's with their longer limit) and the

@@ -30,7 +30,11 @@ pub(super) fn decide(
         // The current operation's report once it settled (sent again, under another key): a
         // redelivery, as a report on a deleted snapshot is.
         if !awaits(snapshot.status, command) {
-            return Ok(Vec::new());
+            return if settled_as(snapshot, command) {
+                Ok(Vec::new())
+            } else {
+                Err(SnapshotError::ReportContradicts)
+            };
         }
     }
     let invalid =
@@ -140,6 +144,18 @@ fn awaits(status: S, command: &C) -> bool {
     }
 }
 
+/// Whether the current operation, settled, settled as `report` says (a redelivery).
+fn settled_as(snapshot: &Snapshot, report: &C) -> bool {
+    let failed = snapshot.status == S::Error;
+    match report {
+        C::Confirm { written, .. } => snapshot.written.as_ref() == Some(written),
+        C::Fail { .. } => failed && snapshot.written.is_none(),
+        C::ConfirmRestore { .. } | C::ConfirmDeleted { .. } => !failed,
+        C::FailRestore { .. } | C::FailDelete { .. } => failed,
+        _ => true,
+    }
+}
+
 /// A create's guards, in the seed's order: the VM, then its capability, then the request.
 fn check_create(terms: &SnapshotTerms, facts: &SnapshotFacts) -> Result<(), SnapshotError> {
     if !facts.vm_running {
@@ -225,8 +241,10 @@ fn report_export(
     }
     match (export.status, export.operation) {
         (ExportStatus::Pending, _) => {}
-        // Settled: the same report again is a redelivery.
-        (_, Some(_)) => return Ok(Vec::new()),
+        // Settled as this report says: a redelivery; otherwise it contradicts it.
+        (ExportStatus::Ready, Some(_)) if ready => return Ok(Vec::new()),
+        (ExportStatus::Error, Some(_)) if !ready => return Ok(Vec::new()),
+        (_, Some(_)) => return Err(SnapshotError::ReportContradicts),
         // Settled, recorded before exports had operations: nothing pending to report on.
         (_, None) => return Err(SnapshotError::NoSuchExport),
     }

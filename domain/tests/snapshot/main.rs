@@ -158,6 +158,7 @@ fn deleted() -> History {
     history
 }
 
+#[derive(Clone)]
 enum Expect {
     Events(&'static [&'static str]),
     NoChange,
@@ -288,11 +289,25 @@ fn reports_are_fenced_by_the_current_operation() {
         running(),
         NoChange,
     );
-    // So is the current operation's report once it settled, whatever it says.
-    let again = C::Confirm { operation: op(1), written: written(SnapshotKind::Live) };
-    let unchanged = check(&ready(), again, running(), NoChange);
-    assert_eq!(unchanged.written.map(|w| w.kind), Some(SnapshotKind::Disk), "the first stands");
-    check(&ready(), C::Fail { operation: op(1), detail: detail() }, running(), NoChange);
+    // So is the current operation's report once it settled, when it says what was recorded;
+    // one that contradicts it is a conflict, never a silent success.
+    let same = C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) };
+    check(&ready(), same, running(), NoChange);
+    let contradicts = Refused(SnapshotError::ReportContradicts);
+    let other = C::Confirm { operation: op(1), written: written(SnapshotKind::Live) };
+    check(&ready(), other, running(), contradicts.clone());
+    check(&ready(), C::Fail { operation: op(1), detail: detail() }, running(), contradicts.clone());
+    assert_eq!(SnapshotError::ReportContradicts.kind(), RefusalKind::Conflict);
+    let mut failed = creating();
+    failed.push((C::Fail { operation: op(1), detail: detail() }, running()));
+    check(&failed, C::Fail { operation: op(1), detail: detail() }, running(), NoChange);
+    let late = C::Confirm { operation: op(1), written: written(SnapshotKind::Disk) };
+    check(&failed, late, running(), contradicts.clone());
+    let mut restored = restoring();
+    restored.push((C::ConfirmRestore { operation: op(2) }, running()));
+    check(&restored, C::ConfirmRestore { operation: op(2) }, running(), NoChange);
+    let failure = C::FailRestore { operation: op(2), missing: false, detail: detail() };
+    check(&restored, failure, running(), contradicts);
 }
 
 #[test]
@@ -539,8 +554,9 @@ fn an_export_report_names_its_request_and_a_late_answer_never_settles_a_later_re
     history.push((first, running()));
     check(&history, report(8, true), running(), Refused(SnapshotError::Fenced));
     history.push((report(7, false), running()));
-    // Settled: the same report again is a redelivery.
+    // Settled: the same report again is a redelivery; the opposite one contradicts it.
     check(&history, report(7, false), running(), NoChange);
+    check(&history, report(7, true), running(), Refused(SnapshotError::ReportContradicts));
     // Asked again after its failure: a new operation, and the first attempt's late success
     // is fenced off.
     let again = C::RequestExport { destination: destination(), operation: op(8) };

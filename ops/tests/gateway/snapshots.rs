@@ -277,7 +277,7 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
 
     // An export is recorded pending and sent to the host's agent on Leasehold's export route,
     // whose answer settles it; a report naming another operation is fenced, the same one again
-    // is a redelivery, and a tenant reports nothing.
+    // is a redelivery, the opposite one a conflict, and a tenant reports nothing.
     let export = "mutation($input: ExportSnapshotInput!) { exportSnapshot(input: $input) { events { type } } }";
     let to = "s3://backups/acme/snap-1";
     let input = json!({ "input": { "snapshotId": id, "destination": to, "operationKey": "x-1" } });
@@ -314,7 +314,7 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
         .expect("readable");
     let operation: String = row.get(0);
     let report = "mutation($input: SnapshotExportReportInput!) { reportSnapshotExport(input: $input) { events { type } } }";
-    let again = |operation: &str, key: &str| json!({ "input": { "snapshotId": id, "operationId": operation, "destination": to, "ready": false, "detail": "late", "operationKey": key } });
+    let again = |operation: &str, key: &str| json!({ "input": { "snapshotId": id, "operationId": operation, "destination": to, "ready": true, "operationKey": key } });
     let stale = server
         .graphql(&host_agent("agent-1"), report, again(&uuid::Uuid::nil().to_string(), "xr-1"))
         .await;
@@ -322,6 +322,10 @@ async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent(
     let redelivered =
         server.graphql(&host_agent("agent-1"), report, again(&operation, "xr-2")).await;
     assert_eq!(data(&redelivered)["reportSnapshotExport"]["events"], json!([]), "{redelivered}");
+    let mut contradicting = again(&operation, "xr-4");
+    contradicting["input"]["ready"] = json!(false);
+    let contradicting = server.graphql(&host_agent("agent-1"), report, contradicting).await;
+    assert_eq!(code(&contradicting), Some("CONFLICT"), "{contradicting}");
     let tenant = server.graphql(&acme, report, again(&operation, "xr-3")).await;
     assert_eq!(code(&tenant), Some("FORBIDDEN"));
 
