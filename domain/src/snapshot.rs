@@ -30,7 +30,7 @@
 //! | deleting | ConfirmDeleted(op, not_found) | deleted | SnapshotDeleted (a provider's not-found is a deletion too) | the current operation |
 //! | deleting | FailDelete(op, detail) | error | SnapshotDeleteFailed; by GC, from the Nth failure in a row on (facts: N, default 5) also SnapshotGcDeadLettered | the current operation |
 //! | ready | RequestExport(destination, op) | ready | SnapshotExportRequested (pending, op) | — when that destination is already pending or ready |
-//! | ready, restoring | ReportExport(destination, op, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed; — when that export already settled as reported (a redelivery), else `ReportContradicts` | an export there (`NoSuchExport`) of that operation (`Fenced`: an earlier request's report never settles a later one) |
+//! | ready, restoring, error, deleting | ReportExport(destination, op, ready or error) | unchanged | SnapshotExported / SnapshotExportFailed; — when that export already settled as reported (a redelivery), else `ReportContradicts` | an export there (`NoSuchExport`) of that operation (`Fenced`: an earlier request's report never settles a later one) |
 //! | deleted | ReportExport | deleted | — (a redelivery) | — |
 //! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
 //! | ready, restoring | AdoptChild(diff, vm) | unchanged | SnapshotChildAdopted, or — when adopted already | live as written, of the diff's VM (`ParentNotLive`); linked to the diff's creation |

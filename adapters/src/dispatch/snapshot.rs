@@ -82,9 +82,9 @@ fn started_work(event: &SnapshotEvent) -> Option<(&'static str, OperationId)> {
     }
 }
 
-/// The export of `operation` still pending on `stored`.
+/// The export of `operation` still pending on `stored` (a deleted snapshot has none).
 fn pending_export(stored: &Snapshot, operation: OperationId) -> Option<&Export> {
-    let held = matches!(stored.status, SnapshotStatus::Ready | SnapshotStatus::Restoring);
+    let held = stored.status != SnapshotStatus::Deleted;
     stored.exports.iter().filter(|_| held).find(|export| {
         export.operation == Some(operation) && export.status == ExportStatus::Pending
     })
@@ -93,7 +93,9 @@ fn pending_export(stored: &Snapshot, operation: OperationId) -> Option<&Export> 
 /// Whether `stored` still awaits the work `action` of `operation`.
 fn awaits(stored: &Snapshot, action: &str, operation: OperationId) -> bool {
     if action == "export" {
-        return pending_export(stored, operation).is_some();
+        // Not written while its deletion is under way (it may still be reported, or lapse).
+        let deleting = stored.status == SnapshotStatus::Deleting;
+        return !deleting && pending_export(stored, operation).is_some();
     }
     let status = match action {
         "create" => SnapshotStatus::Creating,

@@ -101,9 +101,12 @@ pub(super) fn decide(
         }
         // An export's report on a deleted snapshot is a redelivery, as every agent report is.
         (S::Deleted, C::ReportExport { .. }) => Ok(Vec::new()),
-        (S::Ready | S::Restoring, C::ReportExport { destination, operation, ready, detail }) => {
-            report_export(snapshot, (destination, *operation), (*ready, detail.as_ref()), at)
-        }
+        // An export asked while ready settles whatever the snapshot went through since (a
+        // failed restore, a deletion under way): the agent may have written it meanwhile.
+        (
+            S::Ready | S::Restoring | S::Error | S::Deleting,
+            C::ReportExport { destination, operation, ready, detail },
+        ) => report_export(snapshot, (destination, *operation), (*ready, detail.as_ref()), at),
         (S::Ready | S::Restoring, C::AdoptChild { child, vm }) => adopt(snapshot, *child, *vm, at),
         (_, C::ReleaseChild { child }) if snapshot.children.contains(child) => {
             Ok(vec![E::SnapshotChildReleased { child: *child, at }])

@@ -86,6 +86,9 @@ const TERMS: &[&str] = &[
     "terms.snapshot",
     "terms.vm",
     "terms.task",
+    // The host its VM runs on, which the tenant sees of the VM (its placement) and of the
+    // snapshot's row.
+    "terms.host",
     "terms.arch",
     "terms.mode",
     "terms.requested",
@@ -101,7 +104,7 @@ const TERMS: &[&str] = &[
 pub const KIND: AggregateKind = AggregateKind {
     stream_type: "snapshot",
     events: &[
-        view("SnapshotRequested", TERMS, &["terms.host", "operation"]),
+        view("SnapshotRequested", TERMS, &["operation"]),
         view(
             "SnapshotCreated",
             &[

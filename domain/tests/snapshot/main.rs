@@ -539,6 +539,12 @@ fn exports_are_recorded_pending_then_ready_or_error() {
         );
     }
     check(&deleted(), report(7, true), running(), NoChange);
+    // Asked while ready, it settles after the snapshot failed a restore too.
+    let mut failed_restore = pending.clone();
+    failed_restore.push((C::Restore { vm: vm(), operation: op(2) }, running()));
+    let failure = C::FailRestore { operation: op(2), missing: false, detail: detail() };
+    failed_restore.push((failure, running()));
+    check(&failed_restore, report(7, true), running(), Events(&["SnapshotExported"]));
 }
 
 #[test]

@@ -124,3 +124,62 @@ async fn only_the_agent_of_a_host_the_dispatcher_does_not_call_takes_work() {
     assert_eq!(refused["payload"][0]["extensions"]["code"], "BAD_USER_INPUT", "{refused}");
     assert!(!refused.to_string().contains(AGENT_TOKEN), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_boot_taken_as_work_carries_the_pull_of_its_seed_from_a_holder() {
+    use crate::fleet::start_agent;
+    let holder = start_agent(&[]).await;
+    let server = Server::start().await;
+    register_at(&server, "agent-1", 4, (&holder.url, Some(AGENT_TOKEN))).await;
+    register(&server, "agent-2", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    wait_for_host(&server, "agent-2").await;
+    let acme = tenant_token("acme");
+    let mut source = create_input("c-1", "build-1");
+    source["input"]["hostId"] = json!("agent-1");
+    let source = data(&server.graphql(&acme, CREATE, source).await)["createVm"]["id"].clone();
+    wait_for_state(&server, &acme, &source, "running").await;
+    let snapshot =
+        "mutation($input: CreateSnapshotInput!) { createSnapshot(input: $input) { id } }";
+    let input = json!({ "input": { "operationKey": "s-1", "vmId": source, "kind": "DISK" } });
+    let seed = data(&server.graphql(&acme, snapshot, input).await)["createSnapshot"]["id"].clone();
+    let digest = crate::backend::eventually("the seed being ready", || async {
+        let read = "query($id: ID!) { snapshot(id: $id) { state digest } }";
+        let answer = server.graphql(&acme, read, json!({ "id": seed })).await;
+        let ready = answer["data"]["snapshot"]["state"] == "ready";
+        ready.then(|| answer["data"]["snapshot"]["digest"].as_str().map(str::to_owned)).flatten()
+    })
+    .await;
+
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &host_agent("agent-2")).await;
+    socket.subscribe("work", WORK, json!({})).await;
+    let mut seeded = create_input("c-2", "seeded-1");
+    seeded["input"]["hostId"] = json!("agent-2");
+    seeded["input"]["seedSnapshotId"] = seed.clone();
+    let seeded = data(&server.graphql(&acme, CREATE, seeded).await)["createVm"]["id"].clone();
+    let boot = item(&mut socket, "work").await;
+    assert_eq!(boot["vmId"], seeded, "{boot}");
+    let request = &boot["request"];
+    assert_eq!(request["agent"]["seed_snapshot"], seed, "{request}");
+    let pull = &request["seed_pull"];
+    assert_eq!(
+        (pull["peer_url"].as_str(), pull["digest"].as_str()),
+        (Some(holder.url.as_str()), Some(digest.as_str()))
+    );
+    assert_eq!(pull["snapshot_id"], seed);
+    // The grant reads that one blob from the holder's agent, and nothing else of it.
+    let fetched = reqwest::Client::new()
+        .get(format!("{}/v1/artifacts/{digest}", holder.url))
+        .header("X-Fuse-Artifact-Grant", pull["grant"].as_str().expect("a grant"))
+        .send()
+        .await
+        .expect("the holder answers");
+    assert_eq!(fetched.status(), 200);
+    let listed = reqwest::Client::new()
+        .get(format!("{}/v1/vm?prefix=lh-", holder.url))
+        .bearer_auth(pull["grant"].as_str().expect("a grant"))
+        .send()
+        .await
+        .expect("the holder answers");
+    assert_eq!(listed.status(), 401, "a grant is no token");
+}

@@ -18,14 +18,14 @@ use leasehold_commands::CommandStore;
 use leasehold_commands::vm_service::{CredentialVault, HostCatalog};
 use leasehold_domain::values::OperationId;
 use leasehold_domain::values::fleet::{HostId, VmId};
-use leasehold_domain::vm::{SnapshotRef, Vm, VmStatus};
+use leasehold_domain::vm::{Vm, VmStatus};
 use leasehold_projections::ReconcileError;
 
+use super::seeds::{SeedPlan, pull_request, seed_plan};
 use super::{BootAnswer, Sent, VmDispatch, Work, retry};
 use crate::hosts::AgentTarget;
-use crate::hosts::grant::{self, GRANT_TTL_SECONDS};
 use crate::hosts::wire::{
-    ArtifactPullRequest, CreateVmRequest, ForkVmRequest, SnapshotRequest, SnapshotTaken, agent_name,
+    CreateVmRequest, ForkVmRequest, SnapshotRequest, SnapshotTaken, agent_name,
 };
 
 /// The source a copy's work names.
@@ -153,30 +153,22 @@ where
     C: HostCatalog,
     V: CredentialVault,
 {
-    /// The id `host`'s store has `seed` under: its own copy (the seed, or the tenant's disk
-    /// artifact of the same digest there), or one its agent pulls now from a holder's agent
-    /// (each holder in turn), with a grant minted with the holder's token, filed under the
-    /// seed's id. A seed no longer among the tenant's ready snapshots fails the boot: no name
-    /// the index does not know is ever sent on. `Err` inside: the boot's answer (the VM found
-    /// booted already by a send whose answer was lost, or a failed pull).
+    /// The id `host`'s store has `seed` under, as [`seed_plan`] says: its own copy, or one its
+    /// agent pulls now (from each holder in turn). `Err` inside: the boot's answer (the VM
+    /// found booted already by a send whose answer was lost, or a failed pull).
     pub(super) async fn seed_on(
         &self,
         work: &Work,
         (host, agent): (&HostId, &AgentTarget),
         (seed, name): (&str, &str),
     ) -> Result<Result<String, BootAnswer>, ReconcileError> {
-        let gone = || {
-            Err(BootAnswer::Failed("the seed is not one of the tenant's ready snapshots".into()))
+        let plan = seed_plan((&self.vms, &self.tokens), (&work.tenant, host), seed).await?;
+        let (digest, from) = match plan {
+            SeedPlan::Local(local) => return Ok(Ok(local)),
+            SeedPlan::Unavailable(why) => return Ok(Err(BootAnswer::Failed(why))),
+            SeedPlan::NotYet(why) => return Ok(Err(BootAnswer::NoAnswer(why))),
+            SeedPlan::Pull { digest, from } => (digest, from),
         };
-        let Ok(seed_ref) = SnapshotRef::parse("seed", seed) else { return Ok(gone()) };
-        let copies = self.vms.catalog().seed_copies(&work.tenant, &seed_ref).await;
-        let copies = copies.map_err(|error| retry("read the seed's copies", &error))?;
-        if copies.is_empty() {
-            return Ok(gone());
-        }
-        if let Some(local) = copies.iter().find(|copy| copy.host == *host && copy.bootable_here()) {
-            return Ok(Ok(local.store_ref.to_string()));
-        }
         // Sent before and its answer lost: the VM may be running already; never pull again
         // and risk failing a VM that booted.
         match self.agents.get(agent, name).await {
@@ -184,23 +176,14 @@ where
             Ok(None) => {}
             Err(error) => return Ok(Err(BootAnswer::NoAnswer(error.to_string()))),
         }
-        let mut last = None;
-        for copy in copies.iter().filter(|copy| copy.pullable().is_some()) {
-            let digest = copy.pullable().expect("filtered").as_str();
-            let Some(peer) = self.target(&copy.host).await? else { continue };
-            match self.pull(&peer, agent, (digest, seed)).await {
-                Ok(pulled) => return Ok(Ok(pulled)),
-                Err(answer) => last = Some(answer),
+        let mut last = BootAnswer::NoAnswer("no pull was tried".into());
+        for pull in &from {
+            match self.agents.pull_artifact(agent, &digest, pull).await {
+                Ok(pulled) => return Ok(Ok(pulled.snapshot_id)),
+                Err(error) => last = BootAnswer::of_error(error),
             }
         }
-        Ok(Err(last.unwrap_or_else(|| {
-            if copies.iter().any(|copy| copy.pullable().is_some()) {
-                let none = "no holder of a movable copy of the seed has a registered agent token";
-                BootAnswer::NoAnswer(none.into())
-            } else {
-                BootAnswer::Failed("no copy of the seed can move to this host".into())
-            }
-        })))
+        Ok(Err(last))
     }
 
     /// `target`'s agent pulls `digest` from `peer`'s, filed under `snapshot_id`.
@@ -210,16 +193,8 @@ where
         target: &AgentTarget,
         (digest, snapshot_id): (&str, &str),
     ) -> Result<String, BootAnswer> {
-        let expiry = chrono::Utc::now().timestamp() + GRANT_TTL_SECONDS;
-        let mut nonce = [0u8; 16];
-        getrandom::fill(&mut nonce)
-            .map_err(|error| BootAnswer::NoAnswer(format!("no randomness for a grant: {error}")))?;
-        // Minted with the serving host's token: the pulling agent never holds it.
-        let pull = ArtifactPullRequest {
-            peer_url: peer.url.clone(),
-            grant: grant::mint(&peer.token, digest, expiry, nonce),
-            snapshot_id: snapshot_id.to_owned(),
-        };
+        let pull = pull_request(&peer.url, &peer.token, (digest, snapshot_id))
+            .map_err(|error| BootAnswer::NoAnswer(error.to_string()))?;
         let pulled = self.agents.pull_artifact(target, digest, &pull).await;
         pulled.map(|pulled| pulled.snapshot_id).map_err(BootAnswer::of_error)
     }

@@ -28,6 +28,7 @@ use leasehold_domain::{Actor, DomainEvent, RecordedEvent};
 use leasehold_projections::ReconcileError;
 
 mod copies;
+pub mod seeds;
 
 use super::{DispatchKind, Intent, Sent, Work};
 use crate::hosts::wire::{AgentVm, CreateVmRequest, agent_name};

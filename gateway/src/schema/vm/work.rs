@@ -43,7 +43,10 @@ pub struct VmWorkItem {
     /// The operation to name in the report.
     pub operation_id: ID,
     /// `agent`: the boot's body (`name`, `cpus`, `memory_mb`, `storage_gb`, `region`, `image`,
-    /// `seed_snapshot`); `source`: a fork's or migration's source VM. Never a credential.
+    /// `seed_snapshot`: the id of the host's copy of the seed); `seed_pull`: when the host has
+    /// no copy, the pull to make first (`digest`, `peer_url`, `grant`, `snapshot_id`: fuse's
+    /// artifact pull); `source`: a fork's or migration's source VM. Never a credential (a
+    /// grant reads one blob, for minutes).
     pub request: async_graphql::Json<serde_json::Value>,
 }
 
@@ -105,6 +108,8 @@ async fn item_of(
     if &work.host != host {
         return Ok(None);
     }
+    let mut request = work.request;
+    seed_for(state, (&event.tenant_id, host), &mut request).await?;
     let scope = principal.cursor_scope();
     Ok(Some(VmWorkItem {
         cursor: state.cursors.seal(CursorKind::Log, &scope, &event.cursor.to_string()),
@@ -112,6 +117,34 @@ async fn item_of(
         action: work.action.to_string(),
         generation: work.generation,
         operation_id: ID(work.operation.0.to_string()),
-        request: async_graphql::Json(work.request),
+        request: async_graphql::Json(request),
     }))
+}
+
+/// A seeded boot's seed for `host`, as the dispatcher would get it there: `seed_snapshot`
+/// becomes the host's own copy's store id, or, when the host holds none, `seed_pull` is the
+/// pull its agent makes first (fuse's `POST /v1/artifacts/{digest}/pull` body, with a grant
+/// minted with a holder's token: it reads that one blob, nothing else) and `seed_snapshot` the
+/// id the pull files it under. A seed that cannot reach the host is left as named (the boot
+/// fails at the agent, reported as any failed boot).
+async fn seed_for(
+    state: &Inner,
+    (tenant, host): (&leasehold_domain::TenantId, &HostId),
+    request: &mut serde_json::Value,
+) -> ApiResult<()> {
+    use leasehold_adapters::dispatch::vm::seeds::{SeedPlan, seed_plan};
+    let Some(seed) = request["agent"]["seed_snapshot"].as_str().map(str::to_owned) else {
+        return Ok(());
+    };
+    let plan = seed_plan((&state.vms, &state.vault), (tenant, host), &seed).await;
+    match plan.map_err(|error| ApiError::internal(&error))? {
+        SeedPlan::Local(local) => request["agent"]["seed_snapshot"] = local.into(),
+        SeedPlan::Pull { digest, from } => {
+            let mut pull = serde_json::to_value(&from[0]).map_err(|e| ApiError::internal(&e))?;
+            pull["digest"] = digest.into();
+            request["seed_pull"] = pull;
+        }
+        SeedPlan::Unavailable(_) | SeedPlan::NotYet(_) => {}
+    }
+    Ok(())
 }
