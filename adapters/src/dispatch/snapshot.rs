@@ -122,11 +122,12 @@ fn definite(error: &AgentError) -> bool {
     matches!(error, AgentError::Failed { status: 500, .. } | AgentError::Refused { .. })
 }
 
-/// What the agent reported it took, as the snapshot's written record.
-fn written_of(taken: crate::hosts::wire::SnapshotTaken) -> Result<Written, ReconcileError> {
+/// What the agent reported it took, as the snapshot's written record; why not, when its id
+/// is none the store could be asked for again.
+fn written_of(taken: crate::hosts::wire::SnapshotTaken) -> Result<Written, String> {
     let kind = if taken.kind == "live" { SnapshotKind::Live } else { SnapshotKind::Disk };
     let store_ref = SnapshotRef::parse("snapshot_id", taken.snapshot_id)
-        .map_err(|error| retry("read a snapshot's id", &error))?;
+        .map_err(|error| format!("the agent answered an unreadable snapshot id: {error}"))?;
     Ok(Written {
         kind,
         // fuse's agent answers one size, memory included: the honest size of either kind.
@@ -160,9 +161,15 @@ where
                 let taken =
                     self.agents.snapshot(agent, vm, &SnapshotRequest { comment, live }).await;
                 match taken {
-                    Ok(taken) => {
-                        Ok(AgentReport::Written { operation, written: written_of(taken)? })
-                    }
+                    // An answer whose id cannot be read is a definite failure: sent again, it
+                    // would only take another snapshot.
+                    Ok(taken) => Ok(match written_of(taken) {
+                        Ok(written) => AgentReport::Written { operation, written },
+                        Err(unreadable) => AgentReport::WriteFailed {
+                            operation,
+                            detail: OperatorDetail::new(&unreadable),
+                        },
+                    }),
                     Err(error) if definite(&error) || matches!(error, AgentError::NotFound) => {
                         Ok(AgentReport::WriteFailed { operation, detail: detail(&error) })
                     }
