@@ -244,9 +244,12 @@ fn tally(
             false
         }
         Ok(_) => true,
-        Err(refused @ (CommandError::Refused(_) | CommandError::NotFound))
-            if matches!(refused.class(), ErrorClass::InvalidState | ErrorClass::NotFound) =>
-        {
+        // Refused by the snapshot, or by the latest it is linked to (deleted meanwhile).
+        Err(
+            refused @ (CommandError::Refused(_)
+            | CommandError::NotFound
+            | CommandError::LinkedRefused { .. }),
+        ) if matches!(refused.class(), ErrorClass::InvalidState | ErrorClass::NotFound) => {
             sweep.kept += 1;
             false
         }

@@ -361,16 +361,26 @@ where
             gc_dead_letter_after: self.config.gc_dead_letter_after,
             ..SnapshotFacts::default()
         };
+        let mut links: Vec<Box<dyn Link<S>>> = Vec::new();
         if cause == DeleteCause::Gc {
             let (_, stored) = self.owned(snapshot).await?;
             if let Some(terms) = &stored.terms {
                 let latest = self.listing.latest_of(&owner, terms.vm).await?;
                 facts.latest_of_vm = latest == Some(snapshot);
+                // The latest is read from the projection, which lags: the deletion is linked
+                // to the latest still standing in the log, so a latest deleted meanwhile
+                // refuses it (and the VM keeps this one).
+                if let Some(latest) = latest.filter(|latest| *latest != snapshot) {
+                    let stand = SnapshotCommand::StandAsLatest { collected: snapshot };
+                    let facts = SnapshotFacts::default();
+                    let link = LinkedCommand::<Snapshot>::new(latest.stream_id(), stand, facts);
+                    links.push(Box::new(link));
+                }
             }
         }
         let command = SnapshotCommand::Delete { operation, cause };
         let request = self.request(caller, owner, snapshot, key, command, facts)?;
-        self.run(request, snapshot).await
+        self.run_linked(request, snapshot, &links).await
     }
 
     /// `vm` as stored, if it is `tenant`'s, and the facts a create or restore reads of it.

@@ -35,6 +35,7 @@
 //! | ready | Use | ready | SnapshotUsed (a layer cache hit: least recently used is evicted first) | a layer (`NotALayer`) |
 //! | ready, restoring | AdoptChild(diff, vm) | unchanged | SnapshotChildAdopted, or — when adopted already | live as written, of the diff's VM (`ParentNotLive`); linked to the diff's creation |
 //! | any but none | ReleaseChild(diff) | unchanged | SnapshotChildReleased, or — when not a child | linked to the diff's deletion |
+//! | ready, restoring | StandAsLatest(older) | unchanged | SnapshotStoodAsLatest | linked to GC's deletion of its VM's older snapshot (elsewhere `InvalidState`, which keeps that one: a latest deleted meanwhile no longer stands) |
 //! | deleted | anything else | deleted | refused | `InvalidState` |
 //!
 //! Agents' reports on a deleted snapshot are taken as redeliveries (no events), as the VM's
@@ -312,6 +313,13 @@ pub enum SnapshotCommand {
         /// The diff.
         child: SnapshotId,
     },
+    /// Retention GC collects `collected`, an older snapshot of this one's VM, because this one
+    /// is the VM's latest (linked to that deletion: this one must still be ready or being
+    /// restored in the log, not merely in the projection GC read).
+    StandAsLatest {
+        /// The older snapshot collected.
+        collected: SnapshotId,
+    },
 }
 
 impl SnapshotCommand {
@@ -332,6 +340,7 @@ impl SnapshotCommand {
             Self::Use => "use",
             Self::AdoptChild { .. } => "adopt a diff",
             Self::ReleaseChild { .. } => "release a diff",
+            Self::StandAsLatest { .. } => "stand as its VM's latest",
         }
     }
 

@@ -358,6 +358,7 @@ fn snapshot_samples() -> Vec<(&'static str, serde_json::Value)> {
         S::SnapshotUsed { at },
         S::SnapshotChildAdopted { child: SnapshotId(Uuid::from_u128(4)), at },
         S::SnapshotChildReleased { child: SnapshotId(Uuid::from_u128(4)), at },
+        S::SnapshotStoodAsLatest { collected: SnapshotId(Uuid::from_u128(4)), at },
     ];
     events.iter().map(|event| (event.event_type(), event.to_payload())).collect()
 }

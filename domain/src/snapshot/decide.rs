@@ -115,6 +115,9 @@ pub(super) fn decide(
         (_, C::AdoptChild { .. }) => Err(SnapshotError::ParentNotLive),
         (S::Ready, C::Use) if snapshot.is_layer() => Ok(vec![E::SnapshotUsed { at }]),
         (S::Ready, C::Use) => Err(SnapshotError::NotALayer),
+        (S::Ready | S::Restoring, C::StandAsLatest { collected }) => {
+            Ok(vec![E::SnapshotStoodAsLatest { collected: *collected, at }])
+        }
         _ => Err(invalid()),
     }
 }

@@ -60,6 +60,8 @@ pub enum SnapshotEvent {
     SnapshotChildAdopted { child: super::SnapshotId, at: DateTime<Utc> },
     /// A diff over it is being deleted.
     SnapshotChildReleased { child: super::SnapshotId, at: DateTime<Utc> },
+    /// It stood as its VM's latest while retention GC collected `collected`, an older one.
+    SnapshotStoodAsLatest { collected: super::SnapshotId, at: DateTime<Utc> },
 }
 
 crate::tagged_events!(SnapshotEvent {
@@ -79,6 +81,7 @@ crate::tagged_events!(SnapshotEvent {
     SnapshotUsed,
     SnapshotChildAdopted,
     SnapshotChildReleased,
+    SnapshotStoodAsLatest,
 });
 
 /// The terms a tenant sees of its snapshot's request (all but the host, the fleet's).
@@ -130,6 +133,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("SnapshotExported", &["destination", "at"], &[]),
         view("SnapshotExportFailed", &["destination", "at"], &["detail"]),
         view("SnapshotUsed", AT, &[]),
+        view("SnapshotStoodAsLatest", &["collected", "at"], &[]),
         view("SnapshotChildAdopted", &["child", "at"], &[]),
         view("SnapshotChildReleased", &["child", "at"], &[]),
     ],

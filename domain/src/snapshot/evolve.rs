@@ -83,6 +83,8 @@ pub(super) fn evolve(mut snapshot: Snapshot, event: &E) -> Snapshot {
             settle(&mut snapshot, destination, ExportStatus::Error, Some(detail.clone()), *at);
         }
         E::SnapshotUsed { at } => snapshot.last_used = Some(*at),
+        // A guard's record: nothing of the snapshot changes.
+        E::SnapshotStoodAsLatest { .. } => {}
         E::SnapshotChildAdopted { child, at } => {
             snapshot.children.insert(*child);
             snapshot.updated_at = Some(*at);

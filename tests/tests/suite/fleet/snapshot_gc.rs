@@ -466,6 +466,48 @@ async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_ke
 }
 
 #[tokio::test]
+async fn gc_keeps_the_older_snapshot_when_the_latest_it_read_was_deleted_in_the_log_meanwhile() {
+    let db = TestDb::migrated().await;
+    let vms = running_vms(&db, 1).await;
+    let clock = ManualClock::at(t0());
+    let snapshots = snapshots(&db, &clock);
+    let acme = tenant("acme");
+    let ask = disk_of(vms[0], Some(clock.now() + TimeDelta::hours(1)));
+    let older = snapshots.create(&acme, "s-0", &ask).await.expect("created").snapshot;
+    write(&snapshots, older, SnapshotKind::Disk, None).await;
+    clock.advance(TimeDelta::seconds(1));
+    let latest = snapshots.create(&acme, "s-1", &disk_of(vms[0], None)).await;
+    let latest = latest.expect("created").snapshot;
+    write(&snapshots, latest, SnapshotKind::Disk, None).await;
+    clock.advance(TimeDelta::hours(2));
+    project(&db).await;
+    // The tenant deletes the latest; GC sweeps before the projection has that deletion.
+    snapshots.delete(&acme, "d-1", latest).await.expect("deleting");
+    let gc = SnapshotGc::new(snapshots.clone(), db.store(), TimeDelta::hours(1));
+    let swept = gc.sweep(clock.now()).await.expect("swept");
+    assert_eq!((swept.due, swept.deleting, swept.kept, swept.failed), (1, 0, 1, 0), "{swept:?}");
+    let (_, stored) = snapshots.owned(older).await.expect("stored");
+    assert_eq!(stored.status, SnapshotStatus::Ready, "the VM keeps a snapshot");
+    // With the latest standing, the older one is collected, and the latest records it.
+    let ask = disk_of(vms[0], None);
+    let newest = snapshots.create(&acme, "s-2", &ask).await.expect("created").snapshot;
+    write(&snapshots, newest, SnapshotKind::Disk, None).await;
+    project(&db).await;
+    let swept = gc.sweep(clock.now()).await.expect("swept");
+    assert_eq!(swept.deleting, 1, "{swept:?}");
+    let client = db.client().await;
+    let row = client
+        .query_one(
+            "SELECT payload->>'collected' FROM events WHERE stream_id = $1 \
+             AND event_type = 'SnapshotStoodAsLatest'",
+            &[&newest.stream_id().as_str()],
+        )
+        .await
+        .expect("the guard's record");
+    assert_eq!(row.get::<_, String>(0), older.0.to_string());
+}
+
+#[tokio::test]
 async fn a_creation_no_agent_answers_is_given_up_and_gives_its_quota_back() {
     let db = TestDb::migrated().await;
     let vms = running_vms(&db, 1).await;
