@@ -93,9 +93,9 @@ fn pending_export(stored: &Snapshot, operation: OperationId) -> Option<&Export> 
 /// Whether `stored` still awaits the work `action` of `operation`.
 fn awaits(stored: &Snapshot, action: &str, operation: OperationId) -> bool {
     if action == "export" {
-        // Not written while its deletion is under way (it may still be reported, or lapse).
-        let deleting = stored.status == SnapshotStatus::Deleting;
-        return !deleting && pending_export(stored, operation).is_some();
+        // Sent whatever the snapshot went through since it was asked (a deletion under way
+        // may fail and leave it whole): its answer, or its deadline, settles it.
+        return pending_export(stored, operation).is_some();
     }
     let status = match action {
         "create" => SnapshotStatus::Creating,

@@ -175,14 +175,16 @@ fn seed_copy(row: &tokio_postgres::Row) -> Option<SeedCopy> {
     })
 }
 
-/// The seed itself (by its store reference or its snapshot id), and every ready snapshot of
-/// the same tenant's with the seed's digest, one per host (the seed itself first on its own
-/// host), by host id: the same answer every time.
-const SEED_COPIES_SQL: &str = "SELECT DISTINCT ON (same.host_id) same.host_id, same.store_ref, \
+/// The seed itself (by its store reference or its snapshot id), and every ready (or
+/// restoring: still whole) snapshot of the same tenant's with the seed's digest, by host id,
+/// on each host the seed itself first, then movable copies: the same answer every time.
+const SEED_COPIES_SQL: &str = "SELECT same.host_id, same.store_ref, \
      same.digest, same.kind, same.snapshot_id = seed.snapshot_id \
      FROM snapshot_records seed JOIN snapshot_records same \
-       ON same.tenant_id = seed.tenant_id AND same.state = 'ready' AND same.store_ref IS NOT NULL \
+       ON same.tenant_id = seed.tenant_id AND same.state IN ('ready', 'restoring') \
+      AND same.store_ref IS NOT NULL \
       AND (same.snapshot_id = seed.snapshot_id OR same.digest = seed.digest) \
      WHERE seed.tenant_id = $1 AND (seed.store_ref = $2 OR seed.snapshot_id = $3::uuid) \
-       AND seed.state = 'ready' \
-     ORDER BY same.host_id, same.snapshot_id = seed.snapshot_id DESC, same.snapshot_id";
+       AND seed.state IN ('ready', 'restoring') \
+     ORDER BY same.host_id, same.snapshot_id = seed.snapshot_id DESC, \
+       (same.kind = 'disk' AND same.digest IS NOT NULL) DESC, same.snapshot_id";

@@ -373,7 +373,7 @@ async fn exports_of(server: &Server, id: &Value) -> Value {
 async fn an_export_the_agent_takes_on_is_reported_later_or_lapses_into_an_error() {
     use crate::fleet::{AGENT_TOKEN, register_at, start_agent, wait_for_state};
     let agent = start_agent(&["--export-later"]).await;
-    let server = Server::start_with(&["--snapshot-export-within", "2s"]).await;
+    let server = Server::start_with(&["--snapshot-export-within", "15s"]).await;
     register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
     wait_for_host(&server, "agent-1").await;
     let acme = tenant_token("acme");

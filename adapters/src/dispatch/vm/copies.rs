@@ -163,27 +163,38 @@ where
         (seed, name): (&str, &str),
     ) -> Result<Result<String, BootAnswer>, ReconcileError> {
         let plan = seed_plan((&self.vms, &self.tokens), (&work.tenant, host), seed).await?;
-        let (digest, from) = match plan {
-            SeedPlan::Local(local) => return Ok(Ok(local)),
-            SeedPlan::Unavailable(why) => return Ok(Err(BootAnswer::Failed(why))),
-            SeedPlan::NotYet(why) => return Ok(Err(BootAnswer::NoAnswer(why))),
-            SeedPlan::Pull { digest, from } => (digest, from),
-        };
-        // Sent before and its answer lost: the VM may be running already; never pull again
-        // and risk failing a VM that booted.
+        if let SeedPlan::Local(local) = plan {
+            return Ok(Ok(local));
+        }
+        // Sent before and its answer lost, the VM may be running already (the seed gone or
+        // moved on since): never fail, or pull again for, a VM that booted.
         match self.agents.get(agent, name).await {
             Ok(Some(found)) => return Ok(Err(BootAnswer::Booted(found))),
             Ok(None) => {}
             Err(error) => return Ok(Err(BootAnswer::NoAnswer(error.to_string()))),
         }
-        let mut last = BootAnswer::NoAnswer("no pull was tried".into());
+        let (digest, from) = match plan {
+            SeedPlan::Pull { digest, from } => (digest, from),
+            SeedPlan::Unavailable(why) => return Ok(Err(BootAnswer::Failed(why))),
+            SeedPlan::Local(_) => unreachable!("answered above"),
+        };
+        // Failed for good only if every holder refused it for good.
+        let mut answers = Vec::new();
         for pull in &from {
             match self.agents.pull_artifact(agent, &digest, pull).await {
                 Ok(pulled) => return Ok(Ok(pulled.snapshot_id)),
-                Err(error) => last = BootAnswer::of_error(error),
+                Err(error) => answers.push(BootAnswer::of_error(error)),
             }
         }
-        Ok(Err(last))
+        let transient = answers.iter().position(|answer| matches!(answer, BootAnswer::NoAnswer(_)));
+        let last =
+            answers.pop().unwrap_or_else(|| BootAnswer::NoAnswer("no pull was tried".into()));
+        Ok(Err(match transient {
+            Some(_) if matches!(last, BootAnswer::Failed(_)) => {
+                BootAnswer::NoAnswer("a holder's agent did not answer the pull".into())
+            }
+            _ => last,
+        }))
     }
 
     /// `target`'s agent pulls `digest` from `peer`'s, filed under `snapshot_id`.

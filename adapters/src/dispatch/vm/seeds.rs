@@ -30,10 +30,9 @@ pub enum SeedPlan {
         /// One pull per holder with a registered token.
         from: Vec<ArtifactPullRequest>,
     },
-    /// It cannot get it, for good (the seed is gone, or no copy can move).
+    /// It cannot get it, for good (the seed is gone, no copy can move, or none is held where
+    /// Leasehold can mint a grant: a holder with no registered agent token).
     Unavailable(String),
-    /// Not now: no holder of a movable copy has a registered agent token.
-    NotYet(String),
 }
 
 /// How `host` gets `tenant`'s `seed`.
@@ -67,14 +66,16 @@ where
         return Ok(SeedPlan::Unavailable("no copy of the seed can move to this host".into()));
     };
     let mut from = Vec::new();
-    for copy in movable {
+    let mut asked = std::collections::BTreeSet::new();
+    // One pull per holder: its first movable copy.
+    for copy in movable.into_iter().filter(|copy| asked.insert(copy.host.clone())) {
         let Some(peer) = host_target(vms.pipeline(), tokens, &copy.host).await? else { continue };
         let digest = copy.pullable().expect("movable").as_str();
         from.push(pull_request(&peer.url, &peer.token, (digest, seed))?);
     }
     if from.is_empty() {
         let why = "no holder of a movable copy of the seed has a registered agent token";
-        return Ok(SeedPlan::NotYet(why.into()));
+        return Ok(SeedPlan::Unavailable(why.into()));
     }
     Ok(SeedPlan::Pull { digest, from })
 }

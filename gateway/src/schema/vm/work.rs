@@ -109,7 +109,9 @@ async fn item_of(
         return Ok(None);
     }
     let mut request = work.request;
-    seed_for(state, (&event.tenant_id, host), &mut request).await?;
+    if work.action == "boot" {
+        seed_for(state, (&event.tenant_id, host), &mut request).await?;
+    }
     let scope = principal.cursor_scope();
     Ok(Some(VmWorkItem {
         cursor: state.cursors.seal(CursorKind::Log, &scope, &event.cursor.to_string()),
@@ -144,7 +146,7 @@ async fn seed_for(
             pull["digest"] = digest.into();
             request["seed_pull"] = pull;
         }
-        SeedPlan::Unavailable(_) | SeedPlan::NotYet(_) => {}
+        SeedPlan::Unavailable(_) => {}
     }
     Ok(())
 }
