@@ -230,17 +230,28 @@ async fn wait_for(server: &Server, id: &Value, state: &str) -> Value {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent() {
+/// A simulated host agent (started with `agent_args`) registered as agent-1 of a real serve
+/// (started with `serve_args`), and a VM of acme's running there, booted by the dispatcher.
+async fn vm_at_a_simulated_agent(
+    agent_args: &[&str],
+    serve_args: &[&str],
+) -> (crate::fleet::Agent, Server, Value) {
     use crate::fleet::{AGENT_TOKEN, register_at, start_agent, wait_for_state};
-    let agent = start_agent(&[]).await;
-    let server = Server::start().await;
+    let agent = start_agent(agent_args).await;
+    let server = Server::start_with(serve_args).await;
     register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
     wait_for_host(&server, "agent-1").await;
     let acme = tenant_token("acme");
     let created = server.graphql(&acme, CREATE, create_input("c-1", "t-1")).await;
     let vm = data(&created)["createVm"]["id"].clone();
     wait_for_state(&server, &acme, &vm, "running").await;
+    (agent, server, vm)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatcher_takes_restores_and_deletes_snapshots_at_the_hosts_agent() {
+    let (agent, server, vm) = vm_at_a_simulated_agent(&[], &[]).await;
+    let acme = tenant_token("acme");
 
     let taken = server.graphql(&acme, SNAPSHOT, ask("s-1", &vm, "LIVE")).await;
     let id = data(&taken)["createSnapshot"]["id"].clone();
@@ -371,15 +382,9 @@ async fn exports_of(server: &Server, id: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_the_agent_takes_on_is_reported_later_or_lapses_into_an_error() {
-    use crate::fleet::{AGENT_TOKEN, register_at, start_agent, wait_for_state};
-    let agent = start_agent(&["--export-later"]).await;
-    let server = Server::start_with(&["--snapshot-export-within", "15s"]).await;
-    register_at(&server, "agent-1", 4, (&agent.url, Some(AGENT_TOKEN))).await;
-    wait_for_host(&server, "agent-1").await;
+    let serve = ["--snapshot-export-within", "15s"];
+    let (agent, server, vm) = vm_at_a_simulated_agent(&["--export-later"], &serve).await;
     let acme = tenant_token("acme");
-    let created = server.graphql(&acme, CREATE, create_input("c-1", "t-1")).await;
-    let vm = data(&created)["createVm"]["id"].clone();
-    wait_for_state(&server, &acme, &vm, "running").await;
     let taken = server.graphql(&acme, SNAPSHOT, ask("s-1", &vm, "DISK")).await;
     let id = data(&taken)["createSnapshot"]["id"].clone();
     wait_for(&server, &id, "ready").await;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use leasehold_adapters::snapshot_gc::SnapshotGc;
 use leasehold_adapters::{PgEventStore, PgReadModels};
+use leasehold_commands::lease_service::Caller;
 use leasehold_commands::snapshot_service::{
     AgentReport, CreateSnapshot, SnapshotConfig, SnapshotService,
 };
@@ -133,6 +134,17 @@ async fn write(
         .report(&agent(), (&host_id("agent-1"), &key), snapshot, report)
         .await
         .expect("written");
+}
+
+/// A disk snapshot `ask`ed by `caller` under `key`, written by its agent.
+async fn ready_disk(
+    snapshots: &Snapshots,
+    (caller, key): (&Caller, &str),
+    ask: &CreateSnapshot,
+) -> SnapshotId {
+    let created = snapshots.create(caller, key, ask).await.expect("created").snapshot;
+    write(snapshots, created, SnapshotKind::Disk, None).await;
+    created
 }
 
 /// Generates seed `seed`'s fleet of snapshots over `vms`, in creation order (a second
@@ -451,8 +463,7 @@ async fn a_newer_snapshot_still_being_created_leaves_the_vms_latest_ready_one_ke
     let snapshots = snapshots(&db, &clock);
     let acme = tenant("acme");
     let ask = disk_of(vms[0], Some(clock.now() + TimeDelta::hours(1)));
-    let ready = snapshots.create(&acme, "s-0", &ask).await.expect("created").snapshot;
-    write(&snapshots, ready, SnapshotKind::Disk, None).await;
+    let ready = ready_disk(&snapshots, (&acme, "s-0"), &ask).await;
     clock.advance(TimeDelta::seconds(1));
     // The newest is still being written (and might never be): the ready one stays the latest.
     snapshots.create(&acme, "s-1", &ask).await.expect("created");
@@ -473,12 +484,9 @@ async fn gc_keeps_the_older_snapshot_when_the_latest_it_read_was_deleted_in_the_
     let snapshots = snapshots(&db, &clock);
     let acme = tenant("acme");
     let ask = disk_of(vms[0], Some(clock.now() + TimeDelta::hours(1)));
-    let older = snapshots.create(&acme, "s-0", &ask).await.expect("created").snapshot;
-    write(&snapshots, older, SnapshotKind::Disk, None).await;
+    let older = ready_disk(&snapshots, (&acme, "s-0"), &ask).await;
     clock.advance(TimeDelta::seconds(1));
-    let latest = snapshots.create(&acme, "s-1", &disk_of(vms[0], None)).await;
-    let latest = latest.expect("created").snapshot;
-    write(&snapshots, latest, SnapshotKind::Disk, None).await;
+    let latest = ready_disk(&snapshots, (&acme, "s-1"), &disk_of(vms[0], None)).await;
     clock.advance(TimeDelta::hours(2));
     project(&db).await;
     // The tenant deletes the latest; GC sweeps before the projection has that deletion.
@@ -489,9 +497,7 @@ async fn gc_keeps_the_older_snapshot_when_the_latest_it_read_was_deleted_in_the_
     let (_, stored) = snapshots.owned(older).await.expect("stored");
     assert_eq!(stored.status, SnapshotStatus::Ready, "the VM keeps a snapshot");
     // With the latest standing, the older one is collected, and the latest records it.
-    let ask = disk_of(vms[0], None);
-    let newest = snapshots.create(&acme, "s-2", &ask).await.expect("created").snapshot;
-    write(&snapshots, newest, SnapshotKind::Disk, None).await;
+    let newest = ready_disk(&snapshots, (&acme, "s-2"), &disk_of(vms[0], None)).await;
     project(&db).await;
     let swept = gc.sweep(clock.now()).await.expect("swept");
     assert_eq!(swept.deleting, 1, "{swept:?}");
