@@ -74,6 +74,7 @@ fn class_of(kind: RefusalKind) -> ErrorClass {
         RefusalKind::Fenced => ErrorClass::Fenced,
         RefusalKind::Conflict => ErrorClass::Conflict,
         RefusalKind::QuotaExceeded => ErrorClass::QuotaExceeded,
+        RefusalKind::Unsupported => ErrorClass::Unsupported,
     }
 }
 
@@ -94,6 +95,8 @@ pub enum ErrorClass {
     IdempotencyConflict,
     /// `QUOTA_EXCEEDED`
     QuotaExceeded,
+    /// `UNSUPPORTED`
+    Unsupported,
     /// `INTERNAL`
     Internal,
 }

@@ -30,6 +30,9 @@ pub enum RefusalKind {
     Conflict,
     /// A quota of the tenant's does not allow it.
     QuotaExceeded,
+    /// What it acts on cannot do this at all (a provider connection without stop, say):
+    /// a routing bug, never retried.
+    Unsupported,
 }
 
 /// A refusal by `decide`: a typed error that can say which [`RefusalKind`] it is.

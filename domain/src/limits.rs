@@ -69,3 +69,34 @@ pub const VM_STARTUP_SCRIPT_TIMEOUT_DEFAULT_MAX_SECONDS: u32 = 50;
 /// How long after a recorded activity (an exec, an attach) the next one is recorded, in
 /// seconds.
 pub const VM_ACTIVITY_RECORD_SECONDS: i64 = 60;
+
+/// Longest provider-native name (a machine's id, an offer's), in bytes.
+pub const RENTAL_NATIVE_REF_MAX_BYTES: usize = 256;
+
+/// Longest max lifetime a rental may ask for, in seconds (30 days).
+pub const RENTAL_MAX_LIFETIME_SECONDS_MAX: u64 = 30 * 24 * 3600;
+
+/// How long an enrollment token stays redeemable after its invite, in seconds.
+pub const NODE_ENROLLMENT_SECONDS: i64 = 30 * 60;
+
+/// How long a node's lease lasts after its last recorded heartbeat, in seconds.
+pub const NODE_LEASE_SECONDS: i64 = 90;
+
+/// How long a node's session lasts after its enrollment or renewal, in seconds.
+pub const NODE_SESSION_SECONDS: i64 = 30 * 60;
+
+/// How long after a recorded heartbeat the next one is recorded, in seconds: beats in
+/// between are checked (fenced) and change nothing, and the lease they extend is never
+/// shorter than [`NODE_LEASE_SECONDS`] less this.
+pub const NODE_HEARTBEAT_RECORD_SECONDS: i64 = 30;
+
+/// Most settled operations a node's state remembers (the oldest are forgotten first; a
+/// forgotten one sent again is answered by the idempotency ledger).
+pub const NODE_OPERATIONS_KEPT: usize = 256;
+
+/// Most image digests one node's facts may list.
+pub const NODE_FACT_IMAGES_MAX: usize = 256;
+
+/// Most attempts whose last reported phase a node's state remembers (to record a repeated
+/// look once).
+pub const NODE_WORKLOADS_KEPT: usize = 64;

@@ -29,6 +29,9 @@ pub enum Code {
     InvalidState,
     /// The tenant's quota does not allow it.
     QuotaExceeded,
+    /// What the command acts on cannot do it at all (a provider connection without stop):
+    /// never worth retrying.
+    Unsupported,
     /// The read models did not reach the requested cursor in time.
     Stale,
     /// Too many requests.
@@ -55,6 +58,7 @@ impl Code {
             Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Self::InvalidState => "INVALID_STATE",
             Self::QuotaExceeded => "QUOTA_EXCEEDED",
+            Self::Unsupported => "UNSUPPORTED",
             Self::Stale => "STALE",
             Self::RateLimited => "RATE_LIMITED",
             Self::NotProvisioned => "NOT_PROVISIONED",
@@ -133,6 +137,7 @@ impl<E: Refusal> From<CommandError<E>> for ApiError {
             ErrorClass::Conflict => Code::Conflict,
             ErrorClass::IdempotencyConflict => Code::IdempotencyConflict,
             ErrorClass::QuotaExceeded => Code::QuotaExceeded,
+            ErrorClass::Unsupported => Code::Unsupported,
             ErrorClass::Internal => return Self::internal(&error),
         };
         Self::new(code, error.to_string())

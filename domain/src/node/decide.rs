@@ -1,0 +1,233 @@
+//! `decide` for the node: the transition table of `node.rs`, row by row.
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::{
+    AgentVersion, EnrollProof, Node, NodeCommand, NodeError, NodeEvent, NodeFacts, NodeIdentity,
+    NodeOrder, NodeStatus, OperationResult, OperationState, TokenHash, enrollment_expiry,
+    lease_expiry,
+};
+use crate::limits::{NODE_HEARTBEAT_RECORD_SECONDS, NODE_SESSION_SECONDS};
+use crate::run::WorkloadObservation;
+use crate::values::OperationId;
+
+pub(super) fn decide(
+    node: &Node,
+    command: &NodeCommand,
+    now: DateTime<Utc>,
+) -> Result<Vec<NodeEvent>, NodeError> {
+    use NodeCommand as C;
+    use NodeStatus as S;
+    let at = now;
+    match (node.status, command) {
+        (S::None, C::Invite { identity, token_hash }) => Ok(vec![NodeEvent::NodeInvited {
+            identity: *identity,
+            token_hash: *token_hash,
+            expires_at: enrollment_expiry(at),
+            at,
+        }]),
+        (_, C::Invite { identity, token_hash }) => {
+            let same = node.identity == Some(*identity)
+                && node.invitation.is_some_and(|invite| invite.token_hash == *token_hash);
+            if same { Ok(Vec::new()) } else { Err(NodeError::AlreadyExists) }
+        }
+        (S::None, _) => Err(NodeError::NotFound),
+        (S::Retired, C::Retire) => Ok(Vec::new()),
+        (_, C::Retire) => Ok(vec![NodeEvent::NodeRetired { at }]),
+        (S::Retired, _) => Err(NodeError::Retired),
+        (_, C::Enroll { proof, agent_version, facts }) => {
+            enroll(node, proof, agent_version, facts, at)
+        }
+        (S::Ready, C::Expire) => {
+            let passed = node.lease_expires.is_some_and(|expires| expires <= at);
+            Ok(if passed { vec![NodeEvent::NodeLost { at }] } else { Vec::new() })
+        }
+        (_, C::Expire) => Ok(Vec::new()),
+        (status, command) => {
+            fence(node, command)?;
+            if status != S::Ready {
+                return Err(NodeError::NotReady { status: status.name() });
+            }
+            ready(node, command, at)
+        }
+    }
+}
+
+/// A command of an enrolled session must carry the node's current fencing token: one of an
+/// earlier session (before a re-enrollment) is `Fenced`, with no event.
+fn fence(node: &Node, command: &NodeCommand) -> Result<(), NodeError> {
+    use NodeCommand as C;
+    let given = match command {
+        C::RenewSession { fencing_token }
+        | C::Heartbeat { fencing_token, .. }
+        | C::Order { fencing_token, .. }
+        | C::Settle { fencing_token, .. }
+        | C::Reconcile { fencing_token, .. }
+        | C::ObserveWorkload { fencing_token, .. } => *fencing_token,
+        C::Invite { .. } | C::Enroll { .. } | C::Expire | C::Retire => return Ok(()),
+    };
+    if given == node.fencing_token {
+        Ok(())
+    } else {
+        Err(NodeError::Fenced { given, current: node.fencing_token })
+    }
+}
+
+fn ready(
+    node: &Node,
+    command: &NodeCommand,
+    at: DateTime<Utc>,
+) -> Result<Vec<NodeEvent>, NodeError> {
+    use NodeCommand as C;
+    match command {
+        C::RenewSession { .. } => Ok(vec![NodeEvent::NodeSessionRenewed {
+            session_expires: at + TimeDelta::seconds(NODE_SESSION_SECONDS),
+            at,
+        }]),
+        C::Heartbeat { facts, .. } => Ok(heartbeat(node, facts.as_ref(), at)),
+        C::Order { operation, fencing_token, order } => {
+            order_operation(node, *operation, *fencing_token, order, at)
+        }
+        C::Settle { operation, result, .. } => settle(node, *operation, result, at),
+        C::Reconcile { applied, .. } => Ok(reconcile(node, applied, at)),
+        C::ObserveWorkload { observation, .. } => Ok(observe_workload(node, observation, at)),
+        C::Invite { .. } | C::Enroll { .. } | C::Expire | C::Retire => {
+            unreachable!("decided before the session's commands")
+        }
+    }
+}
+
+fn enroll(
+    node: &Node,
+    proof: &EnrollProof,
+    agent_version: &AgentVersion,
+    facts: &NodeFacts,
+    at: DateTime<Utc>,
+) -> Result<Vec<NodeEvent>, NodeError> {
+    let identity = node.identity.expect("an invited node has its identity");
+    let duplicate = match (node.status, proof) {
+        (NodeStatus::Enrolling, EnrollProof::Token { token_hash }) => {
+            redeemable(node, *token_hash, at)?;
+            false
+        }
+        (NodeStatus::Ready | NodeStatus::Lost, EnrollProof::Credential { rental, generation }) => {
+            let same = NodeIdentity { rental: *rental, generation: *generation, ..identity };
+            if same != identity {
+                return Err(NodeError::EnrollmentRefused);
+            }
+            true
+        }
+        // A spent token, or a credential of a node that never enrolled.
+        _ => return Err(NodeError::EnrollmentRefused),
+    };
+    Ok(vec![NodeEvent::NodeEnrolled {
+        fencing_token: node.fencing_token + 1,
+        duplicate,
+        agent_version: agent_version.clone(),
+        facts: facts.clone(),
+        session_expires: at + TimeDelta::seconds(NODE_SESSION_SECONDS),
+        lease_expires: lease_expiry(at),
+        at,
+    }])
+}
+
+/// The invite's token: its hash, unspent and unexpired. The token is bound to this node's
+/// stream, and through it to the rental and generation of its invite.
+fn redeemable(node: &Node, presented: TokenHash, at: DateTime<Utc>) -> Result<(), NodeError> {
+    let Some(invitation) = node.invitation else {
+        return Err(NodeError::EnrollmentRefused);
+    };
+    let holds = constant_time_eq(&invitation.token_hash.0, &presented.0)
+        && !invitation.spent
+        && at < invitation.expires_at;
+    if holds { Ok(()) } else { Err(NodeError::EnrollmentRefused) }
+}
+
+/// Compares two hashes in time independent of where they differ.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+fn heartbeat(node: &Node, facts: Option<&NodeFacts>, at: DateTime<Utc>) -> Vec<NodeEvent> {
+    let new_facts = facts.filter(|facts| node.facts.as_ref() != Some(*facts));
+    let every = TimeDelta::seconds(NODE_HEARTBEAT_RECORD_SECONDS);
+    let recent = node.last_heartbeat_at.is_some_and(|last| at < last + every);
+    if recent && new_facts.is_none() {
+        return Vec::new();
+    }
+    vec![NodeEvent::NodeHeartbeat {
+        lease_expires: lease_expiry(at),
+        facts: new_facts.cloned(),
+        at,
+    }]
+}
+
+fn order_operation(
+    node: &Node,
+    operation: OperationId,
+    fencing_token: u64,
+    order: &NodeOrder,
+    at: DateTime<Utc>,
+) -> Result<Vec<NodeEvent>, NodeError> {
+    match node.operation(operation) {
+        Some(known) if known.order == *order => Ok(Vec::new()),
+        Some(_) => Err(NodeError::OperationConflict),
+        None => Ok(vec![NodeEvent::NodeOperationRequested {
+            operation,
+            fencing_token,
+            order: order.clone(),
+            at,
+        }]),
+    }
+}
+
+fn settle(
+    node: &Node,
+    operation: OperationId,
+    result: &OperationResult,
+    at: DateTime<Utc>,
+) -> Result<Vec<NodeEvent>, NodeError> {
+    let Some(known) = node.operation(operation) else {
+        return Err(NodeError::NoSuchOperation);
+    };
+    match (known.state, result) {
+        (OperationState::Pending | OperationState::NotApplied, OperationResult::Applied) => {
+            Ok(vec![NodeEvent::NodeOperationApplied { operation, reconciled: false, at }])
+        }
+        (OperationState::Pending, OperationResult::Refused { reason }) => {
+            Ok(vec![NodeEvent::NodeOperationRefused { operation, reason: reason.clone(), at }])
+        }
+        (OperationState::Applied, OperationResult::Applied) => Ok(Vec::new()),
+        (OperationState::Refused, OperationResult::Refused { reason })
+            if known.reason.as_ref() == Some(reason) =>
+        {
+            Ok(Vec::new())
+        }
+        _ => Err(NodeError::ReportContradicts),
+    }
+}
+
+fn observe_workload(
+    node: &Node,
+    observation: &WorkloadObservation,
+    received_at: DateTime<Utc>,
+) -> Vec<NodeEvent> {
+    let look = (observation.attempt, observation.phase, observation.exit_code);
+    if node.workloads.contains(&look) {
+        return Vec::new();
+    }
+    vec![NodeEvent::NodeWorkloadObserved { observation: observation.clone(), received_at }]
+}
+
+fn reconcile(node: &Node, applied: &[OperationId], at: DateTime<Utc>) -> Vec<NodeEvent> {
+    node.pending()
+        .map(|pending| {
+            let operation = pending.operation;
+            if applied.contains(&operation) {
+                NodeEvent::NodeOperationApplied { operation, reconciled: true, at }
+            } else {
+                NodeEvent::NodeOperationNotApplied { operation, at }
+            }
+        })
+        .collect()
+}
