@@ -1,0 +1,264 @@
+//! The run's transition table, row by row (the doc comment of `domain/src/run.rs`): the
+//! first terminal fact wins, exit codes count only from `exited`, `absent` is never an exit,
+//! an indeterminate launch forbids another until reconciled, a replacement excludes the
+//! failed offer, and a run closes only with an outcome and its cleanup settled; then the
+//! effects on the schedule and the node, and properties over random command sequences.
+
+mod fixtures;
+mod properties;
+
+use fixtures::*;
+use leasehold_domain::Aggregate;
+use leasehold_domain::run::{
+    Cleanup, LaunchAnswer, Outcome, RunCommand as C, RunEffect, RunError, RunStatus as S,
+    WorkloadPhase as P, run_effects,
+};
+
+use Expect::{Events, NoChange, Refused};
+
+fn invalid(status: &'static str, command: &'static str) -> Expect {
+    Refused(RunError::InvalidState { status, command })
+}
+
+#[test]
+fn submit_and_book() {
+    let run = check(&[], submit(), Events(&["RunRequested"]));
+    assert_eq!(run.status, S::Requested);
+    check(&requested(), submit(), NoChange);
+    check(&[], book(1), Refused(RunError::NotFound));
+    let run = check(&requested(), book(1), Events(&["RunBookingDecided"]));
+    assert_eq!((run.status, run.booking), (S::Booked, Some(booking(1))));
+    check(&booked(), book(1), NoChange);
+    check(&booked(), book(2), invalid("booked", "book"));
+}
+
+#[test]
+fn an_attempt_records_its_launch_intent_before_the_order() {
+    let run = check(
+        &booked(),
+        create(1, "offer-a"),
+        Events(&["RunBookingDispatched", "RunAttemptCreated", "RunLaunchIntentRecorded"]),
+    );
+    assert_eq!(run.status, S::Launching);
+    check(&launching(), create(1, "offer-a"), NoChange);
+    // Never two launches at once.
+    check(&launching(), create(2, "offer-b"), invalid("launching", "create an attempt"));
+    check(&running(), create(2, "offer-b"), invalid("running", "create an attempt"));
+    check(&requested(), create(1, "offer-a"), invalid("requested", "create an attempt"));
+}
+
+#[test]
+fn the_launch_is_effected_on_the_node_in_the_same_append() {
+    let before = replay(&booked());
+    let events = before.decide(&create(1, "offer-a"), &ctx_at(2)).expect("accepted");
+    let effects = run_effects(&before, &events);
+    assert!(
+        matches!(effects.as_slice(), [RunEffect::OrderLaunch { fencing_token: 1, .. }]),
+        "{effects:?}"
+    );
+    let before = replay(&requested());
+    let events = before.decide(&book(1), &ctx_at(2)).expect("accepted");
+    assert_eq!(run_effects(&before, &events), vec![RunEffect::Book { booking: booking(1) }]);
+}
+
+#[test]
+fn an_indeterminate_launch_forbids_another_until_reconciled() {
+    let run = check(
+        &launching(),
+        answered(1, LaunchAnswer::Indeterminate),
+        Events(&["RunLaunchIndeterminate"]),
+    );
+    assert_eq!(run.status, S::Indeterminate);
+    check(&indeterminate(), create(2, "offer-b"), Refused(RunError::LaunchIndeterminate));
+    check(
+        &indeterminate(),
+        C::GiveUp { reason: reason("NoCapacity") },
+        invalid("indeterminate", "give up"),
+    );
+    // Reconciled: applied after all, or never applied.
+    let run = check(
+        &indeterminate(),
+        answered(1, LaunchAnswer::Accepted),
+        Events(&["RunLaunchAccepted"]),
+    );
+    assert_eq!(run.status, S::Running);
+    let run = check(&indeterminate(), failed(1), Events(&["RunLaunchFailed"]));
+    assert_eq!(run.status, S::Booked);
+    // A look showing the workload reconciles it too.
+    let run = check(
+        &indeterminate(),
+        look(1, P::Running, None, 40),
+        Events(&["RunExternalStateObserved", "RunLaunchAccepted"]),
+    );
+    assert_eq!(run.status, S::Running);
+    // Absent is no proof either way.
+    let run = check(
+        &indeterminate(),
+        look(1, P::Absent, None, 40),
+        Events(&["RunExternalStateObserved"]),
+    );
+    assert_eq!(run.status, S::Indeterminate);
+}
+
+#[test]
+fn a_replacement_attempt_excludes_the_failed_offer() {
+    let failed_once = [launching(), vec![(failed(1), 3)]].concat();
+    check(&failed_once, create(2, "offer-a"), Refused(RunError::OfferExcluded));
+    check(
+        &failed_once,
+        create(2, "offer-b"),
+        Events(&["RunAttemptCreated", "RunLaunchIntentRecorded"]),
+    );
+    // Rebooking elsewhere releases the previous booking.
+    let before = replay(&failed_once);
+    let events = before.decide(&book(2), &ctx_at(5)).expect("accepted");
+    assert_eq!(
+        run_effects(&before, &events),
+        vec![
+            RunEffect::ReleaseBooking { booking: booking(1) },
+            RunEffect::Book { booking: booking(2) }
+        ]
+    );
+    let run = check(
+        &failed_once,
+        C::GiveUp { reason: reason("NoCapacity") },
+        Events(&["RunOutcomeRecorded", "RunClosed"]),
+    );
+    assert_eq!((run.outcome, run.cleanup), (Some(Outcome::Failed), Some(Cleanup::NotRequired)));
+}
+
+#[test]
+fn launch_answers_are_settled_once() {
+    check(&running(), answered(1, LaunchAnswer::Accepted), NoChange);
+    check(&running(), answered(1, LaunchAnswer::Indeterminate), NoChange);
+    check(&running(), failed(1), Refused(RunError::ReportContradicts));
+    check(&launching(), answered(9, LaunchAnswer::Accepted), Refused(RunError::NoSuchAttempt));
+}
+
+#[test]
+fn an_exit_code_counts_only_in_phase_exited() {
+    let run =
+        check(&running(), look(1, P::Running, Some(0), 10), Events(&["RunExternalStateObserved"]));
+    assert_eq!((run.outcome, run.status), (None, S::Running));
+    let run =
+        check(&running(), look(1, P::Absent, None, 10), Events(&["RunExternalStateObserved"]));
+    assert_eq!(run.outcome, None, "absent is not an exit");
+    let run = check(
+        &running(),
+        look(1, P::Exited, Some(3), 10),
+        Events(&["RunExternalStateObserved", "RunOutcomeRecorded", "RunCleanupRequested"]),
+    );
+    assert_eq!(
+        (run.outcome, run.exit_code, run.status),
+        (Some(Outcome::Failed), Some(3), S::Finished)
+    );
+    let run = check(
+        &running(),
+        look(1, P::Exited, Some(0), 10),
+        Events(&["RunExternalStateObserved", "RunOutcomeRecorded", "RunCleanupRequested"]),
+    );
+    assert_eq!(run.outcome, Some(Outcome::Succeeded));
+}
+
+#[test]
+fn the_first_terminal_fact_wins() {
+    let run =
+        check(&finished(), look(1, P::Exited, Some(1), 15), Events(&["RunExternalStateObserved"]));
+    assert_eq!((run.outcome, run.exit_code), (Some(Outcome::Succeeded), Some(0)));
+    // A cancel after the exit changes nothing, nor does its stop being applied.
+    check(&finished(), C::Cancel, NoChange);
+    let cancelled = [running(), vec![(C::Cancel, 5)]].concat();
+    let exited = [cancelled.clone(), vec![(look(1, P::Exited, Some(0), 10), 10)]].concat();
+    check(&exited, C::CancelAccepted, NoChange);
+    let run = check(
+        &cancelled,
+        C::CancelAccepted,
+        Events(&["RunCancelAccepted", "RunOutcomeRecorded", "RunCleanupRequested"]),
+    );
+    assert_eq!(run.outcome, Some(Outcome::Cancelled));
+    let after = [cancelled, vec![(C::CancelAccepted, 6)]].concat();
+    let run = check(&after, look(1, P::Exited, Some(0), 10), Events(&["RunExternalStateObserved"]));
+    assert_eq!(run.outcome, Some(Outcome::Cancelled));
+}
+
+#[test]
+fn cancel_before_a_launch_closes_at_once_and_after_one_stops_it() {
+    for history in [requested(), booked()] {
+        let run = check(
+            &history,
+            C::Cancel,
+            Events(&["RunCancelRequested", "RunOutcomeRecorded", "RunClosed"]),
+        );
+        assert_eq!((run.status, run.cleanup), (S::Closed, Some(Cleanup::NotRequired)));
+    }
+    let before = replay(&running());
+    let events = before.decide(&C::Cancel, &ctx_at(5)).expect("accepted");
+    assert_eq!(events.len(), 1);
+    assert!(matches!(run_effects(&before, &events).as_slice(), [RunEffect::OrderStop { .. }]));
+    let cancelled = [running(), vec![(C::Cancel, 5)]].concat();
+    check(&cancelled, C::Cancel, NoChange);
+    check(&running(), C::CancelAccepted, invalid("running", "accept a cancel never asked"));
+    // A cancel while launching whose launch then fails never launched anything.
+    let cancelled = [launching(), vec![(C::Cancel, 5)]].concat();
+    let run = check(
+        &cancelled,
+        failed(1),
+        Events(&["RunLaunchFailed", "RunOutcomeRecorded", "RunClosed"]),
+    );
+    assert_eq!(run.outcome, Some(Outcome::Cancelled));
+    check(&cancelled, create(2, "offer-b"), invalid("launching", "create an attempt"));
+}
+
+#[test]
+fn a_run_closes_with_an_outcome_and_its_cleanup_settled() {
+    let run = check(
+        &finished(),
+        look(1, P::Absent, None, 20),
+        Events(&["RunExternalStateObserved", "RunCleanupConfirmed", "RunClosed"]),
+    );
+    assert_eq!((run.status, run.cleanup), (S::Closed, Some(Cleanup::Confirmed)));
+    let run = check(
+        &finished(),
+        C::FailCleanup { reason: reason("StopTimedOut") },
+        Events(&["RunCleanupFailed"]),
+    );
+    assert_eq!((run.status, run.cleanup), (S::Finished, Some(Cleanup::Blocked)));
+    check(&finished(), C::ConfirmCleanup, Events(&["RunCleanupConfirmed", "RunClosed"]));
+    check(&running(), C::ConfirmCleanup, invalid("running", "confirm its cleanup"));
+    // Closing takes the booking off the schedule.
+    let before = replay(&finished());
+    let events = before.decide(&C::ConfirmCleanup, &ctx_at(30)).expect("accepted");
+    assert_eq!(
+        run_effects(&before, &events),
+        vec![RunEffect::ReleaseBooking { booking: booking(1) }]
+    );
+}
+
+#[test]
+fn a_closed_run_takes_late_reports_quietly() {
+    check(&closed(), look(1, P::Exited, Some(9), 60), NoChange);
+    check(&closed(), answered(1, LaunchAnswer::Accepted), NoChange);
+    check(&closed(), C::Cancel, NoChange);
+    check(&closed(), C::ConfirmCleanup, NoChange);
+    check(&closed(), book(2), invalid("closed", "book"));
+    assert!(replay(&closed()).is_terminal());
+}
+
+#[test]
+fn a_repeated_look_is_not_recorded_twice() {
+    let seen = [running(), vec![(look(1, P::Running, None, 10), 10)]].concat();
+    check(&seen, look(1, P::Running, None, 11), NoChange);
+}
+
+#[test]
+fn a_late_launch_answer_never_reopens_a_cancelled_run() {
+    // Found by the properties: the stop was applied before the launch's own answer came.
+    let cancelled = [launching(), vec![(C::Cancel, 5), (C::CancelAccepted, 6)]].concat();
+    let run = check(&cancelled, failed(1), Events(&["RunLaunchFailed"]));
+    assert_eq!((run.status, run.outcome), (S::Finished, Some(Outcome::Cancelled)));
+    let after = [cancelled.clone(), vec![(failed(1), 7)]].concat();
+    check(&after, C::GiveUp { reason: reason("NoCapacity") }, invalid("finished", "give up"));
+    let closed_run = [cancelled, vec![(look(1, P::Absent, None, 8), 8)]].concat();
+    assert_eq!(replay(&closed_run).status, S::Closed);
+    check(&closed_run, answered(1, LaunchAnswer::Indeterminate), NoChange);
+}
