@@ -125,10 +125,15 @@ pub struct Invitation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum EnrollProof {
-    /// Its bootstrap's enrollment token (the first enrollment), as its hash.
+    /// Its bootstrap's enrollment token (the first enrollment), as its hash, with the rental
+    /// and generation the node claims.
     Token {
         /// The presented token's SHA-256.
         token_hash: TokenHash,
+        /// The rental the node claims.
+        rental: RentalId,
+        /// The generation the node claims.
+        generation: u64,
     },
     /// The node credential an earlier enrollment gave it, verified by the gateway: scoped to
     /// this node, a rental and a generation (a resume).

@@ -106,7 +106,11 @@ fn enroll(
 ) -> Result<Vec<NodeEvent>, NodeError> {
     let identity = node.identity.expect("an invited node has its identity");
     let duplicate = match (node.status, proof) {
-        (NodeStatus::Enrolling, EnrollProof::Token { token_hash }) => {
+        (NodeStatus::Enrolling, EnrollProof::Token { token_hash, rental, generation }) => {
+            let claimed = NodeIdentity { rental: *rental, generation: *generation, ..identity };
+            if claimed != identity {
+                return Err(NodeError::EnrollmentRefused);
+            }
             redeemable(node, *token_hash, at)?;
             false
         }

@@ -58,8 +58,12 @@ pub fn facts(cpu_millis: u64) -> NodeFacts {
 }
 
 pub fn enroll_with(token: TokenHash) -> NodeCommand {
+    enroll_claiming(token, identity().rental, 1)
+}
+
+pub fn enroll_claiming(token: TokenHash, rental: RentalId, generation: u64) -> NodeCommand {
     NodeCommand::Enroll {
-        proof: EnrollProof::Token { token_hash: token },
+        proof: EnrollProof::Token { token_hash: token, rental, generation },
         agent_version: AgentVersion::parse("agent", "1.0.0").expect("valid"),
         facts: facts(8_000),
     }

@@ -55,6 +55,9 @@ fn an_enrollment_token_used_twice_expired_or_wrong_is_refused() {
     check(&ready(), enroll(), refused());
     check(&lost(), enroll(), refused());
     check(&enrolling(), enroll_with(hash(9)), refused());
+    // The right token presented for another rental or generation.
+    check(&enrolling(), enroll_claiming(hash(1), RentalId(Uuid::from_u128(8)), 1), refused());
+    check(&enrolling(), enroll_claiming(hash(1), identity().rental, 2), refused());
     check_at(&enrolling(), enroll(), 30 * 60, refused());
     check_at(&enrolling(), enroll(), 30 * 60 - 1, Events(&["NodeEnrolled"]));
     // A credential cannot enroll a node that never enrolled.

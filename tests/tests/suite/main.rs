@@ -8,4 +8,5 @@ mod migrations;
 mod projections;
 mod reaping;
 mod reconcilers;
+mod rented;
 mod support;

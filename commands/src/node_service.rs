@@ -1,0 +1,353 @@
+//! The node's application service: a node agent enrolls with its bootstrap's token (or, to
+//! resume, with the credential an earlier enrollment gave it), renews its session, beats,
+//! and reports its operations' results and its workloads; every report after enrollment is
+//! fenced by the fencing token its credential carries. Reports about a run's attempt are
+//! recorded on the node's stream, which checks the token, and linked to the run's timeline
+//! in the same append ([`run_follows`]).
+//!
+//! A node's stream belongs to its rental's tenant; a node never names a tenant, so the
+//! service finds the owner from the stream. An enrollment that is refused (a spent, expired
+//! or wrong token, or a node, rental or generation it was not issued for) appends nothing and
+//! says nothing of why; the token itself is hashed at once and never logged.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::node::{
+    AgentVersion, EnrollProof, Node, NodeCommand, NodeError, NodeEvent, NodeFacts, NodeId,
+    NodeOrder, OperationResult,
+};
+use leasehold_domain::rental::RentalId;
+use leasehold_domain::run::{LaunchAnswer, Run, RunCommand, WorkloadObservation};
+use leasehold_domain::values::{OperationId, Reason};
+use leasehold_domain::{Actor, TenantId};
+use uuid::Uuid;
+
+use crate::enrollment::{CredentialError, EnrollmentKey, NodeSession, token_hash};
+use crate::{
+    CommandError, CommandOutcome, CommandPipeline, CommandRequest, CommandStore, Link,
+    LinkedCommand,
+};
+
+type Result<T> = std::result::Result<T, CommandError<NodeError>>;
+
+/// What an enrollment gives the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrollment {
+    /// The node.
+    pub node: NodeId,
+    /// Its credential for this session: scoped to the node, rental, generation and fencing
+    /// token (shown to the node once, never stored).
+    pub credential: String,
+    /// When the session ends unless renewed.
+    pub session_expires: DateTime<Utc>,
+    /// The fencing token its commands must carry.
+    pub fencing_token: u64,
+    /// When the node is lost unless it beats.
+    pub lease_expires: DateTime<Utc>,
+    /// The node identity and generation were enrolled before: a resume.
+    pub duplicate: bool,
+    /// What the pipeline answered.
+    pub outcome: CommandOutcome,
+}
+
+/// What a node presents to enroll.
+#[derive(Debug, Clone, Copy)]
+pub enum Presented<'a> {
+    /// Its bootstrap's enrollment token, with the rental and generation it claims.
+    Token {
+        /// The token (hashed at once).
+        token: &'a str,
+        /// The rental it claims.
+        rental: RentalId,
+        /// The generation it claims.
+        generation: u64,
+    },
+    /// The credential of an earlier enrollment.
+    Credential(&'a str),
+}
+
+/// Runs node commands.
+#[derive(Debug, Clone)]
+pub struct NodeService<S> {
+    pipeline: CommandPipeline<S>,
+    key: EnrollmentKey,
+}
+
+impl<S> NodeService<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    /// A service over `pipeline`, with the deployment's enrollment key.
+    pub fn new(pipeline: CommandPipeline<S>, key: EnrollmentKey) -> Self {
+        Self { pipeline, key }
+    }
+
+    /// The pipeline commands run through.
+    pub fn pipeline(&self) -> &CommandPipeline<S> {
+        &self.pipeline
+    }
+
+    /// Verifies a node credential's signature (its expiry is checked by [`Self::session`]).
+    ///
+    /// # Errors
+    /// [`CredentialError::Invalid`].
+    pub fn verify(&self, credential: &str) -> std::result::Result<NodeSession, CredentialError> {
+        self.key.verify(credential)
+    }
+
+    /// A verified, unexpired session.
+    ///
+    /// # Errors
+    /// [`CredentialError::Invalid`] when the credential is not signed here or has expired.
+    pub fn session(&self, credential: &str) -> std::result::Result<NodeSession, CredentialError> {
+        let session = self.key.verify(credential)?;
+        if session.expires_at <= self.pipeline.clock().now() {
+            return Err(CredentialError::Invalid);
+        }
+        Ok(session)
+    }
+
+    /// `node` enrolls. A first enrollment redeems the bootstrap's token; a later one (with
+    /// the credential an earlier one gave) resumes, closing the previous session.
+    ///
+    /// # Errors
+    /// `NotFound` (`EnrollmentRefused`, or no such node) whatever failed; the pipeline's.
+    pub async fn enroll(
+        &self,
+        node: NodeId,
+        presented: Presented<'_>,
+        (agent_version, facts): (AgentVersion, NodeFacts),
+    ) -> Result<Enrollment> {
+        let proof = match presented {
+            Presented::Token { token, rental, generation } => {
+                EnrollProof::Token { token_hash: token_hash(token), rental, generation }
+            }
+            Presented::Credential(credential) => {
+                let session = self.key.verify(credential).map_err(|_| refused())?;
+                if session.node != node {
+                    return Err(refused());
+                }
+                EnrollProof::Credential { rental: session.rental, generation: session.generation }
+            }
+        };
+        let owner = self.owner(node).await.map_err(|_| refused())?;
+        // Each enrollment is its own command: a retry of a lost answer enrolls again (a
+        // resume), which is what a node that lost its answer must do anyway.
+        let key = format!("enroll-{}", Uuid::now_v7());
+        let command = NodeCommand::Enroll { proof, agent_version, facts };
+        let request = self.request(owner, node, &key, command)?;
+        let outcome = self.pipeline.execute(request).await?;
+        let found = self.pipeline.state::<Node>(&node.stream_id()).await?;
+        let (_, version, stored) = found.ok_or(CommandError::NotFound)?;
+        if version != outcome.version {
+            // Another enrollment of the node came after this one: this session is closed.
+            let current = stored.fencing_token;
+            return Err(CommandError::Refused(NodeError::Fenced { given: current - 1, current }));
+        }
+        let identity = stored.identity.ok_or(CommandError::NotFound)?;
+        let session = NodeSession {
+            node,
+            rental: identity.rental,
+            generation: identity.generation,
+            fencing_token: stored.fencing_token,
+            expires_at: stored.session_expires.ok_or(CommandError::NotFound)?,
+        };
+        Ok(Enrollment {
+            node,
+            credential: self.key.credential(&session),
+            session_expires: session.expires_at,
+            fencing_token: stored.fencing_token,
+            lease_expires: stored.lease_expires.ok_or(CommandError::NotFound)?,
+            duplicate: stored.fencing_token > 1,
+            outcome,
+        })
+    }
+
+    /// The node renews its session: a new credential with a later expiry, the same token.
+    ///
+    /// # Errors
+    /// `FENCED` for a closed session; the node's refusal; the pipeline's.
+    pub async fn renew(&self, session: &NodeSession, key: &str) -> Result<(String, DateTime<Utc>)> {
+        let command = NodeCommand::RenewSession { fencing_token: session.fencing_token };
+        self.run(session, key, command).await?;
+        let (_, _, stored) = self
+            .pipeline
+            .state::<Node>(&session.node.stream_id())
+            .await?
+            .ok_or(CommandError::NotFound)?;
+        let expires_at = stored.session_expires.ok_or(CommandError::NotFound)?;
+        let renewed = NodeSession { expires_at, ..*session };
+        Ok((self.key.credential(&renewed), expires_at))
+    }
+
+    /// The node beats (with its facts, when it reports them).
+    ///
+    /// # Errors
+    /// As [`Self::renew`].
+    pub async fn heartbeat(
+        &self,
+        session: &NodeSession,
+        key: &str,
+        facts: Option<NodeFacts>,
+    ) -> Result<CommandOutcome> {
+        let command = NodeCommand::Heartbeat { fencing_token: session.fencing_token, facts };
+        self.run(session, key, command).await
+    }
+
+    /// The node's answer to an operation.
+    ///
+    /// # Errors
+    /// As [`Self::renew`]; a run's refusal of a launch answer it carries.
+    pub async fn settle(
+        &self,
+        session: &NodeSession,
+        key: &str,
+        (operation, result): (OperationId, OperationResult),
+    ) -> Result<CommandOutcome> {
+        let command =
+            NodeCommand::Settle { operation, fencing_token: session.fencing_token, result };
+        self.run(session, key, command).await
+    }
+
+    /// The node's account of the operations it applied.
+    ///
+    /// # Errors
+    /// As [`Self::settle`].
+    pub async fn reconcile(
+        &self,
+        session: &NodeSession,
+        key: &str,
+        applied: Vec<OperationId>,
+    ) -> Result<CommandOutcome> {
+        let command = NodeCommand::Reconcile { fencing_token: session.fencing_token, applied };
+        self.run(session, key, command).await
+    }
+
+    /// The node's look at a run's attempt (Leasehold stamps the receipt time).
+    ///
+    /// # Errors
+    /// As [`Self::settle`].
+    pub async fn observe(
+        &self,
+        session: &NodeSession,
+        key: &str,
+        observation: WorkloadObservation,
+    ) -> Result<CommandOutcome> {
+        let command =
+            NodeCommand::ObserveWorkload { fencing_token: session.fencing_token, observation };
+        self.run(session, key, command).await
+    }
+
+    /// The node as stored now and its owner.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for no such node; a store failure.
+    pub async fn owned(&self, node: NodeId) -> Result<(TenantId, Node)> {
+        let found = self.pipeline.state::<Node>(&node.stream_id()).await?;
+        let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
+        Ok((owner, stored))
+    }
+
+    async fn owner(&self, node: NodeId) -> Result<TenantId> {
+        Ok(self.owned(node).await?.0)
+    }
+
+    async fn run(
+        &self,
+        session: &NodeSession,
+        key: &str,
+        command: NodeCommand,
+    ) -> Result<CommandOutcome> {
+        let (owner, stored) = self.owned(session.node).await?;
+        // The credential is scoped to the node's rental and generation.
+        let scoped = stored.identity.is_some_and(|identity| {
+            identity.rental == session.rental && identity.generation == session.generation
+        });
+        if !scoped {
+            return Err(CommandError::NotFound);
+        }
+        let request = self.request(owner, session.node, key, command)?;
+        let follows = run_follows::<S>();
+        Box::pin(self.pipeline.execute_following(request, &[], &follows)).await
+    }
+
+    fn request(
+        &self,
+        owner: TenantId,
+        node: NodeId,
+        key: &str,
+        command: NodeCommand,
+    ) -> Result<CommandRequest<Node>> {
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let actor = Actor { subject: format!("node:{}", node.0), role: "node".into() };
+        let mut request =
+            CommandRequest::<Node>::new(owner, actor, node.stream_id(), key, command, ());
+        request.correlation_id = Some(Uuid::now_v7());
+        Ok(request)
+    }
+}
+
+fn refused() -> CommandError<NodeError> {
+    CommandError::Refused(NodeError::EnrollmentRefused)
+}
+
+/// The run commands a node's decision carries, linked on the runs' streams: a look at an
+/// attempt onto its timeline, a launch's answer (applied, refused, or shown never applied by
+/// the node's reconciliation) onto its attempt, a cancel's stop applied onto its run.
+pub fn run_follows<S: CommandStore + Send + Sync + 'static>()
+-> impl Fn(&Node, &[NodeEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync {
+    move |before, events| {
+        events
+            .iter()
+            .filter_map(|event| run_command(before, event))
+            .map(|(run, command)| {
+                Box::new(LinkedCommand::<Run>::new(run.stream_id(), command, ()))
+                    as Box<dyn Link<S>>
+            })
+            .collect()
+    }
+}
+
+fn run_command(
+    before: &Node,
+    event: &NodeEvent,
+) -> Option<(leasehold_domain::run::RunId, RunCommand)> {
+    let order_of = |operation: &OperationId| before.operation(*operation).map(|known| &known.order);
+    match event {
+        NodeEvent::NodeWorkloadObserved { observation, received_at } => Some((
+            observation.run,
+            RunCommand::Observe { observation: observation.clone(), received_at: *received_at },
+        )),
+        NodeEvent::NodeOperationApplied { operation, .. } => match order_of(operation)? {
+            NodeOrder::LaunchWorkload { run, attempt, .. } => Some((
+                *run,
+                RunCommand::LaunchAnswered { attempt: *attempt, answer: LaunchAnswer::Accepted },
+            )),
+            NodeOrder::StopWorkload { run, .. } => Some((*run, RunCommand::CancelAccepted)),
+            _ => None,
+        },
+        NodeEvent::NodeOperationRefused { operation, reason, .. } => match order_of(operation)? {
+            NodeOrder::LaunchWorkload { run, attempt, .. } => Some((
+                *run,
+                RunCommand::LaunchAnswered {
+                    attempt: *attempt,
+                    answer: LaunchAnswer::Failed { reason: reason.clone() },
+                },
+            )),
+            _ => None,
+        },
+        NodeEvent::NodeOperationNotApplied { operation, .. } => match order_of(operation)? {
+            NodeOrder::LaunchWorkload { run, attempt, .. } => {
+                let reason = Reason::parse("reason", "NotApplied").expect("a valid reason");
+                Some((
+                    *run,
+                    RunCommand::LaunchAnswered {
+                        attempt: *attempt,
+                        answer: LaunchAnswer::Failed { reason },
+                    },
+                ))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}

@@ -1,0 +1,305 @@
+//! The run's application service: a tenant submits a run to one of its rentals and cancels
+//! it; the run dispatcher starts an attempt when the run's booking runs and its rental's node
+//! is ready.
+//!
+//! Every run command runs with its consequences derived from its decision ([`run_effects`]):
+//! a booking on the rental's schedule (which holds at most one running and four queued), the
+//! launch order on the node (decided under the node's fencing token: an order decided before
+//! a re-enrollment is `FENCED` and nothing is appended), the stop a cancel orders, and the
+//! booking's release when the run closes, all in the same append as the run's events.
+
+use leasehold_domain::TenantId;
+use leasehold_domain::node::{ManifestDigest, Node, NodeCommand, NodeOrder, NodeStatus};
+use leasehold_domain::rental::{Booking, Rental, RentalCommand, RentalId, RentalStatus};
+use leasehold_domain::run::{
+    AttemptId, BookingId, CANCEL_GRACE_SECONDS, Run, RunBooking, RunCommand, RunEffect, RunError,
+    RunEvent, RunId, RunTerms, run_effects,
+};
+use leasehold_domain::values::OperationId;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::lease_service::{Caller, minted_id};
+use crate::{
+    CommandError, CommandOutcome, CommandPipeline, CommandRequest, CommandStore, Link,
+    LinkedCommand, caller_hash,
+};
+
+type Result<T> = std::result::Result<T, CommandError<RunError>>;
+
+/// What a tenant asks of a new run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubmitRun {
+    /// The tenant's rental to run on.
+    pub rental: RentalId,
+    /// Exactly what runs.
+    pub manifest_digest: ManifestDigest,
+    /// How long it may run.
+    pub max_runtime_seconds: u64,
+}
+
+/// A run command's result, with the run it ran on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// The run.
+    pub run: RunId,
+    /// What the pipeline answered.
+    pub outcome: CommandOutcome,
+}
+
+/// Runs run commands.
+#[derive(Debug, Clone)]
+pub struct RunService<S> {
+    pipeline: CommandPipeline<S>,
+}
+
+impl<S> RunService<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    /// A service over `pipeline`.
+    pub fn new(pipeline: CommandPipeline<S>) -> Self {
+        Self { pipeline }
+    }
+
+    /// The pipeline commands run through.
+    pub fn pipeline(&self) -> &CommandPipeline<S> {
+        &self.pipeline
+    }
+
+    /// A tenant submits a run and books it on its rental's schedule (refused when the
+    /// schedule is full: the run then ends, failed, with nothing launched).
+    ///
+    /// # Errors
+    /// `NotFound` for a rental that is not the tenant's; the rental's refusal of the booking
+    /// (`INVALID_STATE` when it is not active or its schedule is full); the pipeline's.
+    pub async fn submit(&self, caller: &Caller, key: &str, ask: &SubmitRun) -> Result<RunOutcome> {
+        let tenant = own_tenant(caller)?;
+        let run = RunId(minted_id("run", tenant, key));
+        let (owner, rental) = self.rental(ask.rental).await?;
+        if &owner != tenant {
+            return Err(CommandError::NotFound);
+        }
+        let terms = RunTerms {
+            run,
+            manifest_digest: ask.manifest_digest.clone(),
+            max_runtime_seconds: ask.max_runtime_seconds,
+        };
+        let hash = caller_hash("run", &run.stream_id(), ask);
+        let submit =
+            self.request(caller, tenant.clone(), run, key, RunCommand::Submit { terms })?;
+        self.run(submit.hashed_as(hash), run).await?;
+        let booking = RunBooking {
+            booking: BookingId(minted_id("run-booking", tenant, key)),
+            rental: ask.rental,
+            generation: rental.generation,
+        };
+        let book_key = format!("{key}:book");
+        let book =
+            self.request(caller, tenant.clone(), run, &book_key, RunCommand::Book { booking })?;
+        match self.run(book, run).await {
+            Ok(outcome) => Ok(outcome),
+            Err(refused @ CommandError::LinkedRefused { .. }) => {
+                let reason = leasehold_domain::values::Reason::parse("reason", "ScheduleFull")
+                    .expect("a valid reason");
+                let give_up = self.request(
+                    caller,
+                    tenant.clone(),
+                    run,
+                    &format!("{key}:give-up"),
+                    RunCommand::GiveUp { reason },
+                )?;
+                self.run(give_up, run).await?;
+                Err(refused)
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// A tenant cancels its run: at once when nothing was launched, else by ordering its node
+    /// to stop it (the outcome is recorded when the node applies the stop, unless an exit
+    /// came first).
+    ///
+    /// # Errors
+    /// The run's refusal; the pipeline's.
+    pub async fn cancel(&self, caller: &Caller, key: &str, run: RunId) -> Result<RunOutcome> {
+        let tenant = own_tenant(caller)?;
+        let request = self.request(caller, tenant.clone(), run, key, RunCommand::Cancel)?;
+        self.run(request, run).await
+    }
+
+    /// Starts an attempt of `run` (of `owner`'s) if its booking runs on its rental's
+    /// schedule and the rental's node is ready: the launch is ordered on the node under the
+    /// node's current fencing token, in the same append. `None` when it must wait.
+    ///
+    /// # Errors
+    /// The run's refusal (`LaunchIndeterminate`: reconcile first); the node's, linked
+    /// (`FENCED` after a re-enrollment); the pipeline's.
+    pub async fn dispatch(
+        &self,
+        caller: &Caller,
+        owner: &TenantId,
+        run: RunId,
+    ) -> Result<Option<RunOutcome>> {
+        let (_, stored) = self.owned(run).await?;
+        let Some(booking) = stored.booking else { return Ok(None) };
+        let (_, rental) = self.rental(booking.rental).await?;
+        let running = rental.schedule.running.is_some_and(|held| held.booking == booking.booking);
+        let (Some(node), Some(terms)) = (rental.node, &rental.terms) else { return Ok(None) };
+        if !running || rental.status != RentalStatus::Active {
+            return Ok(None);
+        }
+        let found = self.pipeline.state::<Node>(&node.stream_id()).await.map_err(store_only)?;
+        let Some((_, _, node_state)) =
+            found.filter(|(_, _, node)| node.status == NodeStatus::Ready)
+        else {
+            return Ok(None);
+        };
+        let n = stored.attempts.len() + 1;
+        let attempt = AttemptId(minted_id("run-attempt", owner, &format!("{}:{n}", run.0)));
+        let operation = OperationId(minted_id("run-launch", owner, &format!("{}:{n}", attempt.0)));
+        let command = RunCommand::CreateAttempt {
+            attempt,
+            node,
+            fencing_token: node_state.fencing_token,
+            offer: terms.offer.clone(),
+            operation,
+        };
+        let key = format!("attempt-{}", attempt.0);
+        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        self.run(request, run).await.map(Some)
+    }
+
+    /// The dispatcher lost the answer to `attempt`'s launch order (a timeout, a dropped
+    /// connection): the launch is indeterminate, and no other attempt is made until the
+    /// node's reconciliation (or a look at the workload) settles it.
+    ///
+    /// # Errors
+    /// The run's refusal; the pipeline's.
+    pub async fn launch_lost(
+        &self,
+        caller: &Caller,
+        owner: &TenantId,
+        (run, attempt): (RunId, AttemptId),
+    ) -> Result<RunOutcome> {
+        let answer = leasehold_domain::run::LaunchAnswer::Indeterminate;
+        let command = RunCommand::LaunchAnswered { attempt, answer };
+        let key = format!("launch-lost-{}", attempt.0);
+        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        self.run(request, run).await
+    }
+
+    /// The run as stored now and its owner.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`] for no such run; a store failure.
+    pub async fn owned(&self, run: RunId) -> Result<(TenantId, Run)> {
+        let found = self.pipeline.state::<Run>(&run.stream_id()).await?;
+        let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
+        Ok((owner, stored))
+    }
+
+    async fn rental(&self, rental: RentalId) -> Result<(TenantId, Rental)> {
+        let found = self.pipeline.state::<Rental>(&rental.stream_id()).await.map_err(store_only)?;
+        let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
+        Ok((owner, stored))
+    }
+
+    fn request(
+        &self,
+        caller: &Caller,
+        tenant: TenantId,
+        run: RunId,
+        key: &str,
+        command: RunCommand,
+    ) -> Result<CommandRequest<Run>> {
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let mut request = CommandRequest::<Run>::new(
+            tenant,
+            caller.actor.clone(),
+            run.stream_id(),
+            key,
+            command,
+            (),
+        );
+        if let Some(namespace) = &caller.namespace {
+            request.namespace = namespace.clone();
+        }
+        request.correlation_id = Some(Uuid::now_v7());
+        Ok(request)
+    }
+
+    async fn run(&self, request: CommandRequest<Run>, run: RunId) -> Result<RunOutcome> {
+        let follows = effects_follow::<S>(run);
+        let outcome = Box::pin(self.pipeline.execute_following(request, &[], &follows)).await?;
+        Ok(RunOutcome { run, outcome })
+    }
+}
+
+/// The rental and node commands a run command's decision carries ([`run_effects`]).
+pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
+    run: RunId,
+) -> impl Fn(&Run, &[RunEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync {
+    move |before, events| {
+        run_effects(before, events)
+            .into_iter()
+            .map(|effect| -> Box<dyn Link<S>> {
+                match effect {
+                    RunEffect::Book { booking } => {
+                        let command = RentalCommand::Book {
+                            generation: booking.generation,
+                            booking: Booking { booking: booking.booking, run },
+                        };
+                        Box::new(LinkedCommand::<Rental>::new(
+                            booking.rental.stream_id(),
+                            command,
+                            (),
+                        ))
+                    }
+                    RunEffect::ReleaseBooking { booking } => {
+                        let command = RentalCommand::ReleaseBooking { booking: booking.booking };
+                        Box::new(LinkedCommand::<Rental>::new(
+                            booking.rental.stream_id(),
+                            command,
+                            (),
+                        ))
+                    }
+                    RunEffect::OrderLaunch { node, fencing_token, operation, order } => {
+                        let command = NodeCommand::Order { operation, fencing_token, order };
+                        Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
+                    }
+                    RunEffect::OrderStop { node, fencing_token, attempt } => {
+                        let operation = OperationId(stop_operation(attempt));
+                        let order = NodeOrder::StopWorkload {
+                            run,
+                            attempt,
+                            grace_seconds: CANCEL_GRACE_SECONDS,
+                        };
+                        let command = NodeCommand::Order { operation, fencing_token, order };
+                        Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// The stop operation of a cancelled attempt: one per attempt, whoever cancels how often.
+fn stop_operation(attempt: AttemptId) -> Uuid {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest([b"leasehold/stop\0".as_slice(), attempt.0.as_bytes()].concat());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    Uuid::new_v8(bytes)
+}
+
+fn store_only<E: leasehold_domain::Refusal>(error: CommandError<E>) -> CommandError<RunError> {
+    match error {
+        CommandError::Store(error) => CommandError::Store(error),
+        _ => CommandError::NotFound,
+    }
+}
+
+fn own_tenant(caller: &Caller) -> Result<&TenantId> {
+    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+}

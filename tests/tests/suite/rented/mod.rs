@@ -1,0 +1,8 @@
+//! Rented capacity through its services, against PostgreSQL: rentals fenced by generation,
+//! nodes by enrollment token and fencing token, runs whose first terminal fact wins, and
+//! tenants kept apart.
+
+mod enrollment;
+mod fencing;
+mod runs;
+mod support;
