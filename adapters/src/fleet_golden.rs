@@ -154,7 +154,7 @@ fn host() -> (TenantId, Host) {
     (leasehold_domain::values::fleet::fleet_tenant(), state)
 }
 
-fn check<T>(name: &str, schema: u32, golden: &[(u32, &str)], value: &T)
+pub(crate) fn check<T>(name: &str, schema: u32, golden: &[(u32, &str)], value: &T)
 where
     T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
 {

@@ -32,3 +32,5 @@ pub use store::{PgEventStore, StoreConfig};
 
 #[cfg(test)]
 mod fleet_golden;
+#[cfg(test)]
+mod rented_golden;

@@ -45,11 +45,10 @@
 //! | observed | requested | starting | active | stopping | stopped | terminating |
 //! |---|---|---|---|---|---|---|
 //! | unknown | — | — | — | — | — | — |
-//! | pending, starting | starting | — | — | — | — | — |
+//! | requested, starting | starting | — | — | — | — | — |
 //! | active | active | active | — | — (not stopped yet) | active | — |
 //! | stopping | — | — | stopping | — | — | — |
 //! | stopped | stopped | stopped | stopped | stopped (CapacityStopped) | — | — |
-//! | terminating | — | — | — | — | — | — |
 //! | terminated | terminated | terminated | terminated | terminated | terminated | terminated (CapacityTerminated) |
 //!
 //! An observation that stops or terminates capacity with `interrupted` set is recorded as

@@ -173,9 +173,11 @@ impl NodeFacts {
 }
 
 /// What Leasehold orders a node to do. Credentials (a registry pull's, an artifact read's)
-/// are minted when the order is sent and are never part of it.
+/// are minted when the order is sent and are never part of it. Externally tagged (`{"launch_workload":
+/// {...}}`): a node's stored state holds its orders, and the snapshot encoding (postcard)
+/// cannot read an internally tagged enum back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum NodeOrder {
     /// Fetch (and unpack) an image pinned by digest.
     PrepareImage {

@@ -167,7 +167,7 @@ pub(super) fn follow(status: RentalStatus, state: CapacityState) -> RentalStatus
     use RentalStatus as S;
     match (state, status) {
         (O::Terminated, _) => S::Terminated,
-        (O::Pending | O::Starting, S::Requested) => S::Starting,
+        (O::Requested | O::Starting, S::Requested) => S::Starting,
         (O::Active, S::Requested | S::Starting | S::Stopped) => S::Active,
         (O::Stopping, S::Active) => S::Stopping,
         (O::Stopped, S::Requested | S::Starting | S::Active | S::Stopping) => S::Stopped,

@@ -171,12 +171,13 @@ impl CapacitySupport {
     }
 }
 
-/// A machine's state as its provider reports it.
+/// A machine's state as its provider reports it (mercator's `CapacityState`, spelled as it
+/// spells them; only `terminated` is terminal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CapacityState {
-    /// Accepted, not started yet.
-    Pending,
+    /// Asked for; not started yet.
+    Requested,
     /// Booting.
     Starting,
     /// Running.
@@ -185,8 +186,6 @@ pub enum CapacityState {
     Stopping,
     /// Stopped (its identity kept).
     Stopped,
-    /// Being terminated.
-    Terminating,
     /// Gone.
     Terminated,
     /// The provider could not say: an honest observation, never a reason to act.
@@ -195,13 +194,12 @@ pub enum CapacityState {
 
 impl CapacityState {
     /// Every state.
-    pub const ALL: [Self; 8] = [
-        Self::Pending,
+    pub const ALL: [Self; 7] = [
+        Self::Requested,
         Self::Starting,
         Self::Active,
         Self::Stopping,
         Self::Stopped,
-        Self::Terminating,
         Self::Terminated,
         Self::Unknown,
     ];
@@ -209,12 +207,11 @@ impl CapacityState {
     /// Its name, the one spelling the wire, events and read models use.
     pub fn name(self) -> &'static str {
         match self {
-            Self::Pending => "pending",
+            Self::Requested => "requested",
             Self::Starting => "starting",
             Self::Active => "active",
             Self::Stopping => "stopping",
             Self::Stopped => "stopped",
-            Self::Terminating => "terminating",
             Self::Terminated => "terminated",
             Self::Unknown => "unknown",
         }

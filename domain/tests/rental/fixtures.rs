@@ -163,13 +163,13 @@ pub fn requested() -> History {
 }
 
 pub fn starting() -> History {
-    [requested(), vec![(accept(1, CapacityState::Pending), 1)]].concat()
+    [requested(), vec![(accept(1, CapacityState::Requested), 1)]].concat()
 }
 
 pub fn active_with(support: CapacitySupport) -> History {
     [
         requested_with(support),
-        vec![(accept(1, CapacityState::Pending), 1), (seen(CapacityState::Active, 10), 10)],
+        vec![(accept(1, CapacityState::Requested), 1), (seen(CapacityState::Active, 10), 10)],
     ]
     .concat()
 }

@@ -42,14 +42,14 @@ fn anything_but_a_provision_on_nothing_is_not_found() {
 
 #[test]
 fn the_receipt_records_what_was_allocated() {
-    let rental = check(&requested(), accept(1, O::Pending), Events(&["CapacityAccepted"]));
+    let rental = check(&requested(), accept(1, O::Requested), Events(&["CapacityAccepted"]));
     assert_eq!(rental.status, S::Starting);
     let allocated = rental.allocated.expect("allocated");
     assert_eq!(allocated.native_ref, native());
     let rental = check(&requested(), accept(1, O::Active), Events(&["CapacityAccepted"]));
     assert_eq!(rental.status, S::Active, "a receipt that says active");
     // Interruptible as allocated may differ from the request.
-    let spot = C::Accept { generation: 1, receipt: receipt(O::Pending, true) };
+    let spot = C::Accept { generation: 1, receipt: receipt(O::Requested, true) };
     let rental = check(&requested(), spot, Events(&["CapacityAccepted"]));
     assert!(rental.allocated.expect("allocated").interruptible);
     assert!(!rental.terms.expect("terms").interruptible);

@@ -135,7 +135,7 @@ pub async fn active_rental(services: &Services, tenant_name: &str, key: &str) ->
         rentals.provision(&tenant(tenant_name), key, &ask()).await.expect("provisioned").rental;
     let receipt = CapacityReceipt {
         native_ref: native(),
-        state: CapacityState::Pending,
+        state: CapacityState::Requested,
         accepted_at: start(),
         duplicate: false,
         interruptible: false,
