@@ -10,10 +10,13 @@
 //! or wrong token, or a node, rental or generation it was not issued for) appends nothing and
 //! says nothing of why; the token itself is hashed at once and never logged.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use chrono::{DateTime, Utc};
 use leasehold_domain::node::{
     AgentVersion, EnrollProof, Node, NodeCommand, NodeError, NodeEvent, NodeFacts, NodeId,
-    NodeOrder, OperationResult,
+    NodeIdentity, NodeOrder, OperationResult,
 };
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::{LaunchAnswer, Run, RunCommand, WorkloadObservation};
@@ -70,7 +73,14 @@ pub enum Presented<'a> {
 pub struct NodeService<S> {
     pipeline: CommandPipeline<S>,
     key: EnrollmentKey,
+    /// Each node's owner and identity, which never change once invited: a report needs
+    /// them before it is decided, and reading them from the stream on every heartbeat was a
+    /// second round trip per beat.
+    identities: Arc<Mutex<HashMap<NodeId, (TenantId, NodeIdentity)>>>,
 }
+
+/// Most node identities a service remembers (forgotten all at once past it).
+const IDENTITIES_KEPT: usize = 100_000;
 
 impl<S> NodeService<S>
 where
@@ -78,7 +88,7 @@ where
 {
     /// A service over `pipeline`, with the deployment's enrollment key.
     pub fn new(pipeline: CommandPipeline<S>, key: EnrollmentKey) -> Self {
-        Self { pipeline, key }
+        Self { pipeline, key, identities: Arc::default() }
     }
 
     /// The pipeline commands run through.
@@ -251,17 +261,31 @@ where
         Ok(self.owned(node).await?.0)
     }
 
+    /// The node's owner and identity, remembered once read.
+    async fn identity(&self, node: NodeId) -> Result<(TenantId, NodeIdentity)> {
+        let remembered = self.identities.lock().expect("not poisoned").get(&node).cloned();
+        if let Some(known) = remembered {
+            return Ok(known);
+        }
+        let (owner, stored) = self.owned(node).await?;
+        let identity = stored.identity.ok_or(CommandError::NotFound)?;
+        let mut identities = self.identities.lock().expect("not poisoned");
+        if identities.len() >= IDENTITIES_KEPT {
+            identities.clear();
+        }
+        identities.insert(node, (owner.clone(), identity));
+        Ok((owner, identity))
+    }
+
     async fn run(
         &self,
         session: &NodeSession,
         key: &str,
         command: NodeCommand,
     ) -> Result<CommandOutcome> {
-        let (owner, stored) = self.owned(session.node).await?;
+        let (owner, identity) = self.identity(session.node).await?;
         // The credential is scoped to the node's rental and generation.
-        let scoped = stored.identity.is_some_and(|identity| {
-            identity.rental == session.rental && identity.generation == session.generation
-        });
+        let scoped = identity.rental == session.rental && identity.generation == session.generation;
         if !scoped {
             return Err(CommandError::NotFound);
         }

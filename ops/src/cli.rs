@@ -109,6 +109,10 @@ enum BenchCommand {
     /// Snapshot creates per second at 16 clients, for one tenant (one quota stream every
     /// create reserves on) and for 16 tenants, beside the lease request's commands/s.
     Snapshots(bench::snapshots::SnapshotBenchArgs),
+    /// Node heartbeats accepted per second at 1,000 enrolled nodes and 16 clients, each a
+    /// fenced command, recorded every 30 s per node and (the alternative) every one, beside
+    /// the lease request's commands/s.
+    Nodes(bench::nodes::NodeBenchArgs),
 }
 
 /// Where the database is.
@@ -158,6 +162,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Dispatch(args)) => bench::dispatch::run(&args).await,
         Command::Bench(BenchCommand::Fleet(args)) => bench::fleet::run(&args).await,
         Command::Bench(BenchCommand::Snapshots(args)) => bench::snapshots::run(&args).await,
+        Command::Bench(BenchCommand::Nodes(args)) => bench::nodes::run(&args).await,
     }
 }
 

@@ -5,6 +5,7 @@ pub mod dispatch;
 pub mod fleet;
 pub mod gateway;
 pub mod log;
+pub mod nodes;
 pub mod pipeline;
 pub mod snapshots;
 mod workload;
