@@ -31,6 +31,42 @@ pub struct Caller {
     pub namespace: Option<KeyNamespace>,
 }
 
+impl Caller {
+    /// The caller's own tenant; a caller without one (a machine actor, an operator) cannot
+    /// run a tenant's command. The gateway's role checks refuse them first; this keeps every
+    /// service safe on its own.
+    ///
+    /// # Errors
+    /// [`CommandError::NotFound`].
+    pub fn own_tenant<E: leasehold_domain::Refusal>(
+        &self,
+    ) -> std::result::Result<&TenantId, CommandError<E>> {
+        self.tenant.as_ref().ok_or(CommandError::NotFound)
+    }
+
+    /// A request of the caller's on `stream` of `owner`'s: the caller as the actor, in its
+    /// key namespace, with a new correlation id.
+    ///
+    /// # Errors
+    /// [`FieldError`](leasehold_domain::values::FieldError) naming `operationKey`.
+    pub fn request<A: leasehold_domain::Aggregate>(
+        &self,
+        owner: TenantId,
+        (stream, key): (leasehold_domain::StreamId, &str),
+        command: A::Command,
+        facts: A::Facts,
+    ) -> std::result::Result<CommandRequest<A>, leasehold_domain::values::FieldError> {
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let mut request =
+            CommandRequest::<A>::new(owner, self.actor.clone(), stream, key, command, facts);
+        if let Some(namespace) = &self.namespace {
+            request.namespace = namespace.clone();
+        }
+        request.correlation_id = Some(Uuid::now_v7());
+        Ok(request)
+    }
+}
+
 /// A lease command's result, with the lease it ran on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseOutcome {
@@ -294,7 +330,7 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseService<S> {
 /// tenant's command. The gateway's role checks refuse them first; this keeps the service
 /// safe on its own.
 fn own_tenant(caller: &Caller) -> Result<&TenantId> {
-    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+    caller.own_tenant()
 }
 
 /// An id minted from the tenant and the operation key, so that a retry of the same request

@@ -102,6 +102,15 @@ pub enum ErrorClass {
 }
 
 impl<E: Refusal> CommandError<E> {
+    /// This error of a lookup of another kind's aggregate, as a service of kind `F` answers
+    /// it: a store failure stays one; anything else means the thing looked up is not there.
+    pub fn as_lookup<F: Refusal>(self) -> CommandError<F> {
+        match self {
+            Self::Store(error) => CommandError::Store(error),
+            _ => CommandError::NotFound,
+        }
+    }
+
     /// What the error means to a caller.
     pub fn class(&self) -> ErrorClass {
         match self {

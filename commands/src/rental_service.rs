@@ -26,7 +26,6 @@ use leasehold_domain::rental::{
 };
 use leasehold_domain::values::{FieldError, OperationId, OperatorDetail, Problem};
 use serde::Serialize;
-use uuid::Uuid;
 
 use crate::enrollment::{EnrollmentKey, node_of, token_hash};
 use crate::lease_service::{Caller, minted_id};
@@ -347,20 +346,7 @@ where
         key: &str,
         command: RentalCommand,
     ) -> Result<CommandRequest<Rental>> {
-        let key = crate::lease_input::operation_key(Some(key))?;
-        let mut request = CommandRequest::<Rental>::new(
-            tenant,
-            caller.actor.clone(),
-            rental.stream_id(),
-            key,
-            command,
-            (),
-        );
-        if let Some(namespace) = &caller.namespace {
-            request.namespace = namespace.clone();
-        }
-        request.correlation_id = Some(Uuid::now_v7());
-        Ok(request)
+        Ok(caller.request(tenant, (rental.stream_id(), key), command, ())?)
     }
 
     async fn run(
@@ -400,5 +386,5 @@ pub fn node_follows<S: CommandStore + Send + Sync + 'static>(
 }
 
 fn own_tenant(caller: &Caller) -> Result<&TenantId> {
-    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+    caller.own_tenant()
 }

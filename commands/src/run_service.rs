@@ -149,7 +149,11 @@ where
         if !running || rental.status != RentalStatus::Active {
             return Ok(None);
         }
-        let found = self.pipeline.state::<Node>(&node.stream_id()).await.map_err(store_only)?;
+        let found = self
+            .pipeline
+            .state::<Node>(&node.stream_id())
+            .await
+            .map_err(CommandError::as_lookup)?;
         let Some((_, _, node_state)) =
             found.filter(|(_, _, node)| node.status == NodeStatus::Ready)
         else {
@@ -200,7 +204,11 @@ where
     }
 
     async fn rental(&self, rental: RentalId) -> Result<(TenantId, Rental)> {
-        let found = self.pipeline.state::<Rental>(&rental.stream_id()).await.map_err(store_only)?;
+        let found = self
+            .pipeline
+            .state::<Rental>(&rental.stream_id())
+            .await
+            .map_err(CommandError::as_lookup)?;
         let (owner, _, stored) = found.ok_or(CommandError::NotFound)?;
         Ok((owner, stored))
     }
@@ -213,20 +221,7 @@ where
         key: &str,
         command: RunCommand,
     ) -> Result<CommandRequest<Run>> {
-        let key = crate::lease_input::operation_key(Some(key))?;
-        let mut request = CommandRequest::<Run>::new(
-            tenant,
-            caller.actor.clone(),
-            run.stream_id(),
-            key,
-            command,
-            (),
-        );
-        if let Some(namespace) = &caller.namespace {
-            request.namespace = namespace.clone();
-        }
-        request.correlation_id = Some(Uuid::now_v7());
-        Ok(request)
+        Ok(caller.request(tenant, (run.stream_id(), key), command, ())?)
     }
 
     async fn run(&self, request: CommandRequest<Run>, run: RunId) -> Result<RunOutcome> {
@@ -293,13 +288,6 @@ fn stop_operation(attempt: AttemptId) -> Uuid {
     Uuid::new_v8(bytes)
 }
 
-fn store_only<E: leasehold_domain::Refusal>(error: CommandError<E>) -> CommandError<RunError> {
-    match error {
-        CommandError::Store(error) => CommandError::Store(error),
-        _ => CommandError::NotFound,
-    }
-}
-
 fn own_tenant(caller: &Caller) -> Result<&TenantId> {
-    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+    caller.own_tenant()
 }

@@ -385,7 +385,8 @@ where
 
     /// `vm` as stored, if it is `tenant`'s, and the facts a create or restore reads of it.
     async fn vm_facts(&self, tenant: &TenantId, vm: VmId) -> Result<(Vm, SnapshotFacts)> {
-        let found = self.pipeline.state::<Vm>(&vm.stream_id()).await.map_err(store_only)?;
+        let found =
+            self.pipeline.state::<Vm>(&vm.stream_id()).await.map_err(CommandError::as_lookup)?;
         let Some((owner, _, stored)) = found else { return Err(CommandError::NotFound) };
         if &owner != tenant {
             return Err(CommandError::NotFound);
@@ -409,7 +410,11 @@ where
         &self,
         host: &leasehold_domain::values::fleet::HostId,
     ) -> Result<leasehold_domain::values::fleet::Arch> {
-        let found = self.pipeline.state::<Host>(&host.stream_id()).await.map_err(store_only)?;
+        let found = self
+            .pipeline
+            .state::<Host>(&host.stream_id())
+            .await
+            .map_err(CommandError::as_lookup)?;
         let spec = found.and_then(|(_, _, host)| host.spec);
         // A VM placed on a host that is not registered: nothing to take the snapshot.
         let spec = spec.ok_or(CommandError::NotFound)?;
@@ -540,14 +545,6 @@ fn estimate(vm: &Vm, requested: RequestedKind) -> u64 {
     }
 }
 
-/// Another kind's error, as this service's: only a store failure means anything here.
-fn store_only<E: leasehold_domain::Refusal>(error: CommandError<E>) -> CommandError<SnapshotError> {
-    match error {
-        CommandError::Store(error) => CommandError::Store(error),
-        _ => CommandError::NotFound,
-    }
-}
-
 fn own_tenant(caller: &Caller) -> Result<&TenantId> {
-    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+    caller.own_tenant()
 }

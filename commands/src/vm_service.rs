@@ -799,7 +799,7 @@ pub fn vm_of(tenant: &TenantId, task: &TaskId) -> VmId {
 }
 
 fn own_tenant(caller: &Caller) -> Result<&TenantId> {
-    caller.tenant.as_ref().ok_or(CommandError::NotFound)
+    caller.own_tenant()
 }
 
 /// A catalog that reads each listed host's own stream (exact, one read per host: for small

@@ -10,7 +10,7 @@ use leasehold_domain::node::{
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::{AttemptId, BookingId, RunId, WorkloadObservation, WorkloadPhase};
 use leasehold_domain::values::OperationId;
-use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, TenantId};
+use leasehold_domain::{Actor, Context, TenantId};
 use uuid::Uuid;
 
 pub fn t(second: i64) -> DateTime<Utc> {
@@ -161,50 +161,19 @@ pub fn retired() -> History {
     [ready(), vec![(NodeCommand::Retire, 30)]].concat()
 }
 
-/// The state after deciding each command of `history` at its second; every one must be
-/// accepted.
-pub fn replay(history: &[(NodeCommand, i64)]) -> Node {
-    history.iter().fold(Node::initial(), |node, (command, second)| {
-        let events = node.decide(command, &ctx_at(*second)).expect("a history that is accepted");
-        events.iter().fold(node, |node, event| node.evolve(event))
-    })
-}
-
-#[derive(Debug)]
-pub enum Expect {
-    /// These event types, in order.
-    Events(&'static [&'static str]),
-    /// Accepted with nothing to append.
-    NoChange,
-    /// Refused with this error.
-    Refused(NodeError),
-}
+pub use crate::table::Expect;
 
 /// One row: given a history, when a command is decided at `second`, the expectation holds.
-/// Returns the state after the new events.
 pub fn check_at(
     given: &[(NodeCommand, i64)],
     when: NodeCommand,
     second: i64,
-    expect: Expect,
+    expect: Expect<NodeError>,
 ) -> Node {
-    let before = replay(given);
-    let decided = before.decide(&when, &ctx_at(second));
-    match (&expect, &decided) {
-        (Expect::Events(types), Ok(events)) => {
-            let got: Vec<&str> = events.iter().map(DomainEvent::event_type).collect();
-            assert_eq!(&got, types, "{when:?} on {:?}", before.status);
-        }
-        (Expect::NoChange, Ok(events)) => {
-            assert!(events.is_empty(), "{when:?} should change nothing, got {events:?}");
-        }
-        (Expect::Refused(error), Err(got)) => assert_eq!(got, error, "{when:?}"),
-        _ => panic!("{when:?} on {:?}: expected {expect:?}, got {decided:?}", before.status),
-    }
-    decided.unwrap_or_default().iter().fold(before, |node, event| node.evolve(event))
+    crate::table::check_at(given, (when, second), expect, ctx_at)
 }
 
 /// One row decided at second 50.
-pub fn check(given: &[(NodeCommand, i64)], when: NodeCommand, expect: Expect) -> Node {
+pub fn check(given: &[(NodeCommand, i64)], when: NodeCommand, expect: Expect<NodeError>) -> Node {
     check_at(given, when, 50, expect)
 }

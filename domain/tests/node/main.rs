@@ -5,6 +5,8 @@
 
 mod fixtures;
 mod properties;
+#[path = "../common/table.rs"]
+mod table;
 
 use fixtures::*;
 use leasehold_domain::node::{
@@ -18,11 +20,11 @@ use uuid::Uuid;
 
 use Expect::{Events, NoChange, Refused};
 
-fn refused() -> Expect {
+fn refused() -> Expect<NodeError> {
     Refused(NodeError::EnrollmentRefused)
 }
 
-fn fenced(given: u64, current: u64) -> Expect {
+fn fenced(given: u64, current: u64) -> Expect<NodeError> {
     Refused(NodeError::Fenced { given, current })
 }
 

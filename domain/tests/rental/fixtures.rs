@@ -11,7 +11,7 @@ use leasehold_domain::rental::{
 };
 use leasehold_domain::run::{BookingId, RunId};
 use leasehold_domain::values::OperationId;
-use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, TenantId};
+use leasehold_domain::{Actor, Context, TenantId};
 use uuid::Uuid;
 
 pub fn t(second: i64) -> DateTime<Utc> {
@@ -199,53 +199,28 @@ pub fn terminated() -> History {
     [terminating(), vec![(seen(CapacityState::Terminated, 30), 30)]].concat()
 }
 
-/// The state after deciding each command of `history` at its second; every one must be
-/// accepted.
+/// The state after deciding each command of `history` at its second.
 pub fn replay(history: &[(RentalCommand, i64)]) -> Rental {
-    history.iter().fold(Rental::initial(), |rental, (command, second)| {
-        let events = rental.decide(command, &ctx_at(*second)).expect("a history that is accepted");
-        events.iter().fold(rental, |rental, event| rental.evolve(event))
-    })
+    crate::table::replay(history, ctx_at)
 }
 
-#[derive(Debug)]
-pub enum Expect {
-    /// These event types, in order.
-    Events(&'static [&'static str]),
-    /// Accepted with nothing to append.
-    NoChange,
-    /// Accepted, whatever it appends.
-    Accepted,
-    /// Refused with this error.
-    Refused(RentalError),
-}
+pub use crate::table::Expect;
 
 /// One row: given a history, when a command is decided at `second`, the expectation holds.
-/// Returns the state after the new events.
 pub fn check_at(
     given: &[(RentalCommand, i64)],
     when: RentalCommand,
     second: i64,
-    expect: Expect,
+    expect: Expect<RentalError>,
 ) -> Rental {
-    let before = replay(given);
-    let decided = before.decide(&when, &ctx_at(second));
-    match (&expect, &decided) {
-        (Expect::Events(types), Ok(events)) => {
-            let got: Vec<&str> = events.iter().map(DomainEvent::event_type).collect();
-            assert_eq!(&got, types, "{when:?} on {:?}", before.status);
-        }
-        (Expect::NoChange, Ok(events)) => {
-            assert!(events.is_empty(), "{when:?} should change nothing, got {events:?}");
-        }
-        (Expect::Accepted, Ok(_)) => {}
-        (Expect::Refused(error), Err(got)) => assert_eq!(got, error, "{when:?}"),
-        _ => panic!("{when:?} on {:?}: expected {expect:?}, got {decided:?}", before.status),
-    }
-    decided.unwrap_or_default().iter().fold(before, |rental, event| rental.evolve(event))
+    crate::table::check_at(given, (when, second), expect, ctx_at)
 }
 
 /// One row decided at second 100.
-pub fn check(given: &[(RentalCommand, i64)], when: RentalCommand, expect: Expect) -> Rental {
+pub fn check(
+    given: &[(RentalCommand, i64)],
+    when: RentalCommand,
+    expect: Expect<RentalError>,
+) -> Rental {
     check_at(given, when, 100, expect)
 }

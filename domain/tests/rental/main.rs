@@ -4,6 +4,8 @@
 
 mod fixtures;
 mod properties;
+#[path = "../common/table.rs"]
+mod table;
 
 use fixtures::*;
 use leasehold_domain::rental::{
@@ -15,11 +17,11 @@ use leasehold_domain::{Aggregate, Refusal, RefusalKind};
 
 use Expect::{Events, NoChange, Refused};
 
-fn fenced(given: u64, current: u64) -> Expect {
+fn fenced(given: u64, current: u64) -> Expect<RentalError> {
     Refused(RentalError::Fenced { given, current })
 }
 
-fn invalid(status: &'static str, command: &'static str) -> Expect {
+fn invalid(status: &'static str, command: &'static str) -> Expect<RentalError> {
     Refused(RentalError::InvalidState { status, command })
 }
 

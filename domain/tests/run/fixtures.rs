@@ -9,7 +9,7 @@ use leasehold_domain::run::{
     WorkloadObservation, WorkloadPhase,
 };
 use leasehold_domain::values::{OperationId, Reason};
-use leasehold_domain::{Actor, Aggregate, Context, DomainEvent, TenantId};
+use leasehold_domain::{Actor, Context, TenantId};
 use uuid::Uuid;
 
 pub fn t(second: i64) -> DateTime<Utc> {
@@ -132,40 +132,24 @@ pub fn closed() -> History {
     [finished(), vec![(look(1, WorkloadPhase::Absent, None, 20), 20)]].concat()
 }
 
-/// The state after deciding each command of `history` at its second; every one must be
-/// accepted.
+/// The state after deciding each command of `history` at its second.
 pub fn replay(history: &[(RunCommand, i64)]) -> Run {
-    history.iter().fold(Run::initial(), |run, (command, second)| {
-        let events = run.decide(command, &ctx_at(*second)).expect("a history that is accepted");
-        events.iter().fold(run, |run, event| run.evolve(event))
-    })
+    crate::table::replay(history, ctx_at)
 }
 
-#[derive(Debug)]
-pub enum Expect {
-    /// These event types, in order.
-    Events(&'static [&'static str]),
-    /// Accepted with nothing to append.
-    NoChange,
-    /// Refused with this error.
-    Refused(RunError),
+pub use crate::table::Expect;
+
+/// One row: given a history, when a command is decided at `second`, the expectation holds.
+pub fn check_at(
+    given: &[(RunCommand, i64)],
+    when: RunCommand,
+    second: i64,
+    expect: Expect<RunError>,
+) -> Run {
+    crate::table::check_at(given, (when, second), expect, ctx_at)
 }
 
-/// One row: given a history, when a command is decided at second 50, the expectation holds.
-/// Returns the state after the new events.
-pub fn check(given: &[(RunCommand, i64)], when: RunCommand, expect: Expect) -> Run {
-    let before = replay(given);
-    let decided = before.decide(&when, &ctx_at(50));
-    match (&expect, &decided) {
-        (Expect::Events(types), Ok(events)) => {
-            let got: Vec<&str> = events.iter().map(DomainEvent::event_type).collect();
-            assert_eq!(&got, types, "{when:?} on {:?}", before.status);
-        }
-        (Expect::NoChange, Ok(events)) => {
-            assert!(events.is_empty(), "{when:?} should change nothing, got {events:?}");
-        }
-        (Expect::Refused(error), Err(got)) => assert_eq!(got, error, "{when:?}"),
-        _ => panic!("{when:?} on {:?}: expected {expect:?}, got {decided:?}", before.status),
-    }
-    decided.unwrap_or_default().iter().fold(before, |run, event| run.evolve(event))
+/// One row decided at second 50.
+pub fn check(given: &[(RunCommand, i64)], when: RunCommand, expect: Expect<RunError>) -> Run {
+    check_at(given, when, 50, expect)
 }

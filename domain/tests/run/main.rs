@@ -6,6 +6,8 @@
 
 mod fixtures;
 mod properties;
+#[path = "../common/table.rs"]
+mod table;
 
 use fixtures::*;
 use leasehold_domain::Aggregate;
@@ -16,7 +18,7 @@ use leasehold_domain::run::{
 
 use Expect::{Events, NoChange, Refused};
 
-fn invalid(status: &'static str, command: &'static str) -> Expect {
+fn invalid(status: &'static str, command: &'static str) -> Expect<RunError> {
     Refused(RunError::InvalidState { status, command })
 }
 
