@@ -217,6 +217,7 @@ fn run() -> Run {
         },
         attempt(5, "offer-b"),
         RunCommand::Observe {
+            node: NodeId(uuid(20)),
             observation: WorkloadObservation {
                 run: RunId(uuid(1)),
                 attempt: AttemptId(uuid(5)),

@@ -136,7 +136,11 @@ where
                 if session.node != node {
                     return Err(refused());
                 }
-                EnrollProof::Credential { rental: session.rental, generation: session.generation }
+                EnrollProof::Credential {
+                    rental: session.rental,
+                    generation: session.generation,
+                    fencing_token: session.fencing_token,
+                }
             }
         };
         let owner = self.owner(node).await.map_err(|_| refused())?;
@@ -145,7 +149,11 @@ where
         let key = format!("enroll-{}", Uuid::now_v7());
         let command = NodeCommand::Enroll { proof, agent_version, facts };
         let request = self.request(owner, node, &key, command)?;
-        let outcome = self.pipeline.execute(request).await?;
+        let outcome = match self.pipeline.execute(request).await {
+            // A retired node's enrollment is refused like any other: it confirms nothing.
+            Err(CommandError::Refused(NodeError::Retired)) => return Err(refused()),
+            other => other?,
+        };
         let found = self.pipeline.state::<Node>(&node.stream_id()).await?;
         let (_, version, stored) = found.ok_or(CommandError::NotFound)?;
         if version != outcome.version {
@@ -339,7 +347,11 @@ fn run_command(
     match event {
         NodeEvent::NodeWorkloadObserved { observation, received_at } => Some((
             observation.run,
-            RunCommand::Observe { observation: observation.clone(), received_at: *received_at },
+            RunCommand::Observe {
+                node: before.identity?.node,
+                observation: observation.clone(),
+                received_at: *received_at,
+            },
         )),
         NodeEvent::NodeOperationApplied { operation, .. } => match order_of(operation)? {
             NodeOrder::LaunchWorkload { run, attempt, .. } => Some((

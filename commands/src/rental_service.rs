@@ -207,7 +207,7 @@ where
     ) -> Result<RentalOutcome> {
         let tenant = own_tenant(caller)?;
         let operation = OperationId(minted_id("rental-resume", tenant, key));
-        let node = node_of(rental, generation + 1);
+        let node = node_of(rental, generation.saturating_add(1));
         let command = RentalCommand::Resume { generation, node, operation };
         let request = self.request(caller, tenant.clone(), rental, key, command)?;
         self.run(request, rental).await

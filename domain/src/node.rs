@@ -27,7 +27,7 @@
 //! | any but none | Invite | unchanged | — when the same invite (a retry), else `AlreadyExists` | — |
 //! | enrolling | Enroll(token, rental, generation) | ready | NodeEnrolled{fencing token + 1, duplicate false} (the token is spent) | the token's hash, unexpired, for this node, rental and generation, else `EnrollmentRefused` |
 //! | ready, lost | Enroll(token) | unchanged | refused | `EnrollmentRefused` (the token was spent) |
-//! | ready, lost | Enroll(credential, rental, generation) | ready | NodeEnrolled{fencing token + 1, duplicate true} (a resume: the previous session closed) | the credential's rental and generation, else `EnrollmentRefused` |
+//! | ready, lost | Enroll(credential, rental, generation, token) | ready | NodeEnrolled{fencing token + 1, duplicate true} (a resume: the previous session closed) | the credential's rental, generation and fencing token (the current session's), else `EnrollmentRefused` |
 //! | enrolling | Enroll(credential) | unchanged | refused | `EnrollmentRefused` (never enrolled) |
 //! | retired | Enroll | retired | refused | `Retired` |
 //! | ready | RenewSession(token) | ready | NodeSessionRenewed | the current fencing token, else `Fenced` |
@@ -142,6 +142,9 @@ pub enum EnrollProof {
         rental: RentalId,
         /// The credential's generation.
         generation: u64,
+        /// The fencing token of the session it was given for: only the current session's
+        /// credential resumes (an older one would take the node over from its successor).
+        fencing_token: u64,
     },
 }
 

@@ -34,7 +34,7 @@
 //! | starting (resumed) | Resume(gen - 1, same node) | unchanged | — (a retry of the resume) | — |
 //! | requested, starting, active, stopping, stopped | Terminate(gen, cause) | terminating | CapacityTerminationRequested | generation |
 //! | terminating, terminated | Terminate | unchanged | — (idempotent, rule 8) | generation |
-//! | terminating | NotFound(gen) | terminated | CapacityTerminated{not_found} | only when `!support.observe_after_terminate`; otherwise — (absence is no proof) |
+//! | terminating | NotFound(gen) | terminated | CapacityTerminated{not_found} | only when `!support.observe_after_terminate` and a receipt named the machine; otherwise — (absence is no proof) |
 //! | any other | NotFound | unchanged | — (absence is no proof) | generation |
 //! | active | Book(gen, booking, run) | active | RentalBooked{running, or queued} | generation; at most 1 running and 4 queued (`ScheduleFull`); nothing queues behind interruptible capacity (`ScheduleFull`); — when that booking is held already |
 //! | any but none | ReleaseBooking(booking) | unchanged | RentalBookingReleased, and RentalBookingStarted for the first queued one when the running one left; — when not held | — |
@@ -484,7 +484,8 @@ pub fn node_effects(before: &Rental, events: &[RentalEvent]) -> Vec<NodeEffect> 
                 effects.push(NodeEffect::Invite { node: *node, generation: *generation });
             }
             RentalEvent::CapacityTerminated { .. }
-            | RentalEvent::CapacityProvisionFailed { .. } => {
+            | RentalEvent::CapacityProvisionFailed { .. }
+            | RentalEvent::CapacityInterrupted { status: RentalStatus::Terminated, .. } => {
                 if let Some(node) = before.node {
                     effects.push(NodeEffect::Retire { node, generation: before.generation });
                 }

@@ -32,7 +32,7 @@
 //! | launching, indeterminate | LaunchAnswered(attempt, failed) | booked | RunLaunchFailed (its offer excluded from replacements); with a cancel asked also RunOutcomeRecorded(cancelled), RunClosed | the current attempt |
 //! | launching | LaunchAnswered(attempt, indeterminate) | indeterminate | RunLaunchIndeterminate | the current attempt |
 //! | running, finished, closed | LaunchAnswered(the same answer) | unchanged | — (a redelivery) | another answer: `ReportContradicts` |
-//! | launching, indeterminate, running | Observe(attempt, look) | as the look says | RunExternalStateObserved; a workload seen running accepts an indeterminate launch (RunLaunchAccepted); seen exited with a code: RunOutcomeRecorded (0 succeeded, else failed) and RunCleanupRequested | the current attempt (`NoSuchAttempt`) |
+//! | launching, indeterminate, running | Observe(node, attempt, look) | as the look says | RunExternalStateObserved; a workload seen running accepts an indeterminate launch (RunLaunchAccepted); seen exited with a code: RunOutcomeRecorded (0 succeeded, else failed) and RunCleanupRequested | the current attempt, reported by its own node (`NoSuchAttempt`) |
 //! | finished | Observe(attempt, absent) | closed | RunExternalStateObserved, RunCleanupConfirmed, RunClosed | the current attempt |
 //! | finished | Observe(another terminal look) | finished | RunExternalStateObserved (the first terminal fact stands) | — |
 //! | requested, booked | GiveUp(reason) | closed | RunOutcomeRecorded(failed), RunClosed (cleanup not required) | no launch in flight |
@@ -288,6 +288,8 @@ pub enum RunCommand {
     },
     /// A node's look at the attempt (recorded on the node's stream in the same append).
     Observe {
+        /// The node that looked: only the attempt's own node reports on it.
+        node: NodeId,
         /// What it saw.
         observation: WorkloadObservation,
         /// When Leasehold received it.

@@ -8,7 +8,7 @@ use super::{
     lease_expiry,
 };
 use crate::limits::{NODE_HEARTBEAT_RECORD_SECONDS, NODE_SESSION_SECONDS};
-use crate::run::WorkloadObservation;
+use crate::run::{WorkloadObservation, WorkloadPhase};
 use crate::values::OperationId;
 
 pub(super) fn decide(
@@ -114,9 +114,12 @@ fn enroll(
             redeemable(node, *token_hash, at)?;
             false
         }
-        (NodeStatus::Ready | NodeStatus::Lost, EnrollProof::Credential { rental, generation }) => {
+        (
+            NodeStatus::Ready | NodeStatus::Lost,
+            EnrollProof::Credential { rental, generation, fencing_token },
+        ) => {
             let same = NodeIdentity { rental: *rental, generation: *generation, ..identity };
-            if same != identity {
+            if same != identity || *fencing_token != node.fencing_token {
                 return Err(NodeError::EnrollmentRefused);
             }
             true
@@ -216,11 +219,17 @@ fn observe_workload(
     observation: &WorkloadObservation,
     received_at: DateTime<Utc>,
 ) -> Vec<NodeEvent> {
+    let mut observation = observation.clone();
+    if observation.phase != WorkloadPhase::Exited {
+        // An exit code means something only in phase exited (a node reporting 0 while
+        // running): it is not recorded, nor shown.
+        observation.exit_code = None;
+    }
     let look = (observation.attempt, observation.phase, observation.exit_code);
     if node.workloads.contains(&look) {
         return Vec::new();
     }
-    vec![NodeEvent::NodeWorkloadObserved { observation: observation.clone(), received_at }]
+    vec![NodeEvent::NodeWorkloadObserved { observation, received_at }]
 }
 
 fn reconcile(node: &Node, applied: &[OperationId], at: DateTime<Utc>) -> Vec<NodeEvent> {

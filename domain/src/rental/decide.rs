@@ -75,7 +75,7 @@ pub(super) fn decide(
 /// sent again (its node is minted from the rental and the generation it starts).
 fn is_recorded_resume(rental: &Rental, command: &RentalCommand) -> bool {
     matches!(command, RentalCommand::Resume { generation, node, .. }
-        if rental.node == Some(*node) && *generation + 1 == rental.generation)
+        if rental.node == Some(*node) && generation.checked_add(1) == Some(rental.generation))
 }
 
 /// The generation a command names must be the rental's: a command decided under an earlier
@@ -178,7 +178,9 @@ pub(super) fn follow(status: RentalStatus, state: CapacityState) -> RentalStatus
 fn not_found_while_terminating(rental: &Rental, received_at: DateTime<Utc>) -> Vec<RentalEvent> {
     let unobservable =
         rental.terms.as_ref().is_some_and(|terms| !terms.support.observe_after_terminate);
-    if unobservable {
+    // Without a receipt no machine is known: a provision may still be in flight, and its
+    // absence proves nothing (rules 9, 10).
+    if unobservable && rental.allocated.is_some() {
         vec![RentalEvent::CapacityTerminated {
             by: Termination::NotFound,
             observation: None,
@@ -212,7 +214,10 @@ fn resume(
     if !rental.terms.as_ref().is_some_and(|terms| terms.support.resume) {
         return Err(RentalError::Unsupported { operation: "resume" });
     }
-    Ok(vec![RentalEvent::CapacityResumed { generation: generation + 1, node, operation, at }])
+    let next = generation
+        .checked_add(1)
+        .ok_or(RentalError::Fenced { given: generation, current: rental.generation })?;
+    Ok(vec![RentalEvent::CapacityResumed { generation: next, node, operation, at }])
 }
 
 fn terminate(

@@ -38,7 +38,9 @@ pub(super) fn decide(
         }
         (S::Closed, C::LaunchAnswered { .. }) => Ok(Vec::new()),
         (_, C::LaunchAnswered { attempt, answer }) => launch_answered(run, *attempt, answer, at),
-        (_, C::Observe { observation, received_at }) => observe(run, observation, *received_at),
+        (_, C::Observe { node, observation, received_at }) => {
+            observe(run, *node, observation, *received_at)
+        }
         (S::Requested | S::Booked, C::GiveUp { reason })
             if !launch_in_flight(run) && run.outcome.is_none() =>
         {
@@ -171,10 +173,13 @@ fn launch_answered(
 
 fn observe(
     run: &Run,
+    node: NodeId,
     observation: &WorkloadObservation,
     received_at: DateTime<Utc>,
 ) -> Result<Vec<RunEvent>, RunError> {
-    let Some(known) = run.attempts.iter().find(|known| known.attempt == observation.attempt) else {
+    // Another node's report on this attempt is about nothing it runs.
+    let known = run.attempts.iter().find(|known| known.attempt == observation.attempt);
+    let Some(known) = known.filter(|known| known.node == node) else {
         return Err(RunError::NoSuchAttempt);
     };
     if run.status == RunStatus::Closed {

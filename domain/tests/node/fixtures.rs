@@ -73,9 +73,14 @@ pub fn enroll() -> NodeCommand {
     enroll_with(hash(1))
 }
 
+/// A re-enrollment with the credential of the session of fencing token 1.
 pub fn reenroll(rental: RentalId, generation: u64) -> NodeCommand {
+    reenroll_from(rental, generation, 1)
+}
+
+pub fn reenroll_from(rental: RentalId, generation: u64, fencing_token: u64) -> NodeCommand {
     NodeCommand::Enroll {
-        proof: EnrollProof::Credential { rental, generation },
+        proof: EnrollProof::Credential { rental, generation, fencing_token },
         agent_version: AgentVersion::parse("agent", "1.0.1").expect("valid"),
         facts: facts(8_000),
     }

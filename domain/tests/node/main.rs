@@ -79,6 +79,10 @@ fn enrolling_again_is_a_resume_that_fences_the_previous_session() {
     check(&reenrolled(), beat(1), fenced(1, 2));
     check(&reenrolled(), observe(1, WorkloadPhase::Running, None), fenced(1, 2));
     check_at(&reenrolled(), beat(2), 60, Events(&["NodeHeartbeat"]));
+    // Only the current session's credential resumes: an older one would take the node over
+    // from the session that followed it.
+    check(&reenrolled(), reenroll(identity().rental, 1), refused());
+    check(&reenrolled(), reenroll_from(identity().rental, 1, 2), Events(&["NodeEnrolled"]));
     // A credential for another rental or generation.
     check(&ready(), reenroll(identity().rental, 2), refused());
     check(&ready(), reenroll(RentalId(Uuid::from_u128(8)), 1), refused());
@@ -183,6 +187,27 @@ fn reconciliation_settles_every_pending_operation() {
 
 fn launch_other() -> leasehold_domain::node::NodeOrder {
     leasehold_domain::node::NodeOrder::PrepareImage { manifest_digest: digest(), unpack: true }
+}
+
+#[test]
+fn an_exit_code_outside_phase_exited_is_not_recorded() {
+    let before = replay_node(&launching());
+    let events = leasehold_domain::Aggregate::decide(
+        &before,
+        &observe(1, WorkloadPhase::Running, Some(0)),
+        &ctx_at(30),
+    )
+    .expect("accepted");
+    let [leasehold_domain::node::NodeEvent::NodeWorkloadObserved { observation, .. }] =
+        events.as_slice()
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(observation.exit_code, None);
+}
+
+fn replay_node(history: &[(C, i64)]) -> leasehold_domain::node::Node {
+    crate::table::replay(history, ctx_at)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use leasehold_domain::node::{Node, NodeCommand, NodeStatus, OperationResult};
 use leasehold_domain::run::WorkloadPhase;
-use leasehold_domain::{Aggregate, DomainEvent, Refusal, RefusalKind};
+use leasehold_domain::{Aggregate, Refusal, RefusalKind};
 use proptest::prelude::*;
 
 use super::fixtures::*;
@@ -15,7 +15,11 @@ fn command() -> impl Strategy<Value = NodeCommand> {
         Just(invite()),
         Just(enroll()),
         Just(enroll_with(hash(2))),
-        (0u64..3).prop_map(|generation| reenroll(identity().rental, generation)),
+        (0u64..3, 0u64..4).prop_map(|(generation, token)| reenroll_from(
+            identity().rental,
+            generation,
+            token
+        )),
         token.clone().prop_map(beat),
         token.clone().prop_map(|fencing_token| NodeCommand::RenewSession { fencing_token }),
         Just(NodeCommand::Expire),
@@ -51,7 +55,7 @@ proptest! {
                 prop_assert_ne!(before.status, NodeStatus::Retired);
             }
             for event in decided.iter().flatten() {
-                if event.event_type() == "NodeEnrolled" && before.fencing_token == 0 {
+                if matches!(event, leasehold_domain::node::NodeEvent::NodeEnrolled { duplicate: false, .. }) {
                     first_enrollments += 1;
                 }
             }

@@ -154,6 +154,13 @@ fn stop_confirmation_interruption_and_termination_are_distinct_facts() {
     let rental =
         check(&active(), interrupted(O::Terminated, 100), Events(&["CapacityInterrupted"]));
     assert_eq!(rental.status, S::Terminated);
+    // A reclaimed machine's generation ends: its node is retired.
+    let before = replay(&active());
+    let events = before.decide(&interrupted(O::Terminated, 100), &ctx_at(100)).expect("accepted");
+    assert_eq!(
+        node_effects(&before, &events),
+        vec![NodeEffect::Retire { node: node(1), generation: 1 }]
+    );
     let rental = check(&active(), seen(O::Stopped, 100), Events(&["CapacityObserved"]));
     assert_eq!(rental.status, S::Stopped, "stopped without an ask and not interrupted");
     check(&terminating(), seen(O::Terminated, 100), Events(&["CapacityTerminated"]));
@@ -231,6 +238,9 @@ fn not_found_confirms_only_a_termination_at_a_provider_that_cannot_observe_it() 
     assert_eq!(rental.status, S::Terminated);
     let observable = [active_with(bare_support()), vec![(terminate(1), 20)]].concat();
     check(&observable, C::NotFound { generation: 1 }, NoChange);
+    // Nor before a receipt named the machine: a provision may still be in flight.
+    let unanswered = [requested(), vec![(terminate(1), 5)]].concat();
+    check(&unanswered, C::NotFound { generation: 1 }, NoChange);
     // Absence is never proof otherwise.
     for history in [starting(), active(), stopped()] {
         check(&history, C::NotFound { generation: 1 }, NoChange);

@@ -86,6 +86,7 @@ pub fn failed(n: u128) -> RunCommand {
 
 pub fn look(n: u128, phase: WorkloadPhase, exit_code: Option<i32>, second: i64) -> RunCommand {
     RunCommand::Observe {
+        node: NodeId(Uuid::from_u128(101)),
         observation: WorkloadObservation {
             run: run_id(),
             attempt: attempt_id(n),

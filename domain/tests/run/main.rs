@@ -247,6 +247,15 @@ fn a_closed_run_takes_late_reports_quietly() {
 }
 
 #[test]
+fn only_the_attempts_own_node_reports_on_it() {
+    let mut other = look(1, P::Exited, Some(0), 10);
+    if let C::Observe { node, .. } = &mut other {
+        *node = leasehold_domain::node::NodeId(uuid::Uuid::from_u128(999));
+    }
+    check(&running(), other, Refused(RunError::NoSuchAttempt));
+}
+
+#[test]
 fn a_repeated_look_is_not_recorded_twice() {
     let seen = [running(), vec![(look(1, P::Running, None, 10), 10)]].concat();
     check(&seen, look(1, P::Running, None, 11), NoChange);

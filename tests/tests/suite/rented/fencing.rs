@@ -167,7 +167,10 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
         );
         last_generation = state.generation;
     }
-    assert_ne!(state.status, RentalStatus::None);
+    // The processes raced through whole cycles, not only refusals: at least one resume
+    // (each round some process acts on the state it read, and six rounds of sixteen pass
+    // through stop, confirm and resume many times over).
+    assert!(state.generation >= 2, "no resume went through: {:?}", state.status);
     // Every generation's node exists, and only the current one is not retired.
     for generation in 1..=state.generation {
         let found = first
