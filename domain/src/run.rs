@@ -63,6 +63,7 @@ use crate::node::{ManifestDigest, NodeId};
 use crate::rental::{OfferId, RentalId};
 use crate::values::{OperationId, Reason};
 
+pub(crate) use events::OBSERVED_WORKLOAD;
 pub use events::{KIND, RunEvent};
 pub use values::{AttemptId, BookingId, RunId, WorkloadObservation, WorkloadPhase};
 

@@ -141,21 +141,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("NodeOperationApplied", &["at"], &["operation", "reconciled"]),
         view("NodeOperationRefused", &["reason", "at"], &["operation"]),
         view("NodeOperationNotApplied", &["at"], &["operation"]),
-        view(
-            "NodeWorkloadObserved",
-            &[
-                "observation.run",
-                "observation.attempt",
-                "observation.phase",
-                "observation.observed_at",
-                "observation.started_at",
-                "observation.finished_at",
-                "observation.exit_code",
-                "observation.oom_killed",
-                "received_at",
-            ],
-            &[],
-        ),
+        view("NodeWorkloadObserved", crate::run::OBSERVED_WORKLOAD, &[]),
     ],
 };
 

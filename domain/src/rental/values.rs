@@ -32,24 +32,10 @@ impl RentalId {
     }
 }
 
-/// Lower-case letters, digits, '.', '_' and '-', from a letter or digit, 1 to 64 bytes.
+/// A connection's name: lower-case letters, digits, '.', '_' and '-', from a letter or digit,
+/// 1 to 64 bytes (the fleet's token rule).
 fn check_slug(value: &str) -> Result<(), Problem> {
-    const MAX: usize = 64;
-    if value.is_empty() {
-        return Err(Problem::Missing);
-    }
-    if value.len() > MAX {
-        return Err(Problem::TooLong { max: MAX });
-    }
-    let bytes = value.as_bytes();
-    let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(b);
-    if bytes[0].is_ascii_alphanumeric() && bytes.iter().all(allowed) {
-        Ok(())
-    } else {
-        Err(Problem::BadFormat {
-            expected: "lower-case letters, digits, '.', '_' or '-', from a letter or digit",
-        })
-    }
+    crate::values::fleet::check_token(value, 64)
 }
 
 /// Printable ASCII without spaces, 1 to [`RENTAL_NATIVE_REF_MAX_BYTES`] bytes: a provider's

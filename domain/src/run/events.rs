@@ -71,6 +71,19 @@ crate::tagged_events!(RunEvent {
     RunClosed,
 });
 
+/// What a tenant sees of a node's look at an attempt, on the run's stream and the node's.
+pub(crate) const OBSERVED_WORKLOAD: &[&str] = &[
+    "observation.run",
+    "observation.attempt",
+    "observation.phase",
+    "observation.observed_at",
+    "observation.started_at",
+    "observation.finished_at",
+    "observation.exit_code",
+    "observation.oom_killed",
+    "received_at",
+];
+
 /// The run kind: its stream type and, per event type, what its tenant sees.
 pub const KIND: AggregateKind = AggregateKind {
     stream_type: "run",
@@ -104,21 +117,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RunLaunchAccepted", &["attempt", "at"], &[]),
         view("RunLaunchFailed", &["attempt", "reason", "at"], &[]),
         view("RunLaunchIndeterminate", &["attempt", "at"], &[]),
-        view(
-            "RunExternalStateObserved",
-            &[
-                "observation.run",
-                "observation.attempt",
-                "observation.phase",
-                "observation.observed_at",
-                "observation.started_at",
-                "observation.finished_at",
-                "observation.exit_code",
-                "observation.oom_killed",
-                "received_at",
-            ],
-            &[],
-        ),
+        view("RunExternalStateObserved", OBSERVED_WORKLOAD, &[]),
         view("RunOutcomeRecorded", &["outcome", "exit_code", "reason", "at"], &[]),
         view("RunCancelRequested", AT, &[]),
         view("RunCancelAccepted", AT, &[]),

@@ -28,7 +28,7 @@ fn check_label_like(value: &str) -> Result<(), Problem> {
 
 /// Lower-case letters, digits, '.', '_' and '-', starting with a letter or digit, 1 to `max`
 /// bytes: GOARCH names, GPU models, MIG profiles (`1g.10gb`), label keys.
-fn check_token(value: &str, max: usize) -> Result<(), Problem> {
+pub(crate) fn check_token(value: &str, max: usize) -> Result<(), Problem> {
     if value.is_empty() {
         return Err(Problem::Missing);
     }
