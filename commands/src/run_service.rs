@@ -8,7 +8,6 @@
 //! a re-enrollment is `FENCED` and nothing is appended), the stop a cancel orders, and the
 //! booking's release when the run closes, all in the same append as the run's events.
 
-use leasehold_domain::TenantId;
 use leasehold_domain::node::{ManifestDigest, Node, NodeCommand, NodeOrder, NodeStatus};
 use leasehold_domain::rental::{Booking, Rental, RentalCommand, RentalId, RentalStatus};
 use leasehold_domain::run::{
@@ -16,6 +15,7 @@ use leasehold_domain::run::{
     RunEvent, RunId, RunTerms, run_effects,
 };
 use leasehold_domain::values::OperationId;
+use leasehold_domain::{RefusalKind, TenantId};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -124,8 +124,41 @@ where
     /// The run's refusal; the pipeline's.
     pub async fn cancel(&self, caller: &Caller, key: &str, run: RunId) -> Result<RunOutcome> {
         let tenant = own_tenant(caller)?;
-        let request = self.request(caller, tenant.clone(), run, key, RunCommand::Cancel)?;
-        self.run(request, run).await
+        let mut tries = 0;
+        loop {
+            let (owner, stored) = self.owned(run).await?;
+            if &owner != tenant {
+                return Err(CommandError::NotFound);
+            }
+            let stop_under = self.stop_token(&stored).await?;
+            let request = self.request(caller, tenant.clone(), run, key, RunCommand::Cancel)?;
+            let follows = effects_follow::<S>(run, stop_under);
+            let executed = self.pipeline.execute_following(request, &[], &follows);
+            match Box::pin(executed).await {
+                // The node enrolled again between the look and the append: look again.
+                Err(CommandError::LinkedRefused { kind: RefusalKind::Fenced, .. })
+                    if tries < CANCEL_TRIES =>
+                {
+                    tries += 1;
+                }
+                done => return Ok(RunOutcome { run, outcome: done? }),
+            }
+        }
+    }
+
+    /// The fencing token a cancel's stop goes out under: the current attempt's node's now,
+    /// when that node can take orders. A node that cannot (lost, retired) takes none: the
+    /// cancel is recorded all the same, and its workload is stopped when the node is back.
+    async fn stop_token(&self, stored: &Run) -> Result<Option<u64>> {
+        let Some(attempt) = stored.current() else { return Ok(None) };
+        let found = self
+            .pipeline
+            .state::<Node>(&attempt.node.stream_id())
+            .await
+            .map_err(CommandError::as_lookup)?;
+        Ok(found
+            .filter(|(_, _, node)| node.status == NodeStatus::Ready)
+            .map(|(_, _, node)| node.fencing_token))
     }
 
     /// Starts an attempt of `run` (of `owner`'s) if its booking runs on its rental's
@@ -225,21 +258,40 @@ where
     }
 
     async fn run(&self, request: CommandRequest<Run>, run: RunId) -> Result<RunOutcome> {
-        let follows = effects_follow::<S>(run);
+        let follows = effects_follow::<S>(run, None);
         let outcome = Box::pin(self.pipeline.execute_following(request, &[], &follows)).await?;
         Ok(RunOutcome { run, outcome })
     }
 }
 
-/// The rental and node commands a run command's decision carries ([`run_effects`]).
+/// How often a cancel looks again at a node that enrolled again under it.
+const CANCEL_TRIES: u32 = 3;
+
+/// The rental and node commands a run command's decision carries ([`run_effects`]); a
+/// cancel's stop goes out under `stop_under`, the node's fencing token the service read, and
+/// not at all without one.
 pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
     run: RunId,
+    stop_under: Option<u64>,
 ) -> impl Fn(&Run, &[RunEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync {
     move |before, events| {
         run_effects(before, events)
             .into_iter()
-            .map(|effect| -> Box<dyn Link<S>> {
-                match effect {
+            .filter_map(|effect| -> Option<Box<dyn Link<S>>> {
+                Some(match effect {
+                    RunEffect::AdmitAttempt { booking, node, attempt } => {
+                        let command = RentalCommand::AdmitAttempt {
+                            generation: booking.generation,
+                            booking: booking.booking,
+                            node,
+                            attempt,
+                        };
+                        Box::new(LinkedCommand::<Rental>::new(
+                            booking.rental.stream_id(),
+                            command,
+                            (),
+                        ))
+                    }
                     RunEffect::Book { booking } => {
                         let command = RentalCommand::Book {
                             generation: booking.generation,
@@ -263,7 +315,8 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
                         let command = NodeCommand::Order { operation, fencing_token, order };
                         Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
                     }
-                    RunEffect::OrderStop { node, fencing_token, attempt } => {
+                    RunEffect::OrderStop { node, attempt } => {
+                        let fencing_token = stop_under?;
                         let operation = OperationId(stop_operation(attempt));
                         let order = NodeOrder::StopWorkload {
                             run,
@@ -273,7 +326,7 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
                         let command = NodeCommand::Order { operation, fencing_token, order };
                         Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
                     }
-                }
+                })
             })
             .collect()
     }

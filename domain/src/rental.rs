@@ -37,6 +37,7 @@
 //! | terminating | NotFound(gen) | terminated | CapacityTerminated{not_found} | only when `!support.observe_after_terminate` and a receipt named the machine; otherwise — (absence is no proof) |
 //! | any other | NotFound | unchanged | — (absence is no proof) | generation |
 //! | active | Book(gen, booking, run) | active | RentalBooked{running, or queued} | generation; at most 1 running and 4 queued (`ScheduleFull`); nothing queues behind interruptible capacity (`ScheduleFull`); — when that booking is held already |
+//! | active | AdmitAttempt(gen, booking, node, attempt) | active | RentalAttemptAdmitted | generation; the booking is the running one and the node the rental's, else `InvalidState` |
 //! | any but none | ReleaseBooking(booking) | unchanged | RentalBookingReleased, and RentalBookingStarted for the first queued one when the running one left; — when not held | — |
 //! | terminated | anything else | terminated | refused | `InvalidState` |
 //!
@@ -66,7 +67,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 use crate::node::NodeId;
-use crate::run::{BookingId, RunId};
+use crate::run::{AttemptId, BookingId, RunId};
 use crate::values::{OperationId, OperatorDetail};
 
 pub use events::{KIND, RentalEvent, Termination};
@@ -330,6 +331,19 @@ pub enum RentalCommand {
     ReleaseBooking {
         /// The booking.
         booking: BookingId,
+    },
+    /// Admits an attempt of the running booking's run onto the rental's node: checked in
+    /// the attempt's own append, so that no attempt starts on a schedule or a node that
+    /// changed after the dispatcher looked.
+    AdmitAttempt {
+        /// The generation the attempt was decided under.
+        generation: u64,
+        /// The booking it runs under.
+        booking: BookingId,
+        /// The node it launches on.
+        node: NodeId,
+        /// The attempt.
+        attempt: AttemptId,
     },
 }
 

@@ -26,7 +26,7 @@
 //! | requested | Book(booking, rental, generation) | booked | RunBookingDecided (the rental's schedule books it in the same append) | — |
 //! | booked (same booking) | Book | booked | — (a retry) | — |
 //! | booked, its last attempt failed | Book(another booking) | booked | RunBookingDecided (a replacement: the previous booking leaves its schedule) | — |
-//! | booked, no attempt or the last one failed | CreateAttempt(attempt, node, token, offer, op) | launching | (RunBookingDispatched on the first,) RunAttemptCreated, RunLaunchIntentRecorded (the node's launch order in the same append) | no indeterminate launch (`LaunchIndeterminate`); an offer no attempt failed on (`OfferExcluded`); no cancel asked (`InvalidState`) |
+//! | booked, no attempt or the last one failed | CreateAttempt(attempt, node, token, offer, op) | launching | (RunBookingDispatched on the first,) RunAttemptCreated, RunLaunchIntentRecorded (the rental admits the attempt — its booking running, on its node — and the node's launch order, in the same append) | no indeterminate launch (`LaunchIndeterminate`); an offer no attempt failed on (`OfferExcluded`); no cancel asked (`InvalidState`) |
 //! | launching | CreateAttempt(same attempt) | launching | — (a retry) | — |
 //! | launching, indeterminate | LaunchAnswered(attempt, accepted) | running | RunLaunchAccepted | the current attempt (`NoSuchAttempt`) |
 //! | launching, indeterminate | LaunchAnswered(attempt, failed) | booked | RunLaunchFailed (its offer excluded from replacements); with a cancel asked also RunOutcomeRecorded(cancelled), RunClosed | the current attempt |
@@ -37,7 +37,7 @@
 //! | finished | Observe(another terminal look) | finished | RunExternalStateObserved (the first terminal fact stands) | — |
 //! | requested, booked | GiveUp(reason) | closed | RunOutcomeRecorded(failed), RunClosed (cleanup not required) | no launch in flight |
 //! | requested, booked | Cancel | closed | RunCancelRequested, RunOutcomeRecorded(cancelled), RunClosed (never launched) | — |
-//! | launching, indeterminate, running | Cancel | unchanged | RunCancelRequested (the node's stop order in the same append) | — |
+//! | launching, indeterminate, running | Cancel | unchanged | RunCancelRequested (the node's stop order, under its current fencing token, in the same append when the node can take it) | — |
 //! | any with a cancel asked | Cancel | unchanged | — (idempotent) | — |
 //! | launching, indeterminate, running, and a cancel asked | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | — |
 //! | finished | ConfirmCleanup | closed | RunCleanupConfirmed, RunClosed | — |
@@ -413,6 +413,15 @@ pub enum RunEffect {
         /// The booking.
         booking: RunBooking,
     },
+    /// Admit the attempt on the rental: its booking still runs there, on that node.
+    AdmitAttempt {
+        /// The run's booking.
+        booking: RunBooking,
+        /// The node.
+        node: NodeId,
+        /// The attempt.
+        attempt: AttemptId,
+    },
     /// Order the node to launch the attempt.
     OrderLaunch {
         /// The node.
@@ -424,12 +433,11 @@ pub enum RunEffect {
         /// The order.
         order: crate::node::NodeOrder,
     },
-    /// Order the node to stop the attempt (a cancel).
+    /// Order the node to stop the attempt (a cancel), under the node's fencing token at the
+    /// cancel (the service reads it: the node may have enrolled again since the launch).
     OrderStop {
         /// The node.
         node: NodeId,
-        /// The fencing token the attempt was created under.
-        fencing_token: u64,
         /// The attempt.
         attempt: AttemptId,
     },
@@ -449,6 +457,15 @@ pub fn run_effects(before: &Run, events: &[RunEvent]) -> Vec<RunEffect> {
                     effects.push(RunEffect::ReleaseBooking { booking: previous });
                 }
                 effects.push(RunEffect::Book { booking: *booking });
+            }
+            RunEvent::RunAttemptCreated { attempt, .. } => {
+                if let Some(booking) = state.booking {
+                    effects.push(RunEffect::AdmitAttempt {
+                        booking,
+                        node: attempt.node,
+                        attempt: attempt.attempt,
+                    });
+                }
             }
             RunEvent::RunLaunchIntentRecorded { attempt, operation, .. } => {
                 let created = state.attempts.iter().find(|known| known.attempt == *attempt);
@@ -474,7 +491,6 @@ pub fn run_effects(before: &Run, events: &[RunEvent]) -> Vec<RunEffect> {
                 if let Some(attempt) = launched {
                     effects.push(RunEffect::OrderStop {
                         node: attempt.node,
-                        fencing_token: attempt.fencing_token,
                         attempt: attempt.attempt,
                     });
                 }

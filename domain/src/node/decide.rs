@@ -232,14 +232,21 @@ fn observe_workload(
     vec![NodeEvent::NodeWorkloadObserved { observation, received_at }]
 }
 
+/// Settles the pending operations the node's list of applied ones decides. One it lists was
+/// applied. One it does not list was never applied only when it was ordered under an earlier
+/// session's fencing token: the node refuses such an order, so it can never apply it now.
+/// One ordered under the current session may still be on its way to the node: it stays
+/// pending (its answer, or the next session's reconciliation, settles it).
 fn reconcile(node: &Node, applied: &[OperationId], at: DateTime<Utc>) -> Vec<NodeEvent> {
     node.pending()
-        .map(|pending| {
+        .filter_map(|pending| {
             let operation = pending.operation;
             if applied.contains(&operation) {
-                NodeEvent::NodeOperationApplied { operation, reconciled: true, at }
+                Some(NodeEvent::NodeOperationApplied { operation, reconciled: true, at })
+            } else if pending.fencing_token < node.fencing_token {
+                Some(NodeEvent::NodeOperationNotApplied { operation, at })
             } else {
-                NodeEvent::NodeOperationNotApplied { operation, at }
+                None
             }
         })
         .collect()

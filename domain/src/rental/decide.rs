@@ -8,6 +8,7 @@ use super::{
 };
 use super::{RENTAL_OBSERVATION_RECORD_SECONDS, TerminateCause};
 use crate::node::NodeId;
+use crate::run::AttemptId;
 use crate::values::OperationId;
 
 pub(super) fn decide(
@@ -65,6 +66,9 @@ pub(super) fn decide(
         (S::Terminating | S::Terminated, C::Terminate { .. }) => Ok(Vec::new()),
         (S::Active, C::Book { booking, .. }) => book(rental, *booking, at),
         (_, C::ReleaseBooking { booking }) => Ok(release_booking(rental, *booking, at)),
+        (S::Active, C::AdmitAttempt { booking, node, attempt, .. }) => {
+            admit_attempt(rental, *booking, *node, *attempt, at)
+        }
         (status, command) => {
             Err(RentalError::InvalidState { status: status.name(), command: name(command) })
         }
@@ -88,7 +92,8 @@ fn fence(rental: &Rental, command: &RentalCommand) -> Result<(), RentalError> {
         | C::NotFound { generation }
         | C::Stop { generation, .. }
         | C::Terminate { generation, .. }
-        | C::Book { generation, .. } => *generation,
+        | C::Book { generation, .. }
+        | C::AdmitAttempt { generation, .. } => *generation,
         C::Resume { generation, .. } => *generation,
         C::Provision { .. } | C::Observe { .. } | C::ReleaseBooking { .. } => return Ok(()),
     };
@@ -263,6 +268,23 @@ fn release_booking(rental: &Rental, booking: BookingId, at: DateTime<Utc>) -> Ve
     events
 }
 
+fn admit_attempt(
+    rental: &Rental,
+    booking: BookingId,
+    node: NodeId,
+    attempt: AttemptId,
+    at: DateTime<Utc>,
+) -> Result<Vec<RentalEvent>, RentalError> {
+    let running = rental.schedule.running.is_some_and(|held| held.booking == booking);
+    if !running || rental.node != Some(node) {
+        return Err(RentalError::InvalidState {
+            status: rental.status.name(),
+            command: "admit an attempt of a booking not running on its node",
+        });
+    }
+    Ok(vec![RentalEvent::RentalAttemptAdmitted { booking, node, attempt, at }])
+}
+
 fn name(command: &RentalCommand) -> &'static str {
     match command {
         RentalCommand::Provision { .. } => "provision",
@@ -275,5 +297,6 @@ fn name(command: &RentalCommand) -> &'static str {
         RentalCommand::Terminate { .. } => "terminate",
         RentalCommand::Book { .. } => "book a run",
         RentalCommand::ReleaseBooking { .. } => "release a booking",
+        RentalCommand::AdmitAttempt { .. } => "admit an attempt",
     }
 }

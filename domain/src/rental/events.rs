@@ -11,6 +11,7 @@ use super::{
 };
 use crate::node::NodeId;
 use crate::registry::{AggregateKind, EventView};
+use crate::run::AttemptId;
 use crate::values::{OperationId, OperatorDetail};
 
 /// How a termination was confirmed.
@@ -84,6 +85,13 @@ pub enum RentalEvent {
     RentalBookingStarted { booking: BookingId, at: DateTime<Utc> },
     /// A booking left the schedule.
     RentalBookingReleased { booking: BookingId, at: DateTime<Utc> },
+    /// An attempt of the running booking's run was admitted onto the rental's node.
+    RentalAttemptAdmitted {
+        booking: BookingId,
+        node: NodeId,
+        attempt: AttemptId,
+        at: DateTime<Utc>,
+    },
 }
 
 crate::tagged_events!(RentalEvent {
@@ -100,6 +108,7 @@ crate::tagged_events!(RentalEvent {
     RentalBooked,
     RentalBookingStarted,
     RentalBookingReleased,
+    RentalAttemptAdmitted,
 });
 
 const OBSERVED: &[&str] = &[
@@ -170,6 +179,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RentalBooked", &["booking.booking", "booking.run", "running", "at"], &[]),
         view("RentalBookingStarted", &["booking", "at"], &[]),
         view("RentalBookingReleased", &["booking", "at"], &[]),
+        view("RentalAttemptAdmitted", &["booking", "node", "attempt", "at"], &[]),
     ],
 };
 

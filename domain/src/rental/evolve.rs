@@ -86,6 +86,7 @@ pub(super) fn evolve(mut rental: Rental, event: &E) -> Rental {
             }
             rental.updated_at = Some(*at);
         }
+        E::RentalAttemptAdmitted { at, .. } => rental.updated_at = Some(*at),
         E::RentalBookingReleased { booking, at } => {
             if rental.schedule.running.is_some_and(|held| held.booking == *booking) {
                 rental.schedule.running = None;

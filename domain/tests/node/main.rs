@@ -176,13 +176,22 @@ fn the_nodes_answer_settles_an_operation_once() {
 }
 
 #[test]
-fn reconciliation_settles_every_pending_operation() {
-    let two = [launching(), vec![(order(2, 1, launch_other()), 21)]].concat();
-    let reconcile = C::Reconcile { fencing_token: 1, applied: vec![op(2)] };
-    let node = check(&two, reconcile, Events(&["NodeOperationNotApplied", "NodeOperationApplied"]));
+fn reconciliation_settles_what_the_node_applied_and_what_it_never_can() {
+    // Operation 1 ordered under session 1, operation 2 under session 2 (after a resume).
+    let two = [launching(), vec![(reenroll(identity().rental, 1), 25)]].concat();
+    let two = [two, vec![(order(2, 2, launch_other()), 26)]].concat();
+    // The node lists neither: 1 can never be applied now (the node refuses session 1's
+    // orders); 2 may still be on its way, and stays pending.
+    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![] };
+    let node = check(&two, reconcile, Events(&["NodeOperationNotApplied"]));
     assert_eq!(node.operation(op(1)).expect("ordered").state, OperationState::NotApplied);
-    assert_eq!(node.operation(op(2)).expect("ordered").state, OperationState::Applied);
+    assert_eq!(node.operation(op(2)).expect("ordered").state, OperationState::Pending);
+    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![op(1), op(2)] };
+    let node = check(&two, reconcile, Events(&["NodeOperationApplied", "NodeOperationApplied"]));
     assert_eq!(node.pending().count(), 0);
+    // Within one session, an operation the node does not list is not settled.
+    let reconcile = C::Reconcile { fencing_token: 1, applied: vec![] };
+    check(&launching(), reconcile, NoChange);
 }
 
 fn launch_other() -> leasehold_domain::node::NodeOrder {

@@ -50,12 +50,15 @@ fn an_attempt_records_its_launch_intent_before_the_order() {
 }
 
 #[test]
-fn the_launch_is_effected_on_the_node_in_the_same_append() {
+fn the_launch_is_admitted_by_the_rental_and_effected_on_the_node_in_the_same_append() {
     let before = replay(&booked());
     let events = before.decide(&create(1, "offer-a"), &ctx_at(2)).expect("accepted");
     let effects = run_effects(&before, &events);
     assert!(
-        matches!(effects.as_slice(), [RunEffect::OrderLaunch { fencing_token: 1, .. }]),
+        matches!(
+            effects.as_slice(),
+            [RunEffect::AdmitAttempt { .. }, RunEffect::OrderLaunch { fencing_token: 1, .. }]
+        ),
         "{effects:?}"
     );
     let before = replay(&requested());

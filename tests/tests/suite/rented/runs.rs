@@ -54,7 +54,7 @@ pub async fn create_attempt_under(
         command,
         (),
     );
-    let follows = leasehold_commands::run_service::effects_follow(run);
+    let follows = leasehold_commands::run_service::effects_follow(run, None);
     services.runs_pipeline().execute_following(request, &[], &follows).await
 }
 
@@ -76,19 +76,19 @@ fn look(
     }
 }
 
-/// A run launched on an enrolled node: its attempt and the node session.
+/// A run launched on an enrolled node: its attempt and the node's enrollment.
 async fn launched(
     services: &Services,
     db: &TestDb,
-) -> (RunId, AttemptId, leasehold_commands::enrollment::NodeSession) {
+) -> (RunId, AttemptId, leasehold_commands::node_service::Enrollment) {
     let rental = active_rental(services, "acme", "r1").await;
-    let session = session_of(services, &enroll(services, rental).await);
+    let enrolled = enroll(services, rental).await;
     let run = booked_run(services, rental, "run-1").await;
     services.runs.dispatch(&provider(), &acme(), run).await.expect("dispatched").expect("ready");
     let (_, stored) = services.runs.owned(run).await.expect("read");
     let attempt = stored.current().expect("an attempt").clone();
     let _ = db;
-    (run, attempt.attempt, session)
+    (run, attempt.attempt, enrolled)
 }
 
 #[tokio::test]
@@ -96,7 +96,8 @@ async fn an_exit_code_while_running_decides_nothing_and_the_first_terminal_fact_
     let db = TestDb::migrated().await;
     let clock = ManualClock::at(start());
     let services = services(&db, &clock);
-    let (run, attempt, session) = launched(&services, &db).await;
+    let (run, attempt, enrolled) = launched(&services, &db).await;
+    let session = session_of(&services, &enrolled);
     let (_, stored) = services.runs.owned(run).await.expect("read");
     let operation = stored.current().expect("attempt").operation;
     services
@@ -135,14 +136,31 @@ async fn a_lost_launch_answer_allows_no_second_launch_until_the_node_reconciles(
     let db = TestDb::migrated().await;
     let clock = ManualClock::at(start());
     let services = services(&db, &clock);
-    let (run, attempt, session) = launched(&services, &db).await;
+    let (run, attempt, enrolled) = launched(&services, &db).await;
+    let session = session_of(&services, &enrolled);
     services.runs.launch_lost(&provider(), &acme(), (run, attempt)).await.expect("recorded");
     let again = services.runs.dispatch(&provider(), &acme(), run).await;
     assert!(
         matches!(again, Err(CommandError::Refused(RunError::LaunchIndeterminate))),
         "{again:?}"
     );
-    // The node's reconciliation: it never applied the launch.
+    // Within the session the launch was ordered in, a list without it settles nothing: the
+    // order may still be on its way to the node.
+    services.nodes.reconcile(&session, "early", Vec::new()).await.expect("reconciled");
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    assert_eq!(stored.status, RunStatus::Indeterminate, "still indeterminate");
+    // The node comes back on a new session (its old one refuses the launch order now) and
+    // reconciles: it never applied the launch.
+    let resumed = services
+        .nodes
+        .enroll(
+            session.node,
+            leasehold_commands::node_service::Presented::Credential(&enrolled.credential),
+            (agent_version(), facts()),
+        )
+        .await
+        .expect("resumed");
+    let session = session_of(&services, &resumed);
     services.nodes.reconcile(&session, "reconciled", Vec::new()).await.expect("reconciled");
     let (_, stored) = services.runs.owned(run).await.expect("read");
     assert_eq!(stored.status, RunStatus::Booked, "failed, never applied: free to replace");
@@ -158,4 +176,67 @@ async fn a_lost_launch_answer_allows_no_second_launch_until_the_node_reconciles(
             .is_ok_and(|event| matches!(event, NodeEvent::NodeOperationNotApplied { .. }))
     });
     assert!(applied, "the reconciliation recorded it not applied");
+}
+
+#[tokio::test]
+async fn a_cancel_after_the_node_enrolled_again_orders_the_stop_under_its_new_token() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let (run, _, enrolled) = launched(&services, &db).await;
+    let node = session_of(&services, &enrolled).node;
+    let resumed = services
+        .nodes
+        .enroll(
+            node,
+            leasehold_commands::node_service::Presented::Credential(&enrolled.credential),
+            (agent_version(), facts()),
+        )
+        .await
+        .expect("resumed");
+    assert_eq!(resumed.fencing_token, 2);
+    services.runs.cancel(&tenant("acme"), "cancel", run).await.expect("cancelled");
+    let stops: Vec<u64> = events_of(&db, &node.stream_id())
+        .await
+        .iter()
+        .filter_map(|recorded| {
+            match NodeEvent::from_stored(recorded.event_type.as_str(), &recorded.payload) {
+                Ok(NodeEvent::NodeOperationRequested {
+                    fencing_token,
+                    order: leasehold_domain::node::NodeOrder::StopWorkload { .. },
+                    ..
+                }) => Some(fencing_token),
+                _ => None,
+            }
+        })
+        .collect();
+    assert_eq!(stops, vec![2], "one stop, under the session that can take it");
+}
+
+#[tokio::test]
+async fn an_attempt_of_a_booking_the_rental_does_not_run_is_refused_and_appends_nothing() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    enroll(&services, rental).await;
+    booked_run(&services, rental, "run-1").await;
+    // The second run waits behind the first on the rental's schedule; a dispatcher that read
+    // the rental before it moved on would try to start it.
+    let queued = booked_run(&services, rental, "run-2").await;
+    let before = whole_log_text(&db).await;
+    let refused = create_attempt_under(&services, queued, rental, 1).await;
+    assert!(
+        matches!(
+            refused,
+            Err(CommandError::LinkedRefused {
+                kind: leasehold_domain::RefusalKind::InvalidState,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(whole_log_text(&db).await, before, "nothing appended");
+    let (_, stored) = services.runs.owned(queued).await.expect("read");
+    assert!(stored.current().is_none(), "no attempt of a run the rental does not run");
 }
