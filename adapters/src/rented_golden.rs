@@ -24,7 +24,8 @@ use crate::fleet_golden::check;
 
 const RENTAL_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/rental_state_v1.hex"))];
 const NODE_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/node_state_v1.hex"))];
-const RUN_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/run_state_v1.hex"))];
+const RUN_STATE_GOLDEN: &[(u32, &str)] =
+    &[(1, include_str!("golden/run_state_v1.hex")), (2, include_str!("golden/run_state_v2.hex"))];
 
 fn at(seconds: i64) -> chrono::DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + seconds, 0).single().expect("valid")
@@ -49,8 +50,9 @@ fn replayed<A: Aggregate<Facts = ()>>(commands: Vec<A::Command>) -> A {
     })
 }
 
-fn look(state: CapacityState, second: i64) -> RentalCommand {
+fn look(generation: u64, state: CapacityState, second: i64) -> RentalCommand {
     RentalCommand::Observe {
+        generation,
         observation: CapacityObservation {
             native_ref: NativeRef::parse("n", "m-1").expect("valid"),
             state,
@@ -99,15 +101,15 @@ fn rental() -> Rental {
             operation: OperationId(uuid(3)),
         },
         RentalCommand::Accept { generation: 1, receipt },
-        look(CapacityState::Active, 2),
+        look(1, CapacityState::Active, 2),
         RentalCommand::Stop { generation: 1, operation: OperationId(uuid(4)) },
-        look(CapacityState::Stopped, 4),
+        look(1, CapacityState::Stopped, 4),
         RentalCommand::Resume {
             generation: 1,
             node: NodeId(uuid(5)),
             operation: OperationId(uuid(6)),
         },
-        look(CapacityState::Active, 6),
+        look(2, CapacityState::Active, 6),
         RentalCommand::Book {
             generation: 2,
             booking: Booking { booking: BookingId(uuid(7)), run: RunId(uuid(8)) },
@@ -182,7 +184,8 @@ fn node() -> Node {
     ])
 }
 
-/// A run whose first attempt failed and second exited, its cleanup blocked.
+/// A run whose first attempt failed and second exited while its cancel's stop was out, its
+/// cleanup blocked.
 fn run() -> Run {
     let attempt = |n: u128, offer: &str| RunCommand::CreateAttempt {
         attempt: AttemptId(uuid(n)),
@@ -216,6 +219,16 @@ fn run() -> Run {
             },
         },
         attempt(5, "offer-b"),
+        RunCommand::LaunchAnswered {
+            attempt: AttemptId(uuid(5)),
+            answer: leasehold_domain::run::LaunchAnswer::Accepted,
+        },
+        RunCommand::Cancel {
+            stop: Some(leasehold_domain::run::StopOrder {
+                fencing_token: 1,
+                operation: OperationId(uuid(6)),
+            }),
+        },
         RunCommand::Observe {
             node: NodeId(uuid(20)),
             observation: WorkloadObservation {

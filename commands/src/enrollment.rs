@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use leasehold_domain::node::{NodeId, TokenHash};
-use leasehold_domain::rental::RentalId;
+use leasehold_domain::rental::{OwnershipToken, RentalId};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -83,6 +83,15 @@ impl EnrollmentKey {
         let mut mac = self.mac("leasehold/enrollment");
         mac.update(node.0.as_bytes());
         hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// `rental`'s ownership token: keyed with this deployment's secret, so that another
+    /// deployment on the same provider account (or anyone who knows the rental's id) cannot
+    /// make capacity look like this deployment's to its reconciler (rule 21). 32 hex digits.
+    pub fn ownership_token(&self, rental: RentalId) -> OwnershipToken {
+        let mut mac = self.mac("leasehold/rental-ownership");
+        mac.update(rental.0.as_bytes());
+        OwnershipToken(hex::encode(&mac.finalize().into_bytes()[..16]))
     }
 
     /// A signed credential for `session`.
@@ -182,5 +191,17 @@ mod tests {
         assert!(!format!("{:?}", key()).contains('7'));
         let rental = RentalId(Uuid::from_u128(9));
         assert_ne!(node_of(rental, 1), node_of(rental, 2));
+    }
+
+    #[test]
+    fn an_ownership_token_is_the_deployments_and_the_rentals() {
+        let rental = RentalId(Uuid::from_u128(9));
+        let ours = key().ownership_token(rental);
+        assert_eq!(ours, key().ownership_token(rental), "a retry mints the same");
+        assert_eq!(ours.0.len(), 32);
+        assert_ne!(ours, key().ownership_token(RentalId(Uuid::from_u128(10))));
+        let elsewhere = EnrollmentKey::new(&[8u8; 32]).expect("long enough");
+        assert_ne!(ours, elsewhere.ownership_token(rental), "another deployment's differs");
+        assert!(!ours.0.contains(&rental.0.simple().to_string()[..8]));
     }
 }

@@ -21,8 +21,8 @@ use leasehold_domain::TenantId;
 use leasehold_domain::node::{Node, NodeCommand, NodeIdentity};
 use leasehold_domain::rental::{
     Bootstrap, CapacityObservation, CapacityReceipt, CapacitySupport, ConnectionId, NodeEffect,
-    OfferId, OwnershipToken, Rental, RentalCommand, RentalError, RentalEvent, RentalId,
-    RentalTerms, Resources, SupportError, TerminateCause, node_effects,
+    OfferId, Rental, RentalCommand, RentalError, RentalEvent, RentalId, RentalTerms, Resources,
+    SupportError, TerminateCause, node_effects,
 };
 use leasehold_domain::values::{FieldError, OperationId, OperatorDetail, Problem};
 use serde::Serialize;
@@ -165,9 +165,7 @@ where
         };
         let command = RentalCommand::Provision {
             terms,
-            ownership: OwnershipToken(
-                minted_id("rental-ownership", tenant, key).simple().to_string(),
-            ),
+            ownership: self.config.key.ownership_token(rental),
             node: node_of(rental, 1),
             operation: OperationId(minted_id("rental-provision", tenant, key)),
         };
@@ -281,18 +279,19 @@ where
         .await
     }
 
-    /// The provider's look at a rental's machine.
+    /// The provider's look at a rental's machine, asked under `generation`.
     ///
     /// # Errors
-    /// As [`Self::accept`].
+    /// As [`Self::accept`]; `FENCED` when the rental resumed since the look was asked.
     pub async fn observe(
         &self,
         caller: &Caller,
         key: &str,
         connection: &ConnectionId,
-        (rental, observation): (RentalId, CapacityObservation),
+        (rental, generation, observation): (RentalId, u64, CapacityObservation),
     ) -> Result<RentalOutcome> {
-        self.report(caller, key, connection, rental, RentalCommand::Observe { observation }).await
+        let command = RentalCommand::Observe { generation, observation };
+        self.report(caller, key, connection, rental, command).await
     }
 
     /// The provider does not know a rental's machine.

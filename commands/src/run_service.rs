@@ -12,7 +12,7 @@ use leasehold_domain::node::{ManifestDigest, Node, NodeCommand, NodeOrder, NodeS
 use leasehold_domain::rental::{Booking, Rental, RentalCommand, RentalId, RentalStatus};
 use leasehold_domain::run::{
     AttemptId, BookingId, CANCEL_GRACE_SECONDS, Run, RunBooking, RunCommand, RunEffect, RunError,
-    RunEvent, RunId, RunTerms, run_effects,
+    RunEvent, RunId, RunTerms, StopOrder, run_effects,
 };
 use leasehold_domain::values::OperationId;
 use leasehold_domain::{RefusalKind, TenantId};
@@ -89,30 +89,38 @@ where
         let submit =
             self.request(caller, tenant.clone(), run, key, RunCommand::Submit { terms })?;
         self.run(submit.hashed_as(hash), run).await?;
-        let booking = RunBooking {
-            booking: BookingId(minted_id("run-booking", tenant, key)),
-            rental: ask.rental,
-            generation: rental.generation,
-        };
-        let book_key = format!("{key}:book");
-        let book =
-            self.request(caller, tenant.clone(), run, &book_key, RunCommand::Book { booking })?;
-        match self.run(book, run).await {
-            Ok(outcome) => Ok(outcome),
-            Err(refused @ CommandError::LinkedRefused { .. }) => {
-                let reason = leasehold_domain::values::Reason::parse("reason", "ScheduleFull")
-                    .expect("a valid reason");
-                let give_up = self.request(
-                    caller,
-                    tenant.clone(),
-                    run,
-                    &format!("{key}:give-up"),
-                    RunCommand::GiveUp { reason },
-                )?;
-                self.run(give_up, run).await?;
-                Err(refused)
+        let booking = BookingId(minted_id("run-booking", tenant, key));
+        let mut generation = rental.generation;
+        let mut tries = 0;
+        loop {
+            let booking = RunBooking { booking, rental: ask.rental, generation };
+            // One key per generation: a booking fenced by a resume is asked again under the
+            // resumed one, not answered with the recorded refusal.
+            let book_key = format!("{key}:book:{generation}");
+            let book = RunCommand::Book { booking };
+            let book = self.request(caller, tenant.clone(), run, &book_key, book)?;
+            let refused = match self.run(book, run).await {
+                Err(refused @ CommandError::LinkedRefused { .. }) => refused,
+                done => return done,
+            };
+            let (_, now) = self.rental(ask.rental).await?;
+            let resumed =
+                matches!(refused, CommandError::LinkedRefused { kind: RefusalKind::Fenced, .. });
+            if resumed && now.generation != generation && tries < BOOK_TRIES {
+                (generation, tries) = (now.generation, tries + 1);
+                continue;
             }
-            Err(other) => Err(other),
+            let reason = leasehold_domain::values::Reason::parse("reason", booking_refused(&now))
+                .expect("a valid reason");
+            let give_up = self.request(
+                caller,
+                tenant.clone(),
+                run,
+                &format!("{key}:give-up"),
+                RunCommand::GiveUp { reason },
+            )?;
+            self.run(give_up, run).await?;
+            return Err(refused);
         }
     }
 
@@ -130,9 +138,10 @@ where
             if &owner != tenant {
                 return Err(CommandError::NotFound);
             }
-            let stop_under = self.stop_token(&stored).await?;
-            let request = self.request(caller, tenant.clone(), run, key, RunCommand::Cancel)?;
-            let follows = effects_follow::<S>(run, stop_under);
+            let stop = self.stop_order(&stored).await?;
+            let request =
+                self.request(caller, tenant.clone(), run, key, RunCommand::Cancel { stop })?;
+            let follows = effects_follow::<S>(run);
             let executed = self.pipeline.execute_following(request, &[], &follows);
             match Box::pin(executed).await {
                 // The node enrolled again between the look and the append: look again.
@@ -146,11 +155,12 @@ where
         }
     }
 
-    /// The fencing token a cancel's stop goes out under: the current attempt's node's now,
-    /// when that node can take orders. A node that cannot (lost, retired) takes none: the
-    /// cancel is recorded all the same, and its workload is stopped when the node is back.
-    async fn stop_token(&self, stored: &Run) -> Result<Option<u64>> {
+    /// The stop a cancel orders: under the current attempt's node's fencing token now, when
+    /// that node can take orders. A node that cannot (lost, retired) takes none: the cancel
+    /// is recorded all the same, and a cancel again orders the stop when the node is back.
+    async fn stop_order(&self, stored: &Run) -> Result<Option<StopOrder>> {
         let Some(attempt) = stored.current() else { return Ok(None) };
+        let operation = OperationId(stop_operation(attempt.attempt));
         let found = self
             .pipeline
             .state::<Node>(&attempt.node.stream_id())
@@ -158,7 +168,7 @@ where
             .map_err(CommandError::as_lookup)?;
         Ok(found
             .filter(|(_, _, node)| node.status == NodeStatus::Ready)
-            .map(|(_, _, node)| node.fencing_token))
+            .map(|(_, _, node)| StopOrder { fencing_token: node.fencing_token, operation }))
     }
 
     /// Starts an attempt of `run` (of `owner`'s) if its booking runs on its rental's
@@ -258,7 +268,7 @@ where
     }
 
     async fn run(&self, request: CommandRequest<Run>, run: RunId) -> Result<RunOutcome> {
-        let follows = effects_follow::<S>(run, None);
+        let follows = effects_follow::<S>(run);
         let outcome = Box::pin(self.pipeline.execute_following(request, &[], &follows)).await?;
         Ok(RunOutcome { run, outcome })
     }
@@ -267,18 +277,24 @@ where
 /// How often a cancel looks again at a node that enrolled again under it.
 const CANCEL_TRIES: u32 = 3;
 
-/// The rental and node commands a run command's decision carries ([`run_effects`]); a
-/// cancel's stop goes out under `stop_under`, the node's fencing token the service read, and
-/// not at all without one.
+/// How often a submit books again on a rental that resumed under it.
+const BOOK_TRIES: u32 = 3;
+
+/// Why a rental refused a booking, as the run's failure says it: read from the rental after
+/// the refusal (its message is not a reason a tenant is shown).
+fn booking_refused(rental: &Rental) -> &'static str {
+    if rental.status == RentalStatus::Active { "ScheduleFull" } else { "RentalNotActive" }
+}
+
+/// The rental and node commands a run command's decision carries ([`run_effects`]).
 pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
     run: RunId,
-    stop_under: Option<u64>,
 ) -> impl Fn(&Run, &[RunEvent]) -> Vec<Box<dyn Link<S>>> + Send + Sync {
     move |before, events| {
         run_effects(before, events)
             .into_iter()
-            .filter_map(|effect| -> Option<Box<dyn Link<S>>> {
-                Some(match effect {
+            .map(|effect| -> Box<dyn Link<S>> {
+                match effect {
                     RunEffect::AdmitAttempt { booking, node, attempt } => {
                         let command = RentalCommand::AdmitAttempt {
                             generation: booking.generation,
@@ -315,9 +331,8 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
                         let command = NodeCommand::Order { operation, fencing_token, order };
                         Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
                     }
-                    RunEffect::OrderStop { node, attempt } => {
-                        let fencing_token = stop_under?;
-                        let operation = OperationId(stop_operation(attempt));
+                    RunEffect::OrderStop { node, attempt, stop } => {
+                        let StopOrder { fencing_token, operation } = stop;
                         let order = NodeOrder::StopWorkload {
                             run,
                             attempt,
@@ -326,7 +341,7 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
                         let command = NodeCommand::Order { operation, fencing_token, order };
                         Box::new(LinkedCommand::<Node>::new(node.stream_id(), command, ()))
                     }
-                })
+                }
             })
             .collect()
     }

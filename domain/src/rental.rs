@@ -26,7 +26,7 @@
 //! | requested | Accept(gen, receipt) | starting, or active when the receipt says so | CapacityAccepted (native ref, interruptible as allocated, pricing) | generation |
 //! | starting, active, stopping, stopped, terminating | Accept(gen, same native ref) | unchanged | — (a redelivery) | another native ref: `OtherMachine` |
 //! | requested | FailProvision(gen, detail) | terminated | CapacityProvisionFailed (nothing was allocated: the provider refused for good) | generation |
-//! | any accepted, not terminated | Observe(observation) | as the observation says (below) | CapacityObserved / CapacityStopped / CapacityInterrupted / CapacityTerminated | the rental's native ref (`OtherMachine`); — when older than the last recorded or the same look again |
+//! | any accepted, not terminated | Observe(gen, observation) | as the observation says (below) | CapacityObserved / CapacityStopped / CapacityInterrupted / CapacityTerminated | generation (a look asked before a resume is about the old cycle); the rental's native ref (`OtherMachine`); — when older than the last recorded or the same look again |
 //! | requested | Observe | unchanged | refused | `NotAccepted` (no native ref yet) |
 //! | active | Stop(gen) | stopping | CapacityStopRequested | generation; support.stop, else `Unsupported` |
 //! | stopping, stopped | Stop(gen) | unchanged | — (idempotent) | generation |
@@ -49,7 +49,7 @@
 //! | requested, starting | starting | — | — | — | — | — |
 //! | active | active | active | — | — (not stopped yet) | active | — |
 //! | stopping | — | — | stopping | — | — | — |
-//! | stopped | stopped | stopped | stopped | stopped (CapacityStopped) | — | — |
+//! | stopped | stopped | stopped, but — when starting after a resume (the provider has not acted on it yet) | stopped | stopped (CapacityStopped) | — | — |
 //! | terminated | terminated | terminated | terminated | terminated | terminated | terminated (CapacityTerminated) |
 //!
 //! An observation that stops or terminates capacity with `interrupted` set is recorded as
@@ -287,6 +287,9 @@ pub enum RentalCommand {
     },
     /// The provider's look at the machine.
     Observe {
+        /// The generation the look was asked under: a look asked before a resume may still
+        /// see the stopped machine, and is not a fact about the resumed one.
+        generation: u64,
         /// What it reported.
         observation: CapacityObservation,
     },

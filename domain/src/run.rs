@@ -37,9 +37,10 @@
 //! | finished | Observe(another terminal look) | finished | RunExternalStateObserved (the first terminal fact stands) | — |
 //! | requested, booked | GiveUp(reason) | closed | RunOutcomeRecorded(failed), RunClosed (cleanup not required) | no launch in flight |
 //! | requested, booked | Cancel | closed | RunCancelRequested, RunOutcomeRecorded(cancelled), RunClosed (never launched) | — |
-//! | launching, indeterminate, running | Cancel | unchanged | RunCancelRequested (the node's stop order, under its current fencing token, in the same append when the node can take it) | — |
-//! | any with a cancel asked | Cancel | unchanged | — (idempotent) | — |
-//! | launching, indeterminate, running, and a cancel asked | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | — |
+//! | launching, indeterminate | Cancel(stop) | unchanged | RunCancelRequested, and no stop: one could overtake the launch it is to stop (once the launch is accepted, a cancel again orders it) | — |
+//! | running | Cancel(stop) | running | RunCancelRequested (unless asked already); RunStopOrdered when a stop is given (the node's current fencing token, read by the service) and none is ordered yet (the node's stop order, in the same append) | — |
+//! | any with a cancel asked, and its stop ordered or not yet possible | Cancel | unchanged | — (idempotent) | — |
+//! | running, its stop ordered | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | a stop ordered (else `InvalidState`) |
 //! | finished | ConfirmCleanup | closed | RunCleanupConfirmed, RunClosed | — |
 //! | finished | FailCleanup(reason) | finished | RunCleanupFailed (blocked) | — |
 //! | closed | Observe, LaunchAnswered (as recorded), Cancel, ConfirmCleanup | closed | — (late or repeated) | — |
@@ -226,6 +227,8 @@ pub struct Run {
     pub failure: Option<Reason>,
     /// Its cleanup.
     pub cleanup: Option<Cleanup>,
+    /// The cancel's stop order on the current attempt's node, once ordered.
+    pub stop: Option<StopOrder>,
     /// When it was submitted.
     pub requested_at: Option<DateTime<Utc>>,
     /// When it was last changed.
@@ -237,6 +240,16 @@ impl Run {
     pub fn current(&self) -> Option<&Attempt> {
         self.attempts.last()
     }
+}
+
+/// A cancel's stop order: under the node's fencing token when it was ordered, with the
+/// stop operation's id (one per attempt, however often it is cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopOrder {
+    /// The node's fencing token the stop goes out under.
+    pub fencing_token: u64,
+    /// The stop order's operation id.
+    pub operation: OperationId,
 }
 
 /// A launch's answer.
@@ -301,8 +314,11 @@ pub enum RunCommand {
         /// Why.
         reason: Reason,
     },
-    /// The tenant cancels it.
-    Cancel,
+    /// The tenant cancels it; `stop` is the stop order its node can take now, if any.
+    Cancel {
+        /// The stop, when the current attempt's node can take orders.
+        stop: Option<StopOrder>,
+    },
     /// The node applied the cancel's stop.
     CancelAccepted,
     /// The cleanup is confirmed.
@@ -359,7 +375,7 @@ impl Refusal for RunError {
 
 impl Aggregate for Run {
     const STREAM_TYPE: &'static str = "run";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = RunCommand;
     type Event = RunEvent;
     type Error = RunError;
@@ -377,6 +393,7 @@ impl Aggregate for Run {
             exit_code: None,
             failure: None,
             cleanup: None,
+            stop: None,
             requested_at: None,
             updated_at: None,
         }
@@ -440,6 +457,8 @@ pub enum RunEffect {
         node: NodeId,
         /// The attempt.
         attempt: AttemptId,
+        /// The order.
+        stop: StopOrder,
     },
 }
 
@@ -486,12 +505,13 @@ pub fn run_effects(before: &Run, events: &[RunEvent]) -> Vec<RunEffect> {
                     });
                 }
             }
-            RunEvent::RunCancelRequested { .. } => {
-                let launched = state.current().filter(|attempt| attempt.launch != Launch::Failed);
-                if let Some(attempt) = launched {
+            RunEvent::RunStopOrdered { attempt, stop, .. } => {
+                let ordered = state.attempts.iter().find(|known| known.attempt == *attempt);
+                if let Some(ordered) = ordered {
                     effects.push(RunEffect::OrderStop {
-                        node: attempt.node,
-                        attempt: attempt.attempt,
+                        node: ordered.node,
+                        attempt: *attempt,
+                        stop: *stop,
                     });
                 }
             }

@@ -51,7 +51,7 @@ pub(super) fn decide(
             }])
         }
         (S::Terminated, C::Observe { .. } | C::NotFound { .. }) => Ok(Vec::new()),
-        (_, C::Observe { observation }) => observe(rental, observation, at),
+        (_, C::Observe { observation, .. }) => observe(rental, observation, at),
         (S::Terminating, C::NotFound { .. }) => Ok(not_found_while_terminating(rental, at)),
         (_, C::NotFound { .. }) => Ok(Vec::new()),
         (S::Active, C::Stop { generation, operation }) => stop(rental, *generation, *operation, at),
@@ -90,12 +90,13 @@ fn fence(rental: &Rental, command: &RentalCommand) -> Result<(), RentalError> {
         C::Accept { generation, .. }
         | C::FailProvision { generation, .. }
         | C::NotFound { generation }
+        | C::Observe { generation, .. }
         | C::Stop { generation, .. }
         | C::Terminate { generation, .. }
         | C::Book { generation, .. }
         | C::AdmitAttempt { generation, .. } => *generation,
         C::Resume { generation, .. } => *generation,
-        C::Provision { .. } | C::Observe { .. } | C::ReleaseBooking { .. } => return Ok(()),
+        C::Provision { .. } | C::ReleaseBooking { .. } => return Ok(()),
     };
     if given == rental.generation {
         Ok(())
@@ -145,7 +146,12 @@ fn observe(
             return Ok(Vec::new());
         }
     }
-    let status = follow(rental.status, observation.state);
+    let status = if resuming(rental) && observation.state == CapacityState::Stopped {
+        // The provider has not acted on the resume yet: still the machine from before it.
+        rental.status
+    } else {
+        follow(rental.status, observation.state)
+    };
     let observation = observation.clone();
     let event = match status {
         RentalStatus::Terminated if !observation.interrupted => RentalEvent::CapacityTerminated {
@@ -164,6 +170,11 @@ fn observe(
         _ => RentalEvent::CapacityObserved { observation, status, received_at },
     };
     Ok(vec![event])
+}
+
+/// Starting again after a resume (a first generation starts from a provision).
+fn resuming(rental: &Rental) -> bool {
+    rental.status == RentalStatus::Starting && rental.generation > 1
 }
 
 /// The rental's status after an observation of `state` (the second table of `rental.rs`).

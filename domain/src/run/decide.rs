@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::{
     Attempt, AttemptId, Cleanup, Launch, LaunchAnswer, Outcome, Run, RunBooking, RunCommand,
-    RunError, RunEvent, RunStatus, WorkloadObservation, WorkloadPhase,
+    RunError, RunEvent, RunStatus, StopOrder, WorkloadObservation, WorkloadPhase,
 };
 use crate::node::NodeId;
 use crate::rental::OfferId;
@@ -49,7 +49,7 @@ pub(super) fn decide(
                 closed(Cleanup::NotRequired, at),
             ])
         }
-        (_, C::Cancel) => Ok(cancel(run, at)),
+        (_, C::Cancel { stop }) => Ok(cancel(run, *stop, at)),
         (_, C::CancelAccepted) => cancel_accepted(run, at),
         (S::Finished, C::ConfirmCleanup) => {
             Ok(vec![RunEvent::RunCleanupConfirmed { at }, closed(Cleanup::Confirmed, at)])
@@ -219,14 +219,25 @@ fn observe(
     Ok(events)
 }
 
-fn cancel(run: &Run, at: DateTime<Utc>) -> Vec<RunEvent> {
-    if run.cancel_requested || run.outcome.is_some() {
+fn cancel(run: &Run, stop: Option<StopOrder>, at: DateTime<Utc>) -> Vec<RunEvent> {
+    if run.outcome.is_some() {
         return Vec::new();
     }
-    let mut events = vec![RunEvent::RunCancelRequested { at }];
-    if !launch_in_flight(run) {
-        events.push(outcome(Outcome::Cancelled, None, None, at));
-        events.push(closed(Cleanup::NotRequired, at));
+    let mut events = Vec::new();
+    if !run.cancel_requested {
+        events.push(RunEvent::RunCancelRequested { at });
+        if !launch_in_flight(run) {
+            events.push(outcome(Outcome::Cancelled, None, None, at));
+            events.push(closed(Cleanup::NotRequired, at));
+            return events;
+        }
+    }
+    // Only a launch known to be accepted is stopped: a stop sent while the launch's answer
+    // is out could reach the node before the launch, stop nothing, and be applied, while the
+    // launch then runs.
+    let current = run.current().filter(|_| run.status == RunStatus::Running);
+    if let (Some(attempt), Some(stop), None) = (current, stop, run.stop) {
+        events.push(RunEvent::RunStopOrdered { attempt: attempt.attempt, stop, at });
     }
     events
 }
@@ -241,6 +252,12 @@ fn cancel_accepted(run: &Run, at: DateTime<Utc>) -> Result<Vec<RunEvent>, RunErr
     if run.outcome.is_some() {
         // The exit came first: the first terminal fact stands.
         return Ok(Vec::new());
+    }
+    if run.stop.is_none() {
+        return Err(RunError::InvalidState {
+            status: run.status.name(),
+            command: "accept a stop never ordered",
+        });
     }
     Ok(vec![
         RunEvent::RunCancelAccepted { at },
@@ -257,7 +274,7 @@ fn name(command: &RunCommand) -> &'static str {
         RunCommand::LaunchAnswered { .. } => "answer a launch",
         RunCommand::Observe { .. } => "be observed",
         RunCommand::GiveUp { .. } => "give up",
-        RunCommand::Cancel => "cancel",
+        RunCommand::Cancel { .. } => "cancel",
         RunCommand::CancelAccepted => "accept a cancel",
         RunCommand::ConfirmCleanup => "confirm its cleanup",
         RunCommand::FailCleanup { .. } => "fail its cleanup",

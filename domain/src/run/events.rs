@@ -4,7 +4,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, AttemptId, Cleanup, Outcome, RunBooking, RunTerms, WorkloadObservation};
+use super::{
+    Attempt, AttemptId, Cleanup, Outcome, RunBooking, RunTerms, StopOrder, WorkloadObservation,
+};
 use crate::registry::{AggregateKind, EventView};
 use crate::values::{OperationId, Reason};
 
@@ -40,6 +42,8 @@ pub enum RunEvent {
     },
     /// The tenant asked to cancel it.
     RunCancelRequested { at: DateTime<Utc> },
+    /// The cancel's stop was ordered on the attempt's node (linked in the same append).
+    RunStopOrdered { attempt: AttemptId, stop: StopOrder, at: DateTime<Utc> },
     /// The node applied the cancel's stop.
     RunCancelAccepted { at: DateTime<Utc> },
     /// Its workload is to be cleaned up.
@@ -64,6 +68,7 @@ crate::tagged_events!(RunEvent {
     RunExternalStateObserved,
     RunOutcomeRecorded,
     RunCancelRequested,
+    RunStopOrdered,
     RunCancelAccepted,
     RunCleanupRequested,
     RunCleanupFailed,
@@ -120,6 +125,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RunExternalStateObserved", OBSERVED_WORKLOAD, &[]),
         view("RunOutcomeRecorded", &["outcome", "exit_code", "reason", "at"], &[]),
         view("RunCancelRequested", AT, &[]),
+        view("RunStopOrdered", &["attempt", "at"], &["stop.fencing_token", "stop.operation"]),
         view("RunCancelAccepted", AT, &[]),
         view("RunCleanupRequested", AT, &[]),
         view("RunCleanupFailed", &["reason", "at"], &[]),

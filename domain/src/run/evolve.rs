@@ -57,6 +57,7 @@ pub(super) fn evolve(mut run: Run, event: &E) -> Run {
             }
         }
         E::RunCancelRequested { .. } => run.cancel_requested = true,
+        E::RunStopOrdered { stop, .. } => run.stop = Some(*stop),
         E::RunCancelAccepted { .. } => {}
         E::RunCleanupRequested { .. } => run.cleanup = Some(Cleanup::Pending),
         E::RunCleanupFailed { .. } => run.cleanup = Some(Cleanup::Blocked),
@@ -88,6 +89,7 @@ fn at(event: &E) -> chrono::DateTime<chrono::Utc> {
         | E::RunLaunchIndeterminate { at, .. }
         | E::RunOutcomeRecorded { at, .. }
         | E::RunCancelRequested { at }
+        | E::RunStopOrdered { at, .. }
         | E::RunCancelAccepted { at }
         | E::RunCleanupRequested { at }
         | E::RunCleanupFailed { at, .. }

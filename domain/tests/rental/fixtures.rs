@@ -113,9 +113,15 @@ pub fn accept(generation: u64, state: CapacityState) -> RentalCommand {
     RentalCommand::Accept { generation, receipt: receipt(state, false) }
 }
 
-/// The provider's look at `second` (its own clock says the same).
+/// The provider's look at `second` (its own clock says the same), asked under generation 1.
 pub fn seen(state: CapacityState, second: i64) -> RentalCommand {
+    seen_in(1, state, second)
+}
+
+/// The provider's look at `second`, asked under `generation`.
+pub fn seen_in(generation: u64, state: CapacityState, second: i64) -> RentalCommand {
     RentalCommand::Observe {
+        generation,
         observation: CapacityObservation {
             native_ref: native(),
             state,
@@ -127,9 +133,11 @@ pub fn seen(state: CapacityState, second: i64) -> RentalCommand {
 }
 
 pub fn interrupted(state: CapacityState, second: i64) -> RentalCommand {
-    let RentalCommand::Observe { mut observation } = seen(state, second) else { unreachable!() };
+    let RentalCommand::Observe { generation, mut observation } = seen(state, second) else {
+        unreachable!()
+    };
     observation.interrupted = true;
-    RentalCommand::Observe { observation }
+    RentalCommand::Observe { generation, observation }
 }
 
 pub fn stop(generation: u64) -> RentalCommand {

@@ -87,7 +87,7 @@ fn a_provision_refused_for_good_terminates_and_retires_the_node() {
 fn an_observation_before_any_receipt_has_no_machine() {
     check(&requested(), seen(O::Active, 5), Refused(RentalError::NotAccepted));
     let mut other = seen(O::Active, 50);
-    if let C::Observe { observation } = &mut other {
+    if let C::Observe { observation, .. } = &mut other {
         observation.native_ref =
             leasehold_domain::rental::NativeRef::parse("n", "i-x").expect("ok");
     }
@@ -133,6 +133,7 @@ fn an_older_look_or_the_same_look_again_is_not_recorded() {
     // Older than the last recorded (second 10) on the provider's clock.
     check(&active(), seen(O::Stopped, 5), NoChange);
     let same = C::Observe {
+        generation: 1,
         observation: CapacityObservation {
             native_ref: native(),
             state: O::Active,
@@ -195,13 +196,32 @@ fn resume_starts_a_new_generation_and_retires_the_previous_node() {
     assert_eq!((rental.status, rental.generation, rental.node), (S::Starting, 2, Some(node(2))));
     // The same resume again is a retry, in any later state.
     check(&resumed(), resume(1), NoChange);
-    let running_again = [resumed(), vec![(seen(O::Active, 50), 50)]].concat();
+    let running_again = [resumed(), vec![(seen_in(2, O::Active, 50), 50)]].concat();
     check(&running_again, resume(1), NoChange);
     // A command from before the resume is fenced.
     check(&running_again, stop(1), fenced(1, 2));
     check(&running_again, terminate(1), fenced(1, 2));
     check(&running_again, book(1, 1), fenced(1, 2));
     check(&active(), resume(1), invalid("active", "resume"));
+}
+
+#[test]
+fn a_look_from_before_a_resume_or_the_resume_not_yet_acted_on_stops_nothing() {
+    // A look asked under generation 1 that lands after the resume is about the old cycle.
+    check(&resumed(), seen_in(1, O::Stopped, 60), fenced(1, 2));
+    // Asked under generation 2, the provider still shows the machine stopped: it has not
+    // acted on the resume yet, and the rental stays starting.
+    let rental = check(&resumed(), seen_in(2, O::Stopped, 60), Events(&["CapacityObserved"]));
+    assert_eq!(rental.status, S::Starting);
+    // So does a look that says it was reclaimed (stopped): it is recorded, and waits too.
+    let reclaimed = interrupted(O::Stopped, 60);
+    let reclaimed = match reclaimed {
+        C::Observe { observation, .. } => C::Observe { generation: 2, observation },
+        _ => unreachable!(),
+    };
+    check(&resumed(), reclaimed, Events(&["CapacityObserved"]));
+    let rental = check(&resumed(), seen_in(2, O::Active, 60), Events(&["CapacityObserved"]));
+    assert_eq!(rental.status, S::Active);
 }
 
 #[test]

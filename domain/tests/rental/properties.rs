@@ -16,7 +16,7 @@ fn command() -> impl Strategy<Value = RentalCommand> {
     prop_oneof![
         Just(provision(full_support())),
         (generation.clone(), state.clone()).prop_map(|(g, s)| accept(g, s)),
-        (state.clone(), 1i64..400).prop_map(|(s, at)| seen(s, at)),
+        (generation.clone(), state.clone(), 1i64..400).prop_map(|(g, s, at)| seen_in(g, s, at)),
         (state, 1i64..400).prop_map(|(s, at)| interrupted(s, at)),
         generation.clone().prop_map(stop),
         generation.clone().prop_map(resume),

@@ -72,6 +72,21 @@ pub fn create(n: u128, on: &str) -> RunCommand {
     }
 }
 
+/// A cancel whose attempt's node can take the stop (fencing token 1).
+pub fn cancel() -> RunCommand {
+    RunCommand::Cancel {
+        stop: Some(leasehold_domain::run::StopOrder {
+            fencing_token: 1,
+            operation: leasehold_domain::values::OperationId(uuid::Uuid::from_u128(900)),
+        }),
+    }
+}
+
+/// A cancel while the attempt's node can take no order.
+pub fn cancel_unstoppable() -> RunCommand {
+    RunCommand::Cancel { stop: None }
+}
+
 pub fn answered(n: u128, answer: LaunchAnswer) -> RunCommand {
     RunCommand::LaunchAnswered { attempt: attempt_id(n), answer }
 }

@@ -171,8 +171,8 @@ fn the_first_terminal_fact_wins() {
         check(&finished(), look(1, P::Exited, Some(1), 15), Events(&["RunExternalStateObserved"]));
     assert_eq!((run.outcome, run.exit_code), (Some(Outcome::Succeeded), Some(0)));
     // A cancel after the exit changes nothing, nor does its stop being applied.
-    check(&finished(), C::Cancel, NoChange);
-    let cancelled = [running(), vec![(C::Cancel, 5)]].concat();
+    check(&finished(), cancel(), NoChange);
+    let cancelled = [running(), vec![(cancel(), 5)]].concat();
     let exited = [cancelled.clone(), vec![(look(1, P::Exited, Some(0), 10), 10)]].concat();
     check(&exited, C::CancelAccepted, NoChange);
     let run = check(
@@ -191,20 +191,25 @@ fn cancel_before_a_launch_closes_at_once_and_after_one_stops_it() {
     for history in [requested(), booked()] {
         let run = check(
             &history,
-            C::Cancel,
+            cancel(),
             Events(&["RunCancelRequested", "RunOutcomeRecorded", "RunClosed"]),
         );
         assert_eq!((run.status, run.cleanup), (S::Closed, Some(Cleanup::NotRequired)));
     }
     let before = replay(&running());
-    let events = before.decide(&C::Cancel, &ctx_at(5)).expect("accepted");
-    assert_eq!(events.len(), 1);
+    let events = before.decide(&cancel(), &ctx_at(5)).expect("accepted");
+    assert_eq!(events.len(), 2, "{events:?}");
     assert!(matches!(run_effects(&before, &events).as_slice(), [RunEffect::OrderStop { .. }]));
-    let cancelled = [running(), vec![(C::Cancel, 5)]].concat();
-    check(&cancelled, C::Cancel, NoChange);
+    let cancelled = [running(), vec![(cancel(), 5)]].concat();
+    check(&cancelled, cancel(), NoChange);
     check(&running(), C::CancelAccepted, invalid("running", "accept a cancel never asked"));
+    // A node that can take no order now gets the stop when a cancel comes again.
+    let unstoppable = [running(), vec![(cancel_unstoppable(), 5)]].concat();
+    check(&unstoppable, C::CancelAccepted, invalid("running", "accept a stop never ordered"));
+    check(&unstoppable, cancel_unstoppable(), NoChange);
+    check(&unstoppable, cancel(), Events(&["RunStopOrdered"]));
     // A cancel while launching whose launch then fails never launched anything.
-    let cancelled = [launching(), vec![(C::Cancel, 5)]].concat();
+    let cancelled = [launching(), vec![(cancel(), 5)]].concat();
     let run = check(
         &cancelled,
         failed(1),
@@ -243,7 +248,7 @@ fn a_run_closes_with_an_outcome_and_its_cleanup_settled() {
 fn a_closed_run_takes_late_reports_quietly() {
     check(&closed(), look(1, P::Exited, Some(9), 60), NoChange);
     check(&closed(), answered(1, LaunchAnswer::Accepted), NoChange);
-    check(&closed(), C::Cancel, NoChange);
+    check(&closed(), cancel(), NoChange);
     check(&closed(), C::ConfirmCleanup, NoChange);
     check(&closed(), book(2), invalid("closed", "book"));
     assert!(replay(&closed()).is_terminal());
@@ -265,14 +270,37 @@ fn a_repeated_look_is_not_recorded_twice() {
 }
 
 #[test]
-fn a_late_launch_answer_never_reopens_a_cancelled_run() {
-    // Found by the properties: the stop was applied before the launch's own answer came.
-    let cancelled = [launching(), vec![(C::Cancel, 5), (C::CancelAccepted, 6)]].concat();
-    let run = check(&cancelled, failed(1), Events(&["RunLaunchFailed"]));
-    assert_eq!((run.status, run.outcome), (S::Finished, Some(Outcome::Cancelled)));
-    let after = [cancelled.clone(), vec![(failed(1), 7)]].concat();
-    check(&after, C::GiveUp { reason: reason("NoCapacity") }, invalid("finished", "give up"));
-    let closed_run = [cancelled, vec![(look(1, P::Absent, None, 8), 8)]].concat();
-    assert_eq!(replay(&closed_run).status, S::Closed);
-    check(&closed_run, answered(1, LaunchAnswer::Indeterminate), NoChange);
+fn a_cancel_while_the_launch_is_out_stops_only_once_the_launch_is_accepted() {
+    // A stop sent beside a launch whose answer is out could be applied before the launch
+    // and stop nothing: the run would close while its workload starts.
+    for history in [launching(), indeterminate()] {
+        let before = replay(&history);
+        let events = before.decide(&cancel(), &ctx_at(5)).expect("accepted");
+        assert!(run_effects(&before, &events).is_empty(), "no stop beside the launch");
+        let cancelled = [history, vec![(cancel(), 5)]].concat();
+        check(
+            &cancelled,
+            C::CancelAccepted,
+            Refused(RunError::InvalidState {
+                status: replay(&cancelled).status.name(),
+                command: "accept a stop never ordered",
+            }),
+        );
+        check(&cancelled, look(1, P::Absent, None, 8), Expect::Accepted);
+        assert_ne!(
+            replay(&[cancelled.clone(), vec![(look(1, P::Absent, None, 8), 8)]].concat()).status,
+            S::Closed
+        );
+        // Accepted: a cancel again orders the stop, and its application finishes the run.
+        let accepted = [cancelled, vec![(answered(1, LaunchAnswer::Accepted), 9)]].concat();
+        assert_eq!(replay(&accepted).status, S::Running);
+        let stopping = [accepted.clone(), vec![(cancel(), 10)]].concat();
+        check(&accepted, cancel(), Events(&["RunStopOrdered"]));
+        let run = check(
+            &stopping,
+            C::CancelAccepted,
+            Events(&["RunCancelAccepted", "RunOutcomeRecorded", "RunCleanupRequested"]),
+        );
+        assert_eq!((run.status, run.outcome), (S::Finished, Some(Outcome::Cancelled)));
+    }
 }

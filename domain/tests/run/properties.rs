@@ -29,7 +29,8 @@ fn command() -> impl Strategy<Value = RunCommand> {
         n.clone().prop_map(failed),
         (n, phase, proptest::option::of(-1i32..3), 1i64..100)
             .prop_map(|(n, phase, code, at)| look(n, phase, code, at)),
-        Just(RunCommand::Cancel),
+        Just(cancel()),
+        Just(cancel_unstoppable()),
         Just(RunCommand::CancelAccepted),
         Just(RunCommand::ConfirmCleanup),
         Just(RunCommand::GiveUp { reason: reason("NoCapacity") }),

@@ -26,14 +26,19 @@ async fn a_command_from_before_a_stop_and_resume_is_fenced_and_appends_nothing()
     let stopped = looked(CapacityState::Stopped, start() + chrono::TimeDelta::seconds(5));
     services
         .rentals
-        .observe(&provider(), "seen-stopped", &connection(), (rental, stopped))
+        .observe(&provider(), "seen-stopped", &connection(), (rental, 1, stopped))
         .await
         .expect("observed");
     services.rentals.resume(&acme, "resume", (rental, 1)).await.expect("resumed");
     let before = events_of(&db, &rental.stream_id()).await.len();
+    // A poll asked before the resume, answered after it, still sees the machine stopped.
+    let late = looked(CapacityState::Stopped, start() + chrono::TimeDelta::seconds(500));
+    let late_look =
+        services.rentals.observe(&provider(), "seen-late", &connection(), (rental, 1, late)).await;
     for refused in [
         services.rentals.stop(&acme, "stale-stop", (rental, 1)).await,
         services.rentals.terminate(&acme, "stale-terminate", (rental, 1)).await,
+        late_look,
     ] {
         let error = refused.expect_err("fenced");
         assert_eq!(error.class(), ErrorClass::Fenced, "{error:?}");
@@ -105,7 +110,7 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
                                 &provider(),
                                 &format!("stopped-{key}"),
                                 &connection(),
-                                (rental, look),
+                                (rental, seen.generation, look),
                             )
                             .await
                     }
@@ -117,7 +122,7 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
                                 &provider(),
                                 &format!("active-{key}"),
                                 &connection(),
-                                (rental, look),
+                                (rental, seen.generation, look),
                             )
                             .await
                     }

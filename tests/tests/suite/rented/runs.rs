@@ -54,7 +54,7 @@ pub async fn create_attempt_under(
         command,
         (),
     );
-    let follows = leasehold_commands::run_service::effects_follow(run, None);
+    let follows = leasehold_commands::run_service::effects_follow(run);
     services.runs_pipeline().execute_following(request, &[], &follows).await
 }
 
@@ -184,7 +184,12 @@ async fn a_cancel_after_the_node_enrolled_again_orders_the_stop_under_its_new_to
     let clock = ManualClock::at(start());
     let services = services(&db, &clock);
     let (run, _, enrolled) = launched(&services, &db).await;
-    let node = session_of(&services, &enrolled).node;
+    let session = session_of(&services, &enrolled);
+    let node = session.node;
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    let launch = stored.current().expect("attempt").operation;
+    let applied = (launch, leasehold_domain::node::OperationResult::Applied);
+    services.nodes.settle(&session, "launched", applied).await.expect("settled");
     let resumed = services
         .nodes
         .enroll(
@@ -239,4 +244,36 @@ async fn an_attempt_of_a_booking_the_rental_does_not_run_is_refused_and_appends_
     assert_eq!(whole_log_text(&db).await, before, "nothing appended");
     let (_, stored) = services.runs.owned(queued).await.expect("read");
     assert!(stored.current().is_none(), "no attempt of a run the rental does not run");
+}
+
+#[tokio::test]
+async fn a_run_the_rental_cannot_book_fails_with_the_rentals_reason() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    // One running and four queued fill the schedule; the sixth is refused.
+    for n in 0..5 {
+        booked_run(&services, rental, &format!("run-{n}")).await;
+    }
+    let ask = SubmitRun { rental, manifest_digest: digest(), max_runtime_seconds: 600 };
+    let full = services.runs.submit(&tenant("acme"), "run-full", &ask).await;
+    assert!(matches!(full, Err(CommandError::LinkedRefused { .. })), "{full:?}");
+    let failure = |key: &str| {
+        let run = RunId(leasehold_commands::lease_service::minted_id("run", &acme(), key));
+        let runs = &services.runs;
+        async move {
+            let (_, stored) = runs.owned(run).await.expect("read");
+            (stored.outcome, stored.failure.map(|reason| reason.as_str().to_owned()))
+        }
+    };
+    assert_eq!(failure("run-full").await, (Some(Outcome::Failed), Some("ScheduleFull".into())));
+    // A stopped rental books nothing, and says so.
+    services.rentals.stop(&tenant("acme"), "stop", (rental, 1)).await.expect("stopping");
+    let stopped = services.runs.submit(&tenant("acme"), "run-stopped", &ask).await;
+    assert!(stopped.is_err(), "{stopped:?}");
+    assert_eq!(
+        failure("run-stopped").await,
+        (Some(Outcome::Failed), Some("RentalNotActive".into()))
+    );
 }

@@ -148,7 +148,7 @@ pub async fn active_rental(services: &Services, tenant_name: &str, key: &str) ->
         .expect("accepted");
     let active = looked(CapacityState::Active, start());
     rentals
-        .observe(&provider, &format!("{key}-active"), &connection(), (rental, active))
+        .observe(&provider, &format!("{key}-active"), &connection(), (rental, 1, active))
         .await
         .expect("observed");
     rental
