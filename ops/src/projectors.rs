@@ -5,6 +5,7 @@ use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_gateway::ProjectionProgress;
 use leasehold_projections::host::HostProjection;
 use leasehold_projections::lease::LeaseProjection;
+use leasehold_projections::rental::RentalProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
@@ -46,7 +47,7 @@ macro_rules! projections {
     };
 }
 
-projections!(LeaseProjection, VmProjection, HostProjection, SnapshotProjection);
+projections!(LeaseProjection, VmProjection, HostProjection, SnapshotProjection, RentalProjection);
 
 impl Projectors {
     fn spawn<P>(

@@ -13,6 +13,7 @@ pub mod limits;
 mod port;
 mod projection;
 mod reconciler;
+pub mod rental;
 mod runtime;
 pub mod shared;
 pub mod snapshot;

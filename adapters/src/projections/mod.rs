@@ -6,6 +6,7 @@ mod host;
 mod kind;
 mod lease;
 mod reconcilers;
+mod rental;
 mod shared;
 mod snapshot;
 mod status;

@@ -4,5 +4,6 @@
 
 mod enrollment;
 mod fencing;
+mod read_models;
 mod runs;
 mod support;

@@ -1,0 +1,92 @@
+//! The rentals read model through the real projection runner: what a tenant's rental row
+//! holds (and never holds), its workloads row, and its quota usage, charged until the
+//! termination is confirmed.
+
+use leasehold_domain::rental::{CapacityState, Rental};
+use leasehold_projections::ManualClock;
+use leasehold_projections::rental::RentalProjection;
+use leasehold_tests::TestDb;
+
+use super::support::*;
+use crate::projections::support::{last_event, quick, start_of};
+
+async fn usage(db: &TestDb, sku: &str) -> i64 {
+    let row = db
+        .client()
+        .await
+        .query_opt(
+            "SELECT quantity FROM quota_usage_skus WHERE tenant_id = 'acme' AND kind = 'rental' \
+             AND sku = $1",
+            &[&sku],
+        )
+        .await
+        .expect("readable");
+    row.map_or(0, |row| row.get(0))
+}
+
+#[tokio::test]
+async fn a_rental_row_shows_its_tenant_the_machine_and_nothing_of_its_secrets() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    super::runs::booked_run(&services, rental, "run-1").await;
+    let mut running = start_of(RentalProjection, &db.store(), quick());
+    running.reached(last_event(&db).await).await;
+    let client = db.client().await;
+    let row = client
+        .query_one(
+            "SELECT state, generation, observed_state, queued_runs, running_run IS NOT NULL, \
+             interruptible_allocated, row_to_json(rentals)::text FROM rentals \
+             WHERE rental_id = $1 AND tenant_id = 'acme'",
+            &[&rental.0],
+        )
+        .await
+        .expect("one row");
+    assert_eq!(row.get::<_, &str>(0), "active");
+    assert_eq!(row.get::<_, i64>(1), 1);
+    assert_eq!(row.get::<_, Option<&str>>(2), Some("active"));
+    assert_eq!((row.get::<_, i32>(3), row.get::<_, bool>(4)), (0, true));
+    assert_eq!(row.get::<_, Option<bool>>(5), Some(false));
+    let text: &str = row.get(6);
+    let (_, _, state) = services
+        .rentals
+        .pipeline()
+        .state::<Rental>(&rental.stream_id())
+        .await
+        .expect("read")
+        .expect("exists");
+    let ownership = state.ownership.expect("minted").0;
+    for secret in [ownership.as_str(), "leasehold.test", "\"m-1\"", "1.0.0"] {
+        assert!(!text.contains(secret), "{secret} in the rentals row: {text}");
+    }
+    let workload = client
+        .query_one(
+            "SELECT status, tenant_id FROM workloads WHERE kind = 'rental' AND workload_id = $1",
+            &[&rental.0],
+        )
+        .await
+        .expect("a workloads row");
+    assert_eq!((workload.get::<_, &str>(0), workload.get::<_, &str>(1)), ("active", "acme"));
+    assert_eq!(usage(&db, "rental.cpu_millis").await, 4_000);
+    // A termination asked is still charged; the one confirmed is not.
+    services.rentals.terminate(&tenant("acme"), "end", (rental, 1)).await.expect("asked");
+    running.reached(last_event(&db).await).await;
+    assert_eq!(usage(&db, "rental.gpus").await, 1, "still charged while terminating");
+    let gone = looked(CapacityState::Terminated, start() + chrono::TimeDelta::seconds(60));
+    services
+        .rentals
+        .observe(&provider(), "gone", &connection(), (rental, 1, gone))
+        .await
+        .expect("observed");
+    running.reached(last_event(&db).await).await;
+    assert_eq!(usage(&db, "rental.gpus").await, 0, "released once confirmed gone");
+    assert_eq!(usage(&db, "rental.cpu_millis").await, 0);
+    let state: String = client
+        .query_one("SELECT state FROM rentals WHERE rental_id = $1", &[&rental.0])
+        .await
+        .expect("row")
+        .get(0);
+    assert_eq!(state, "terminated");
+    running.stop().await;
+}
