@@ -5,6 +5,7 @@ use leasehold_adapters::{PgEventStore, PgProjectionStore};
 use leasehold_gateway::ProjectionProgress;
 use leasehold_projections::host::HostProjection;
 use leasehold_projections::lease::LeaseProjection;
+use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
@@ -47,7 +48,14 @@ macro_rules! projections {
     };
 }
 
-projections!(LeaseProjection, VmProjection, HostProjection, SnapshotProjection, RentalProjection);
+projections!(
+    LeaseProjection,
+    VmProjection,
+    HostProjection,
+    SnapshotProjection,
+    RentalProjection,
+    NodeProjection
+);
 
 impl Projectors {
     fn spawn<P>(

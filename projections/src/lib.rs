@@ -10,6 +10,7 @@ mod clock;
 pub mod host;
 pub mod lease;
 pub mod limits;
+pub mod node;
 mod port;
 mod projection;
 mod reconciler;

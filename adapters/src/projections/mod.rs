@@ -5,6 +5,7 @@
 mod host;
 mod kind;
 mod lease;
+mod node;
 mod reconcilers;
 mod rental;
 mod shared;

@@ -4,6 +4,7 @@
 
 use leasehold_domain::rental::{CapacityState, Rental};
 use leasehold_projections::ManualClock;
+use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
 use leasehold_tests::TestDb;
 
@@ -88,5 +89,47 @@ async fn a_rental_row_shows_its_tenant_the_machine_and_nothing_of_its_secrets() 
         .expect("row")
         .get(0);
     assert_eq!(state, "terminated");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_node_row_shows_its_facts_and_their_receipt_and_no_token() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    let enrolled = enroll(&services, rental).await;
+    let run = super::runs::booked_run(&services, rental, "run-1").await;
+    let owner = leasehold_domain::TenantId::parse("acme").expect("valid");
+    services.runs.dispatch(&provider(), &owner, run).await.expect("dispatched").expect("ready");
+    let mut running = start_of(NodeProjection, &db.store(), quick());
+    running.reached(last_event(&db).await).await;
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT state, generation, pending_operations, facts->>'os', facts_received_at, \
+             rental_id, row_to_json(nodes)::text FROM nodes WHERE node_id = $1 \
+             AND tenant_id = 'acme'",
+            &[&node1(rental).0],
+        )
+        .await
+        .expect("one row");
+    assert_eq!(row.get::<_, &str>(0), "ready");
+    assert_eq!((row.get::<_, i64>(1), row.get::<_, i32>(2)), (1, 1), "the launch is pending");
+    assert_eq!(row.get::<_, Option<&str>>(3), Some("linux"));
+    let received: Option<chrono::DateTime<chrono::Utc>> = row.get(4);
+    assert_eq!(received, Some(start()), "received on Leasehold's clock, not the node's");
+    assert_eq!(row.get::<_, uuid::Uuid>(5), rental.0);
+    let text: &str = row.get(6);
+    let token = key().enrollment_token(node1(rental));
+    let hash: String = leasehold_commands::enrollment::token_hash(&token)
+        .0
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    for secret in [token.as_str(), hash.as_str(), enrolled.credential.as_str()] {
+        assert!(!text.contains(secret), "a token in the nodes row: {text}");
+    }
     running.stop().await;
 }
