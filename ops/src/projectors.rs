@@ -7,6 +7,7 @@ use leasehold_projections::host::HostProjection;
 use leasehold_projections::lease::LeaseProjection;
 use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
+use leasehold_projections::run::RunProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
@@ -54,7 +55,8 @@ projections!(
     HostProjection,
     SnapshotProjection,
     RentalProjection,
-    NodeProjection
+    NodeProjection,
+    RunProjection,
 );
 
 impl Projectors {

@@ -15,6 +15,7 @@ mod port;
 mod projection;
 mod reconciler;
 pub mod rental;
+pub mod run;
 mod runtime;
 pub mod shared;
 pub mod snapshot;

@@ -8,6 +8,7 @@ mod lease;
 mod node;
 mod reconcilers;
 mod rental;
+mod run;
 mod shared;
 mod snapshot;
 mod status;

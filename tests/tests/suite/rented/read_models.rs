@@ -6,6 +6,7 @@ use leasehold_domain::rental::{CapacityState, Rental};
 use leasehold_projections::ManualClock;
 use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
+use leasehold_projections::run::RunProjection;
 use leasehold_tests::TestDb;
 
 use super::support::*;
@@ -131,5 +132,71 @@ async fn a_node_row_shows_its_facts_and_their_receipt_and_no_token() {
     for secret in [token.as_str(), hash.as_str(), enrolled.credential.as_str()] {
         assert!(!text.contains(secret), "a token in the nodes row: {text}");
     }
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_timeline_row_shows_attempts_outcome_and_receipt_and_no_token() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    let enrolled = enroll(&services, rental).await;
+    let session = session_of(&services, &enrolled);
+    let run = super::runs::booked_run(&services, rental, "run-1").await;
+    let owner = leasehold_domain::TenantId::parse("acme").expect("valid");
+    services.runs.dispatch(&provider(), &owner, run).await.expect("dispatched").expect("ready");
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    let attempt = stored.current().expect("attempt").clone();
+    let applied = (attempt.operation, leasehold_domain::node::OperationResult::Applied);
+    services.nodes.settle(&session, "launched", applied).await.expect("settled");
+    let exited = leasehold_domain::run::WorkloadObservation {
+        run,
+        attempt: attempt.attempt,
+        phase: leasehold_domain::run::WorkloadPhase::Exited,
+        observed_at: start() + chrono::TimeDelta::hours(6),
+        started_at: None,
+        finished_at: None,
+        exit_code: Some(2),
+        oom_killed: false,
+    };
+    services.nodes.observe(&session, "exit", exited).await.expect("observed");
+    let mut running = start_of(RunProjection, &db.store(), quick());
+    running.reached(last_event(&db).await).await;
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT status, outcome, exit_code, cleanup, last_received_at, \
+             jsonb_array_length(attempts), attempts->0->>'launch', rental_id, \
+             row_to_json(run_timeline)::text FROM run_timeline \
+             WHERE run_id = $1 AND tenant_id = 'acme'",
+            &[&run.0],
+        )
+        .await
+        .expect("one row");
+    assert_eq!(row.get::<_, &str>(0), "finished");
+    assert_eq!(row.get::<_, Option<&str>>(1), Some("failed"));
+    assert_eq!(row.get::<_, Option<i32>>(2), Some(2));
+    assert_eq!(row.get::<_, Option<&str>>(3), Some("pending"));
+    let received: Option<chrono::DateTime<chrono::Utc>> = row.get(4);
+    assert_eq!(received, Some(start()), "Leasehold's receipt, not the node's clock");
+    assert_eq!(row.get::<_, i32>(5), 1);
+    assert_eq!(row.get::<_, Option<&str>>(6), Some("accepted"));
+    assert_eq!(row.get::<_, Option<uuid::Uuid>>(7), Some(rental.0));
+    let text: &str = row.get(8);
+    assert!(!text.contains(&attempt.operation.0.to_string()), "an operation id: {text}");
+    assert!(!text.contains("fencing"), "{text}");
+    let status: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT status FROM workloads WHERE kind = 'run' AND workload_id = $1",
+            &[&run.0],
+        )
+        .await
+        .expect("a workloads row")
+        .get(0);
+    assert_eq!(status, "finished");
     running.stop().await;
 }
