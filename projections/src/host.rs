@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use leasehold_domain::host::{Host, HostEvent};
 use leasehold_domain::values::fleet::HostId;
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent};
+use leasehold_domain::{Aggregate, RecordedEvent};
 
 use crate::projection::{Projection, ProjectionError};
 
@@ -73,14 +73,7 @@ impl Projection for HostProjection {
         event: &RecordedEvent,
         changes: &mut Vec<HostChange>,
     ) -> Result<Host, ProjectionError> {
-        let decoded =
-            HostEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
-                ProjectionError {
-                    projection: Self::NAME,
-                    position: event.cursor.position,
-                    reason: error.to_string(),
-                }
-            })?;
+        let decoded = crate::projection::decoded::<HostEvent>(Self::NAME, event)?;
         if let HostEvent::HostOrphanDeadLettered { name, attempts, detail, at } = &decoded {
             changes.push(HostChange::DeadLetter(crate::vm::DeadLetterRow {
                 kind: "orphan_destroy",

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use leasehold_domain::lease::{
     Lease, LeaseEvent, LeaseId, LeaseStatus, RetentionStatus, TerminalVerdict,
 };
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -159,13 +159,7 @@ impl Projection for LeaseProjection {
         event: &RecordedEvent,
         changes: &mut Vec<LeaseChange>,
     ) -> Result<LeaseView, ProjectionError> {
-        let decoded = LeaseEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(
-            |error| ProjectionError {
-                projection: Self::NAME,
-                position: event.cursor.position,
-                reason: error.to_string(),
-            },
-        )?;
+        let decoded = crate::projection::decoded::<LeaseEvent>(Self::NAME, event)?;
         let before = view.cloned().unwrap_or_else(|| LeaseView {
             tenant: event.tenant_id.clone(),
             lease: Lease::initial(),
@@ -353,6 +347,7 @@ mod tests {
 
     use super::*;
     use crate::projection::apply_batch;
+    use leasehold_domain::DomainEvent as _;
 
     fn at() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("valid")

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::node::{Node, NodeEvent, NodeId};
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -78,14 +78,7 @@ impl Projection for NodeProjection {
         event: &RecordedEvent,
         _changes: &mut Vec<NodeChange>,
     ) -> Result<NodeView, ProjectionError> {
-        let decoded =
-            NodeEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
-                ProjectionError {
-                    projection: Self::NAME,
-                    position: event.cursor.position,
-                    reason: error.to_string(),
-                }
-            })?;
+        let decoded = crate::projection::decoded::<NodeEvent>(Self::NAME, event)?;
         let before = view
             .cloned()
             .unwrap_or_else(|| NodeView { tenant: event.tenant_id.clone(), node: Node::initial() });

@@ -21,6 +21,21 @@ pub struct ProjectionError {
     pub reason: String,
 }
 
+/// `event` decoded as one of a kind's events, or the error that stops `projection` at it.
+///
+/// # Errors
+/// [`ProjectionError`] when the payload is not an event of that kind this code reads.
+pub fn decoded<E: leasehold_domain::DomainEvent>(
+    projection: &'static str,
+    event: &RecordedEvent,
+) -> Result<E, ProjectionError> {
+    E::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| ProjectionError {
+        projection,
+        position: event.cursor.position,
+        reason: error.to_string(),
+    })
+}
+
 /// A projection of the log into read models.
 pub trait Projection: Send + Sync + 'static {
     /// Its name, the key of its checkpoint and of its lock.

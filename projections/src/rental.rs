@@ -9,7 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::rental::{Rental, RentalEvent, RentalId, RentalStatus};
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -102,13 +102,7 @@ impl Projection for RentalProjection {
         event: &RecordedEvent,
         changes: &mut Vec<RentalChange>,
     ) -> Result<RentalView, ProjectionError> {
-        let decoded = RentalEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(
-            |error| ProjectionError {
-                projection: Self::NAME,
-                position: event.cursor.position,
-                reason: error.to_string(),
-            },
-        )?;
+        let decoded = crate::projection::decoded::<RentalEvent>(Self::NAME, event)?;
         let before = view.cloned().unwrap_or_else(|| RentalView {
             tenant: event.tenant_id.clone(),
             rental: Rental::initial(),

@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::run::{Run, RunEvent, RunId};
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -90,14 +90,7 @@ impl Projection for RunProjection {
         event: &RecordedEvent,
         _changes: &mut Vec<RunChange>,
     ) -> Result<RunView, ProjectionError> {
-        let decoded =
-            RunEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
-                ProjectionError {
-                    projection: Self::NAME,
-                    position: event.cursor.position,
-                    reason: error.to_string(),
-                }
-            })?;
+        let decoded = crate::projection::decoded::<RunEvent>(Self::NAME, event)?;
         let before = view.cloned().unwrap_or_else(|| RunView {
             tenant: event.tenant_id.clone(),
             run: Run::initial(),

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 use leasehold_domain::values::fleet::VmId;
 use leasehold_domain::vm::{Vm, VmEvent, VmOutcome, VmStatus};
-use leasehold_domain::{Aggregate, DomainEvent, RecordedEvent, TenantId};
+use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -112,14 +112,7 @@ impl Projection for VmProjection {
         event: &RecordedEvent,
         changes: &mut Vec<VmChange>,
     ) -> Result<VmView, ProjectionError> {
-        let decoded =
-            VmEvent::from_stored(event.event_type.as_str(), &event.payload).map_err(|error| {
-                ProjectionError {
-                    projection: Self::NAME,
-                    position: event.cursor.position,
-                    reason: error.to_string(),
-                }
-            })?;
+        let decoded = crate::projection::decoded::<VmEvent>(Self::NAME, event)?;
         let before = view
             .cloned()
             .unwrap_or_else(|| VmView { tenant: event.tenant_id.clone(), vm: Vm::initial() });
