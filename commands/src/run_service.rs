@@ -110,8 +110,9 @@ where
                 (generation, tries) = (now.generation, tries + 1);
                 continue;
             }
-            let reason = leasehold_domain::values::Reason::parse("reason", booking_refused(&now))
-                .expect("a valid reason");
+            let why = if resumed { "RentalResumed" } else { booking_refused(&now) };
+            let reason =
+                leasehold_domain::values::Reason::parse("reason", why).expect("a valid reason");
             let give_up = self.request(
                 caller,
                 tenant.clone(),

@@ -146,8 +146,10 @@ fn observe(
             return Ok(Vec::new());
         }
     }
-    let status = if resuming(rental) && observation.state == CapacityState::Stopped {
-        // The provider has not acted on the resume yet: still the machine from before it.
+    let still_stopped = observation.state == CapacityState::Stopped && !observation.interrupted;
+    let status = if resuming(rental) && still_stopped {
+        // The provider has not acted on the resume yet: still the machine from before it. (A
+        // reclaim is a fact whenever it comes.)
         rental.status
     } else {
         follow(rental.status, observation.state)

@@ -213,13 +213,14 @@ fn a_look_from_before_a_resume_or_the_resume_not_yet_acted_on_stops_nothing() {
     // acted on the resume yet, and the rental stays starting.
     let rental = check(&resumed(), seen_in(2, O::Stopped, 60), Events(&["CapacityObserved"]));
     assert_eq!(rental.status, S::Starting);
-    // So does a look that says it was reclaimed (stopped): it is recorded, and waits too.
+    // A reclaim is a fact whenever it comes.
     let reclaimed = interrupted(O::Stopped, 60);
     let reclaimed = match reclaimed {
         C::Observe { observation, .. } => C::Observe { generation: 2, observation },
         _ => unreachable!(),
     };
-    check(&resumed(), reclaimed, Events(&["CapacityObserved"]));
+    let rental = check(&resumed(), reclaimed, Events(&["CapacityInterrupted"]));
+    assert_eq!(rental.status, S::Stopped);
     let rental = check(&resumed(), seen_in(2, O::Active, 60), Events(&["CapacityObserved"]));
     assert_eq!(rental.status, S::Active);
 }
