@@ -140,8 +140,12 @@ where
                 return Err(CommandError::NotFound);
             }
             let stop = self.stop_order(&stored).await?;
-            let request =
-                self.request(caller, tenant.clone(), run, key, RunCommand::Cancel { stop })?;
+            // What the tenant asked is the cancel of this run; the stop is what the service
+            // read of the node, which a retry may read otherwise.
+            let hash = caller_hash("run-cancel", &run.stream_id(), &());
+            let request = self
+                .request(caller, tenant.clone(), run, key, RunCommand::Cancel { stop })?
+                .hashed_as(hash);
             let follows = effects_follow::<S>(run);
             let executed = self.pipeline.execute_following(request, &[], &follows);
             match Box::pin(executed).await {

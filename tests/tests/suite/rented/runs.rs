@@ -216,6 +216,18 @@ async fn a_cancel_after_the_node_enrolled_again_orders_the_stop_under_its_new_to
         })
         .collect();
     assert_eq!(stops, vec![2], "one stop, under the session that can take it");
+    // The tenant's retry after the node enrolled again is the same request, not a conflict.
+    let again = services
+        .nodes
+        .enroll(
+            node,
+            leasehold_commands::node_service::Presented::Credential(&resumed.credential),
+            (agent_version(), facts()),
+        )
+        .await
+        .expect("resumed again");
+    assert_eq!(again.fencing_token, 3);
+    services.runs.cancel(&tenant("acme"), "cancel", run).await.expect("the same cancel");
 }
 
 #[tokio::test]
