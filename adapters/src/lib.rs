@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod limits;
 pub mod migrations;
 pub mod projections;
+pub mod providers;
 pub mod read_models;
 pub mod retention;
 pub mod snapshot_gc;

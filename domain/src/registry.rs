@@ -56,15 +56,16 @@ impl AggregateKind {
 /// Every registered kind.
 ///
 /// A kind is listed here once its projection and GraphQL module exist (a test in `ops` holds
-/// every listed kind to both). The snapshot and tenant quota kinds are declared
-/// (`snapshot::KIND`, `quota::KIND`) and not listed yet: until they are, their events show
-/// tenants nothing at all.
+/// every listed kind to both); until it is, its events show tenants nothing at all.
 pub const KINDS: &[&AggregateKind] = &[
     &crate::lease::KIND,
     &crate::vm::KIND,
     &crate::host::KIND,
     &crate::snapshot::KIND,
     &crate::quota::KIND,
+    &crate::rental::KIND,
+    &crate::node::KIND,
+    &crate::run::KIND,
 ];
 
 /// The kind whose streams have type `stream_type`.

@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::ProviderId;
+use leasehold_domain::rental::ConnectionId;
 use leasehold_domain::values::fleet::HostId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -81,6 +82,10 @@ pub struct Claims {
     /// heartbeat it is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// For a rental provider's agent token: the only provider connection whose rentals it
+    /// may report on (receipts and observations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// Expiry, seconds since the Unix epoch.
     pub exp: i64,
     /// Issued at, seconds since the Unix epoch.
@@ -102,6 +107,8 @@ pub struct Principal {
     pub provider: Option<ProviderId>,
     /// The host a host's agent is bound to.
     pub host: Option<HostId>,
+    /// The provider connection a rental provider's agent is bound to.
+    pub connection: Option<ConnectionId>,
     /// When the token stops being valid.
     pub expires_at: DateTime<Utc>,
 }
@@ -196,6 +203,7 @@ impl JwtSecret {
             provider,
             all_providers: false,
             host: None,
+            connection: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -211,6 +219,29 @@ impl JwtSecret {
             provider: None,
             all_providers: false,
             host: Some(host.to_string()),
+            connection: None,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        })
+    }
+
+    /// A token for the agent of the rental provider connection `connection`, valid for `ttl`:
+    /// it reports on that connection's rentals only.
+    pub fn mint_connection_agent(
+        &self,
+        sub: &str,
+        connection: &ConnectionId,
+        ttl: TimeDelta,
+    ) -> String {
+        let now = Utc::now();
+        self.mint(&Claims {
+            sub: sub.to_string(),
+            role: Role::Agent,
+            tenant: None,
+            provider: None,
+            all_providers: false,
+            host: None,
+            connection: Some(connection.to_string()),
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -227,6 +258,7 @@ impl JwtSecret {
             provider: None,
             all_providers: true,
             host: None,
+            connection: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -283,15 +315,26 @@ fn principal_of(claims: Claims) -> Result<Principal, AuthError> {
         (_, Some(_)) => return Err(AuthError::Invalid),
         _ => None,
     };
-    let provider = match (claims.role, claims.provider, claims.all_providers, &host) {
-        (Role::Agent, Some(provider), false, None) => Some(ProviderId(provider)),
-        (Role::Agent, None, true, None) | (Role::Agent, None, false, Some(_)) => None,
-        (Role::Agent, None, false, None) => return Err(AuthError::ProviderMissing),
-        (Role::Agent, _, _, _) => return Err(AuthError::Invalid),
+    let connection = match (claims.role, claims.connection.as_deref()) {
+        (Role::Agent, Some(raw)) => {
+            Some(ConnectionId::parse("connection", raw).map_err(|_| AuthError::Invalid)?)
+        }
+        (_, Some(_)) => return Err(AuthError::Invalid),
+        _ => None,
+    };
+    // An agent is bound to exactly one of: a provider, every provider, a host, a connection.
+    let bound = (claims.provider, claims.all_providers, host.is_some(), connection.is_some());
+    let provider = match (claims.role, bound) {
+        (Role::Agent, (Some(provider), false, false, false)) => Some(ProviderId(provider)),
+        (Role::Agent, (None, true, false, false) | (None, false, true, false)) => None,
+        (Role::Agent, (None, false, false, true)) => None,
+        (Role::Agent, (None, false, false, false)) => return Err(AuthError::ProviderMissing),
+        (Role::Agent, _) => return Err(AuthError::Invalid),
         _ => None,
     };
     let expires_at = DateTime::from_timestamp(claims.exp, 0).ok_or(AuthError::Invalid)?;
-    Ok(Principal { subject: claims.sub, role: claims.role, tenant, provider, host, expires_at })
+    let subject = claims.sub;
+    Ok(Principal { subject, role: claims.role, tenant, provider, host, connection, expires_at })
 }
 
 /// A fresh random secret, hex-encoded (64 characters), for a data directory's secret file.
@@ -353,9 +396,36 @@ mod tests {
             provider: Some(provider),
             all_providers: true,
             host: None,
+            connection: None,
             exp: Utc::now().timestamp() + 60,
             iat: Utc::now().timestamp(),
         });
         assert_eq!(secret().verify(&both), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn a_connection_agent_is_bound_to_its_connection_and_nothing_else() {
+        let sim = ConnectionId::parse("connection", "sim").expect("valid");
+        let token = secret().mint_connection_agent("provider-sim", &sim, TimeDelta::hours(1));
+        let principal = secret().verify(&token).expect("valid");
+        assert_eq!(
+            (principal.connection, principal.provider, principal.host),
+            (Some(sim), None, None)
+        );
+        let claims = |provider: Option<Uuid>, role: Role| Claims {
+            sub: "agent".into(),
+            role,
+            tenant: Some("acme".into()),
+            provider,
+            all_providers: false,
+            host: None,
+            connection: Some("sim".into()),
+            exp: Utc::now().timestamp() + 60,
+            iat: Utc::now().timestamp(),
+        };
+        let with_provider = secret().mint(&claims(Some(Uuid::from_u128(7)), Role::Agent));
+        assert_eq!(secret().verify(&with_provider), Err(AuthError::Invalid));
+        let on_a_tenant = secret().mint(&claims(None, Role::Tenant));
+        assert_eq!(secret().verify(&on_a_tenant), Err(AuthError::Invalid));
     }
 }

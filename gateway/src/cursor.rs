@@ -41,6 +41,10 @@ pub enum CursorKind {
     Vms,
     /// A position in the `snapshots` list.
     Snapshots,
+    /// A position in the `rentals` list.
+    Rentals,
+    /// A position in the `runs` list.
+    Runs,
 }
 
 impl CursorKind {
@@ -51,6 +55,8 @@ impl CursorKind {
             Self::Workloads => b"workloads",
             Self::Vms => b"vms",
             Self::Snapshots => b"snapshots",
+            Self::Rentals => b"rentals",
+            Self::Runs => b"runs",
         }
     }
 }

@@ -22,6 +22,9 @@ pub struct KindReads {
     /// Root query fields that read the kind's streams in the log and no read model: they wait
     /// only for the log to let the cursor through.
     pub log_fields: &'static [&'static str],
+    /// Other projections the `projection_fields` join to (a rental beside its node): they
+    /// wait for those too.
+    pub joins: &'static [&'static str],
 }
 
 /// Root query fields over the log itself (and introspection), and over what no projection
@@ -72,7 +75,9 @@ fn reads_of_field(name: &str) -> Reads {
     }
     for kind in KIND_READS {
         if kind.projection_fields.contains(&name) {
-            return Reads::Some(vec![kind.projection]);
+            return Reads::Some(
+                [kind.projection].into_iter().chain(kind.joins.iter().copied()).collect(),
+            );
         }
         if kind.log_fields.contains(&name) {
             return Reads::Some(vec![]);

@@ -5,8 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_adapters::{PgEventStore, PgReadModels};
+use leasehold_commands::enrollment::EnrollmentKey;
 use leasehold_commands::lease_input::LeaseInputLimits;
 use leasehold_commands::lease_service::LeaseService;
+use leasehold_commands::node_service::NodeService;
+use leasehold_commands::rental_service::{Connections, RentalConfig, RentalService};
+use leasehold_commands::run_service::RunService;
 use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::lease::BackendName;
 use leasehold_domain::{Cursor, EventStore as _};
@@ -111,6 +115,48 @@ fn snapshots_over(
         .with_redactor(Arc::new(vms.clone()))
 }
 
+/// The services of rented capacity.
+#[derive(Debug, Clone)]
+pub struct Rented {
+    /// Rentals: tenants' provisions, stops, resumes and terminations, providers' reports.
+    pub rentals: RentalService<PgEventStore>,
+    /// Nodes: enrollments and fenced reports.
+    pub nodes: NodeService<PgEventStore>,
+    /// Runs: tenants' submissions and cancels, the run dispatcher's attempts.
+    pub runs: RunService<PgEventStore>,
+}
+
+impl Rented {
+    /// The services over `pipeline`, renting through `config`'s connections.
+    pub fn new(pipeline: &CommandPipeline<PgEventStore>, config: RentalConfig) -> Self {
+        Self {
+            nodes: NodeService::new(pipeline.clone(), config.key.clone()),
+            runs: RunService::new(pipeline.clone()),
+            rentals: RentalService::new(pipeline.clone(), config),
+        }
+    }
+}
+
+/// Until [`AppState::with_rentals`] names the connections and the enrollment key: none, and a
+/// key derived from the JWT secret (its own domain), so a gateway without rental providers
+/// still answers rental queries and refuses provisions as naming no connection.
+fn default_rentals(jwt_secret: &[u8]) -> RentalConfig {
+    use sha2::Digest as _;
+    let mut derived = sha2::Sha256::new();
+    derived.update(b"leasehold/default-enrollment-key\0");
+    derived.update(jwt_secret.trim_ascii());
+    let key = EnrollmentKey::new(&derived.finalize()).expect("32 bytes");
+    RentalConfig {
+        connections: Connections::default(),
+        control_plane_url: "http://127.0.0.1:8080".into(),
+        agent_version: NODE_AGENT_VERSION.into(),
+        key,
+    }
+}
+
+/// The node agent build the bootstraps Leasehold hands providers pin.
+pub const NODE_AGENT_VERSION: &str = "1";
+
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -132,6 +178,8 @@ pub(crate) struct Inner {
     pub(crate) hosts: leasehold_commands::host_service::HostService<PgEventStore>,
     /// Every snapshot command runs through it, over the same pipeline.
     pub(crate) snapshots: SnapshotService,
+    /// Every rental, node and run command runs through these, over the same pipeline.
+    pub(crate) rented: Rented,
     pub(crate) jwt: JwtSecret,
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
@@ -214,7 +262,9 @@ impl AppState {
             VmService::new(pipeline.clone(), (catalog, vault.clone()), config.placement_policy)
                 .with_catalog_max_age(VM_CATALOG_MAX_AGE);
         let snapshots = snapshots_over(&pipeline, &store, (config.snapshots, &vms));
+        let rented = Rented::new(&pipeline, default_rentals(jwt_secret));
         let inner = Inner {
+            rented,
             read_models: PgReadModels::of(&store),
             store,
             vms,
@@ -277,6 +327,20 @@ impl AppState {
     /// reconcilers share it).
     pub fn snapshots(&self) -> &SnapshotService {
         &self.inner.snapshots
+    }
+
+    /// Rents through `config`'s provider connections, with its enrollment key. Call before
+    /// [`crate::app`].
+    #[must_use]
+    pub fn with_rentals(mut self, config: RentalConfig) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configured before sharing");
+        inner.rented = Rented::new(inner.leases.pipeline(), config);
+        self
+    }
+
+    /// The services of rented capacity (the rented reconcilers share them).
+    pub fn rented(&self) -> &Rented {
+        &self.inner.rented
     }
 
     /// The vault VM credentials and host agents' tokens are sealed in.

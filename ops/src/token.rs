@@ -29,6 +29,10 @@ pub struct TokenArgs {
     /// heartbeat it sends.
     #[arg(long, conflicts_with = "provider")]
     host: Option<String>,
+    /// For a rental provider's agent: the provider connection (its name in the providers
+    /// file) whose rentals the token may report on (receipts, observations).
+    #[arg(long, conflicts_with_all = ["provider", "host", "all_providers"])]
+    connection: Option<String>,
     /// The subject (default: the role, or the tenant's name with `-user`).
     #[arg(long)]
     sub: Option<String>,
@@ -61,9 +65,17 @@ pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
         println!("{}", secret.mint_host_agent(&sub, &host, args.ttl));
         return Ok(());
     }
+    if let Some(connection) = &args.connection {
+        anyhow::ensure!(args.role == Role::Agent, "--connection is only for --role agent");
+        let connection = leasehold_domain::rental::ConnectionId::parse("--connection", connection)?;
+        let sub = args.sub.clone().unwrap_or_else(|| format!("connection-{connection}"));
+        println!("{}", secret.mint_connection_agent(&sub, &connection, args.ttl));
+        return Ok(());
+    }
     let token = match (args.role, args.provider, args.all_providers) {
         (Role::Agent, None, false) => anyhow::bail!(
-            "--role agent needs --provider UUID, --host ID (or the explicit --all-providers)"
+            "--role agent needs --provider UUID, --host ID, --connection NAME (or the \
+             explicit --all-providers)"
         ),
         (Role::Agent, None, true) => secret.mint_agent_for_all_providers(&sub, args.ttl),
         (_, _, true) => anyhow::bail!("--all-providers is only for --role agent"),

@@ -10,6 +10,9 @@ pub(crate) mod host;
 pub(crate) mod lease;
 mod projections;
 mod query;
+pub(crate) mod rental;
+mod rented;
+pub(crate) mod run;
 pub(crate) mod snapshot;
 mod subscription;
 pub(crate) mod vm;
@@ -51,6 +54,8 @@ kinds!(
     vm::{VmQuery, VmMutation},
     host::{HostQuery, HostMutation},
     snapshot::{SnapshotQuery, SnapshotMutation} + QUOTA_READS,
+    rental::{RentalQuery, RentalMutation} + NODE_READS,
+    run::{RunQuery, RunMutation},
 );
 
 // Every subscription.
@@ -104,16 +109,16 @@ pub(crate) fn tenant_of<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a Tena
     }
 }
 
-/// Refuses callers outside `roles`, and host agents: a host's agent token reports on that
-/// host's VMs only, never on leases (its `provider` is none, which on a lease agent would
-/// be the all-providers grant).
+/// Refuses callers outside `roles`, and host and rental-connection agents: their tokens
+/// report on their host's VMs or their connection's rentals only, never on leases (their
+/// `provider` is none, which on a lease agent would be the all-providers grant).
 pub(crate) fn require_lease<'a>(
     ctx: &Context<'a>,
     roles: &[Role],
     what: &str,
 ) -> ApiResult<&'a Principal> {
     let principal = require(ctx, roles, what)?;
-    if principal.host.is_some() {
+    if principal.host.is_some() || principal.connection.is_some() {
         return Err(ApiError::forbidden(what));
     }
     Ok(principal)

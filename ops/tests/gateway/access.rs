@@ -28,6 +28,7 @@ async fn tokens_that_are_missing_forged_or_expired_are_unauthenticated() {
         provider: None,
         all_providers: false,
         host: None,
+        connection: None,
         exp: (Utc::now() - TimeDelta::minutes(10)).timestamp(),
         iat: (Utc::now() - TimeDelta::hours(1)).timestamp(),
     });

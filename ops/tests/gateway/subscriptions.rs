@@ -163,6 +163,7 @@ async fn the_protocol_closes_with_the_codes_clients_expect() {
         provider: None,
         all_providers: false,
         host: None,
+        connection: None,
         exp: chrono::Utc::now().timestamp() + 1,
         iat: chrono::Utc::now().timestamp(),
     });

@@ -16,4 +16,5 @@ pub(crate) const READS: KindReads = KindReads {
     projection: "host_views",
     projection_fields: &["hosts"],
     log_fields: &[],
+    joins: &[],
 };

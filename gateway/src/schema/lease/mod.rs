@@ -35,4 +35,5 @@ pub(crate) const READS: KindReads = KindReads {
         "leaseDiagnostics",
     ],
     log_fields: &["leaseWork"],
+    joins: &[],
 };

@@ -18,6 +18,7 @@ pub(crate) const READS: KindReads = KindReads {
     projection: "snapshot_views",
     projection_fields: &["snapshot", "snapshots", "layerArtifact", "artifactHosts"],
     log_fields: &[],
+    joins: &[],
 };
 
 /// What the tenant quota's root query fields read: the snapshot projection's
@@ -29,4 +30,5 @@ pub(crate) const QUOTA_READS: KindReads = KindReads {
     projection: "snapshot_views",
     projection_fields: &["snapshotQuotaUsage", "snapshotQuotaUsages"],
     log_fields: &[],
+    joins: &[],
 };

@@ -22,4 +22,5 @@ pub(crate) const READS: KindReads = KindReads {
     projection: "vm_views",
     projection_fields: &["vm", "vms", "deadLetters"],
     log_fields: &[],
+    joins: &[],
 };
