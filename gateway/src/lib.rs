@@ -21,5 +21,6 @@ pub use auth::{Claims, JwtSecret, Principal, Role};
 pub use http::{MIN_CURSOR_EXTENSION, app, serve};
 pub use schema::{LeaseholdSchema, sdl};
 pub use state::{
-    AppState, GatewayConfig, ProjectionProgress, SnapshotService, VM_CATALOG_MAX_AGE, VmService,
+    AppState, GatewayConfig, NODE_AGENT_VERSION, ProjectionProgress, Rented, SnapshotService,
+    VM_CATALOG_MAX_AGE, VmService,
 };

@@ -20,6 +20,9 @@ const CALLBACK_SECRET_FILE: &str = "callback-secret";
 /// The VM credentials' key's file name inside the data directory.
 const VM_CREDENTIALS_KEY_FILE: &str = "vm-credentials-key";
 
+/// The node enrollment key's file name inside the data directory.
+const ENROLLMENT_KEY_FILE: &str = "enrollment-key";
+
 /// Where the JWT secret is.
 #[derive(Debug, Clone, Args)]
 pub struct SecretArgs {
@@ -44,6 +47,11 @@ pub struct SecretArgs {
     /// with a key derived from it). Lose it and the sealed credentials are lost with it.
     #[arg(long, env = "LEASEHOLD_VM_CREDENTIALS_KEY_FILE")]
     pub vm_credentials_key_file: Option<PathBuf>,
+    /// A file holding the key node enrollment tokens, rentals' ownership tokens and node
+    /// credentials are derived from and signed with (at least 32 bytes). Change it and every
+    /// outstanding enrollment token and node credential stops working.
+    #[arg(long, env = "LEASEHOLD_ENROLLMENT_KEY_FILE")]
+    pub enrollment_key_file: Option<PathBuf>,
     /// Where `serve` keeps what it needs between runs (the generated secret, a private
     /// PostgreSQL cluster). Default: $XDG_DATA_HOME/leasehold or ~/.local/share/leasehold.
     #[arg(long, env = "LEASEHOLD_DATA_DIR")]
@@ -79,6 +87,13 @@ impl SecretArgs {
     pub fn vm_credentials_key(&self) -> anyhow::Result<Vec<u8>> {
         let file = &self.vm_credentials_key_file;
         self.resolve(file, &None, "--vm-credentials-key-file", VM_CREDENTIALS_KEY_FILE)
+    }
+
+    /// The enrollment key's bytes, likewise (the data directory's `enrollment-key` when no
+    /// file is named).
+    pub fn enrollment_key(&self) -> anyhow::Result<Vec<u8>> {
+        let file = &self.enrollment_key_file;
+        self.resolve(file, &None, "--enrollment-key-file", ENROLLMENT_KEY_FILE)
     }
 
     /// Whether the JWT secret is the data directory's (no set-up).

@@ -158,6 +158,15 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_EXPORT_WITHIN", default_value = "6h",
           value_parser = crate::token::parse_ttl)]
     snapshot_export_within: TimeDelta,
+    /// The rental provider connections to rent through, in a JSON file (each connection's
+    /// agent URL, token file and declared capabilities; see `adapters/src/providers/config.rs`).
+    /// Without it, no rental can be provisioned.
+    #[arg(long, env = "LEASEHOLD_PROVIDERS_FILE")]
+    providers_file: Option<std::path::PathBuf>,
+    /// Where node agents on rented machines enroll: the `control_plane_url` of the bootstraps
+    /// handed to providers (default: the callback base URL).
+    #[arg(long, env = "LEASEHOLD_NODE_AGENT_URL")]
+    node_agent_url: Option<String>,
 }
 
 impl ServeArgs {
@@ -215,7 +224,8 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .context("the callback secret")?
         .with_vm_credentials_key(&vm_credentials_key(args)?)
         .with_callback_base(&base)
-        .with_manifests(manifests.clone());
+        .with_manifests(manifests.clone())
+        .with_rentals(rental_config(args, &base)?);
     if let Some((backends, order)) = &backends {
         let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
         let router = leasehold_adapters::backends::Router::new(backends, order);
@@ -447,6 +457,34 @@ async fn log_lag(store: PgEventStore, mut stopped: watch::Receiver<bool>) {
 }
 
 /// The key VMs' credentials are sealed under: at least 32 bytes, as every secret.
+/// The rental services' settings: the providers file's connections, each declaration
+/// validated (a bad one stops `serve` with the connection named), and the enrollment key.
+fn rental_config(
+    args: &ServeArgs,
+    base: &str,
+) -> anyhow::Result<leasehold_commands::rental_service::RentalConfig> {
+    use leasehold_commands::rental_service::{Connections, RentalConfig};
+    let mut connections = Connections::default();
+    if let Some(file) = &args.providers_file {
+        for provider in leasehold_adapters::providers::config::load(file)? {
+            let name = provider.connection.clone();
+            connections
+                .register(provider.connection, provider.support)
+                .with_context(|| format!("provider connection {name}"))?;
+        }
+    }
+    let key = leasehold_commands::enrollment::EnrollmentKey::new(
+        args.secret.enrollment_key()?.trim_ascii(),
+    )
+    .context("the enrollment key (--enrollment-key-file)")?;
+    Ok(RentalConfig {
+        connections,
+        control_plane_url: args.node_agent_url.clone().unwrap_or_else(|| base.to_string()),
+        agent_version: leasehold_gateway::NODE_AGENT_VERSION.into(),
+        key,
+    })
+}
+
 fn vm_credentials_key(args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
     let key = args.secret.vm_credentials_key()?;
     anyhow::ensure!(

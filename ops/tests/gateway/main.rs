@@ -12,6 +12,7 @@ mod inventory;
 mod leases;
 mod limits;
 mod operations;
+mod rented;
 mod setup;
 mod snapshots;
 mod socket;
