@@ -16,6 +16,7 @@ pub mod migrations;
 pub mod projections;
 pub mod providers;
 pub mod read_models;
+pub mod rented;
 pub mod retention;
 pub mod snapshot_gc;
 pub mod snapshots;

@@ -48,6 +48,7 @@ pub fn app(state: AppState) -> Router {
             "/callbacks/leases/{lease_id}/maintenance/{maintenance_id}",
             post(crate::callbacks::maintenance),
         )
+        .merge(crate::node_agent::routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::render))

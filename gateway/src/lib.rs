@@ -12,6 +12,7 @@ pub mod errors;
 mod http;
 mod live;
 mod metrics;
+mod node_agent;
 pub mod reads;
 mod schema;
 mod state;

@@ -229,6 +229,16 @@ pub fn start_vm_reaper(
     run(reaper, store, stopped)
 }
 
+/// Starts the run dispatcher: each run's attempt started when its booking runs and its
+/// rental's node is ready, its launch ordered on the node.
+pub fn start_run_dispatcher(
+    runs: &leasehold_commands::run_service::RunService<PgEventStore>,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let store = runs.pipeline().store();
+    run(leasehold_adapters::rented::RunDispatcher::new(runs.clone()), store, stopped)
+}
+
 /// Starts snapshot retention GC: snapshots past their retention deleted, each tenant's
 /// layers past `layer_cap` evicted, and creations or restores stuck past `stuck_after` given
 /// up on, sweeping every `every`.

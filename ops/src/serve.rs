@@ -287,6 +287,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         (agent_timeout, args.vm_inventory_every),
         &stopped,
     )?);
+    reconcilers.push(crate::dispatch::start_run_dispatcher(&state.rented().runs, &stopped));
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

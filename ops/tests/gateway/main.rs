@@ -11,6 +11,7 @@ mod fleet_moves;
 mod inventory;
 mod leases;
 mod limits;
+mod node_agent;
 mod operations;
 mod rented;
 mod setup;

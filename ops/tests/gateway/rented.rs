@@ -17,16 +17,19 @@ const PROVISION: &str = "mutation($input: ProvisionRentalInput!) { provisionRent
 const RENTAL: &str = "query($id: ID!) { rental(id: $id) { id tenantId connectionId offerId state generation nodeId nodeState nodeLeaseExpires factsAgeSeconds resources interruptibleRequested interruptibleAllocated price maxLifetimeSeconds observedState stateSince observedAt receivedAt queuedRuns } }";
 const RECEIPT: &str = "mutation($input: RentalReceiptInput!) { reportRentalReceipt(input: $input) { id version cursor } }";
 const OBSERVE: &str = "mutation($input: RentalObservationInput!) { reportRentalObservation(input: $input) { id version cursor } }";
-const SUBMIT: &str =
+pub(crate) const SUBMIT: &str =
     "mutation($input: SubmitRunInput!) { submitRun(input: $input) { id version cursor } }";
-const RUN: &str = "query($id: ID!) { run(id: $id) { id rentalId status attemptsCount: attempts cancelRequested outcome } }";
+pub(crate) const RUN: &str = "query($id: ID!) { run(id: $id) { id rentalId status attemptsCount: attempts cancelRequested outcome } }";
 
 const CAPABILITIES: &str = r#"{"stop": true, "resume": true, "persistent_disk": true,
     "spot": false, "exact_pricing": true, "idempotent_provision": "operation_key",
     "list_owned": true, "observe_after_terminate": false}"#;
 
+/// The enrollment key the rented test servers derive enrollment tokens from.
+pub(crate) const ENROLLMENT_KEY: &str = "an-enrollment-key-of-at-least-32-bytes-for-tests";
+
 /// A server renting through the connection `sim`, and the directory of its providers file.
-async fn rented_server() -> (Server, TempDir) {
+pub(crate) async fn rented_server() -> (Server, TempDir) {
     let dir = TempDir(std::env::temp_dir().join(format!("lh-rent-{}", uuid::Uuid::now_v7())));
     std::fs::create_dir_all(&dir.0).expect("a directory");
     std::fs::write(dir.0.join("sim.token"), "sim-provider-token-0123456789abcdef0123")
@@ -37,7 +40,12 @@ async fn rented_server() -> (Server, TempDir) {
             "token_file": "sim.token", "capabilities": {CAPABILITIES}}}]}}"#
     );
     std::fs::write(&file, text).expect("written");
-    let server = Server::start_with(&["--providers-file", file.to_str().expect("UTF-8")]).await;
+    let key = dir.0.join("enrollment.key");
+    std::fs::write(&key, ENROLLMENT_KEY).expect("written");
+    let key = key.to_str().expect("UTF-8");
+    let file = file.to_str().expect("UTF-8");
+    let server =
+        Server::start_with(&["--providers-file", file, "--enrollment-key-file", key]).await;
     (server, dir)
 }
 
@@ -55,7 +63,7 @@ fn provision_input(key: &str) -> Value {
 }
 
 /// `key`'s rental of `token`'s, accepted and observed active by its provider's agent.
-async fn active_rental(server: &Server, token: &str, key: &str) -> Value {
+pub(crate) async fn active_rental(server: &Server, token: &str, key: &str) -> Value {
     let provisioned = server.graphql(token, PROVISION, provision_input(key)).await;
     let rental = data(&provisioned)["provisionRental"]["id"].clone();
     let agent = provider_agent("sim");

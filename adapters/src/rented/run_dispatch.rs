@@ -1,0 +1,109 @@
+//! The `run-dispatcher` reconciler: whenever a rental's stream moves (a booking made or
+//! started, the machine observed) or its node enrolls, the run its schedule runs now is
+//! dispatched ([`RunService::dispatch`]): an attempt is created and its launch ordered on the
+//! node, under the node's fencing token, in one append. The run service decides whether it
+//! may start (the booking runs, the rental is active, the node is ready, no launch is
+//! indeterminate); a run that must wait, or has started already, is left as it is, and the
+//! next event on its rental looks again.
+//!
+//! Repeating is safe: an attempt's id and its command's key are minted from the run and the
+//! attempt's number, so a dispatch repeated after a crash is the recorded one, and a run
+//! whose attempt is under way refuses another.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use leasehold_commands::lease_service::Caller;
+use leasehold_commands::run_service::RunService;
+use leasehold_commands::{CommandError, CommandStore, ErrorClass};
+use leasehold_domain::node::{Node, NodeId};
+use leasehold_domain::rental::{Rental, RentalId};
+use leasehold_domain::{Actor, Aggregate as _, RecordedEvent};
+use leasehold_projections::{ReconcileError, Reconciler, Seen};
+
+/// The run dispatcher.
+#[derive(Debug)]
+pub struct RunDispatcher<S> {
+    runs: RunService<S>,
+}
+
+impl<S> RunDispatcher<S> {
+    /// A dispatcher acting through `runs`.
+    pub fn new(runs: RunService<S>) -> Self {
+        Self { runs }
+    }
+}
+
+fn dispatcher() -> Caller {
+    Caller {
+        actor: Actor { subject: "run-dispatcher".into(), role: "system".into() },
+        tenant: None,
+        provider: None,
+        namespace: None,
+    }
+}
+
+impl<S> RunDispatcher<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    /// The rental `event` may have made a run dispatchable on.
+    async fn rental_of(&self, event: &RecordedEvent) -> Result<Option<RentalId>, ReconcileError> {
+        match event.stream_type.as_str() {
+            Rental::STREAM_TYPE => Ok(RentalId::of_stream(&event.stream_id)),
+            Node::STREAM_TYPE if event.event_type.as_str() == "NodeEnrolled" => {
+                let Some(node) = NodeId::of_stream(&event.stream_id) else { return Ok(None) };
+                let found = self.runs.pipeline().state::<Node>(&node.stream_id()).await;
+                let found = found.map_err(|error| retry("read a node", &error))?;
+                Ok(found.and_then(|(_, _, node)| node.identity).map(|identity| identity.rental))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Dispatches the run `rental`'s schedule runs now, if any.
+    async fn dispatch_on(&self, rental: RentalId) -> Result<(), ReconcileError> {
+        let found = self.runs.pipeline().state::<Rental>(&rental.stream_id()).await;
+        let found = found.map_err(|error| retry("read a rental", &error))?;
+        let Some((owner, _, stored)) = found else { return Ok(()) };
+        let Some(running) = stored.schedule.running else { return Ok(()) };
+        match self.runs.dispatch(&dispatcher(), &owner, running.run).await {
+            Ok(_) => Ok(()),
+            Err(error) if worth_retrying(&error) => Err(retry("dispatch a run", &error)),
+            // Started already, cancelled, or waiting on a reconciliation: nothing to do now.
+            Err(error) => {
+                tracing::debug!(run = %running.run.0, %error, "run not dispatched");
+                Ok(())
+            }
+        }
+    }
+}
+
+fn worth_retrying<E: leasehold_domain::Refusal>(error: &CommandError<E>) -> bool {
+    matches!(error.class(), ErrorClass::Internal | ErrorClass::Conflict)
+}
+
+impl<S> Reconciler for RunDispatcher<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    const NAME: &'static str = "run-dispatcher";
+    const VERSION: u32 = 1;
+
+    async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        let mut rentals = BTreeSet::new();
+        for event in seen.events {
+            if let Some(rental) = self.rental_of(event).await? {
+                rentals.insert(rental.0);
+            }
+        }
+        for rental in rentals {
+            self.dispatch_on(RentalId(rental)).await?;
+        }
+        Ok(None)
+    }
+}
+
+fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
+    ReconcileError::Retry { action: action.to_owned(), reason: error.to_string() }
+}

@@ -1,0 +1,193 @@
+//! The node-agent protocol through a real `leasehold serve`: a node on a rented machine
+//! enrolls with its bootstrap's single-use token, beats, takes its launch from its session
+//! stream (ordered by the run dispatcher once the tenant's run is booked), reports the
+//! launch applied and the workload exited; a partitioned node's reports after its
+//! re-enrollment are refused (409) and append nothing; no token text reaches the log.
+
+use leasehold_commands::enrollment::{EnrollmentKey, node_of};
+use leasehold_domain::rental::RentalId;
+use leasehold_gateway::Role;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::backend::eventually;
+use crate::rented::{ENROLLMENT_KEY, RUN, SUBMIT, active_rental, rented_server};
+use crate::support::*;
+
+/// A node agent: the protocol's HTTP calls, as mercator's agent makes them.
+struct Agent {
+    http: reqwest::Client,
+    base: String,
+    node: Uuid,
+}
+
+impl Agent {
+    async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        let mut request = self.http.post(format!("{}/v1/node-agent{path}", self.base)).json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn enroll(&self, rental: &str, generation: u64, token: &str) -> (u16, Value) {
+        let body = json!({
+            "node_id": self.node, "rental_id": rental, "generation": generation,
+            "enrollment_token": token, "agent_version": "1.0.0", "facts": facts(),
+        });
+        self.post("/enroll", None, &body).await
+    }
+
+    async fn events(&self, session: &str, events: Value) -> (u16, Value) {
+        let path = format!("/{}/events", self.node);
+        self.post(&path, Some(session), &json!({ "events": events })).await
+    }
+
+    async fn result(&self, session: &str, operation: &str, applied: bool) -> (u16, Value) {
+        let body = json!({
+            "operation_id": operation, "applied": applied, "duplicate": false,
+            "reported_at": "2026-12-03T15:00:00Z",
+        });
+        self.post(&format!("/{}/results", self.node), Some(session), &body).await
+    }
+}
+
+fn facts() -> Value {
+    json!({
+        "observed_at": "2026-12-03T15:00:00Z",
+        "host": { "os": "linux", "architecture": "amd64", "container_runtime": "docker",
+                  "runtime_version": "27.1", "cpu_millis": 4000, "memory_bytes": 17179869184u64,
+                  "disk_free_bytes": 1000000000 },
+    })
+}
+
+/// The next command line of a session stream.
+async fn next_command(stream: &mut reqwest::Response, buffer: &mut Vec<u8>) -> Value {
+    let read = async {
+        loop {
+            if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                return serde_json::from_slice(&line).expect("an NDJSON line");
+            }
+            let chunk = stream.chunk().await.expect("readable").expect("the stream stays open");
+            buffer.extend_from_slice(&chunk);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), read).await.expect("a command in time")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_protocol() {
+    let (server, _dir) = rented_server().await;
+    let acme = tenant_token("acme");
+    let rental = active_rental(&server, &acme, "r-1").await;
+    let rental_text = rental.as_str().expect("an id").to_string();
+    let rental_id = RentalId(Uuid::parse_str(&rental_text).expect("a UUID"));
+    let node = node_of(rental_id, 1);
+    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
+    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    // A wrong token, or the right one for another generation: refused alike, saying nothing.
+    for (generation, presented) in [(1, "0".repeat(64)), (2, token.clone())] {
+        let (status, body) = agent.enroll(&rental_text, generation, &presented).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some("ENROLLMENT_REFUSED")), "{body}");
+    }
+    let (status, enrolled) = agent.enroll(&rental_text, 1, &token).await;
+    assert_eq!(status, 200, "{enrolled}");
+    assert_eq!(
+        (enrolled["fencing_token"].as_u64(), enrolled["duplicate"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let session = enrolled["session_token"].as_str().expect("a session token").to_string();
+    let (status, _) = agent.enroll(&rental_text, 1, &token).await;
+    assert_eq!(status, 401, "the bootstrap token is single-use");
+    // A heartbeat with facts, twice (a replayed spool): accepted both times.
+    let beat = json!([{ "id": format!("{}-1", node.0), "node_id": node.0, "kind": "heartbeat",
+                         "observed_at": "2026-12-03T15:00:20Z", "facts": facts() }]);
+    for _ in 0..2 {
+        let (status, body) = agent.events(&session, beat.clone()).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    // The session stream; the tenant's run is booked and the dispatcher orders its launch.
+    let mut stream = agent
+        .http
+        .post(format!("{}/v1/node-agent/{}/session", server.base, node.0))
+        .bearer_auth(&session)
+        .send()
+        .await
+        .expect("the stream opens");
+    assert_eq!(stream.status().as_u16(), 200);
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "b".repeat(64)), "maxRuntimeSeconds": 3600,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"]["id"].as_str().expect("an id").to_string();
+    let mut buffer = Vec::new();
+    let launch = next_command(&mut stream, &mut buffer).await;
+    assert_eq!(
+        (launch["kind"].as_str(), launch["fencing_token"].as_u64()),
+        (Some("launch_workload"), Some(1))
+    );
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(launch["payload"].as_str().expect("a payload"))
+        .expect("base64");
+    let payload: Value = serde_json::from_slice(&payload).expect("JSON");
+    assert_eq!(payload["run"], run, "{payload}");
+    let attempt = payload["attempt"].clone();
+    let operation = launch["operation_id"].as_str().expect("an id").to_string();
+    let (status, body) = agent.result(&session, &operation, true).await;
+    assert_eq!(status, 202, "{body}");
+    // Running, then a look with an exit code while running: no outcome; exited 0: succeeded.
+    let look = |n: u32, phase: &str, code: Option<i32>| {
+        json!([{ "id": format!("{}-w{n}", node.0), "node_id": node.0, "kind": "workload",
+                  "observed_at": "2026-12-03T15:01:00Z",
+                  "workload": { "run_id": run, "attempt_id": attempt, "phase": phase,
+                                "observed_at": "2026-12-03T15:01:00Z", "exit_code": code } }])
+    };
+    assert_eq!(agent.events(&session, look(1, "running", Some(0))).await.0, 202);
+    let read = server.graphql(&acme, RUN, json!({ "id": run })).await;
+    assert_eq!(data(&read)["run"]["outcome"], Value::Null, "{read}");
+    assert_eq!(agent.events(&session, look(2, "exited", Some(0))).await.0, 202);
+    eventually("the run's outcome recorded", || async {
+        let read = server.graphql(&acme, RUN, json!({ "id": run })).await;
+        (read["data"]["run"]["outcome"] == "succeeded").then_some(())
+    })
+    .await;
+    // The node re-enrolls (a resume): its old session's reports are refused, nothing appended.
+    let (status, resumed) = agent.enroll(&rental_text, 1, &session).await;
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(
+        (resumed["fencing_token"].as_u64(), resumed["duplicate"].as_bool()),
+        (Some(2), Some(true))
+    );
+    let operator = role_token(Role::Operator, None);
+    let count = || async {
+        let page = server
+            .graphql(&operator, "{ events(first: 100, filter: { streamTypes: [\"node\", \"run\"] }) { edges { node { type payload } } } }", json!({}))
+            .await;
+        data(&page)["events"]["edges"].clone()
+    };
+    let before = count().await;
+    let (status, body) = agent.events(&session, look(3, "exited", Some(1))).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("EVENTS_REJECTED")), "{body}");
+    let (status, _) = agent.result(&session, &operation, false).await;
+    assert_eq!(status, 409);
+    assert_eq!(count().await, before, "a fenced report appends nothing");
+    // Neither the bootstrap token nor a session token is anywhere in the log.
+    let log = before.to_string();
+    let current = resumed["session_token"].as_str().expect("a token");
+    for secret in [token.as_str(), session.as_str(), current] {
+        assert!(!log.contains(secret), "a token in the log");
+    }
+    // Without a session, or with another node's path: refused.
+    let (status, body) =
+        agent.post(&format!("/{}/events", node.0), None, &json!({ "events": [] })).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("SESSION_REQUIRED")));
+    let other = format!("/{}/events", Uuid::now_v7());
+    let (status, body) = agent.post(&other, Some(current), &json!({ "events": [] })).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("SESSION_REFUSED")));
+}
