@@ -255,6 +255,20 @@ where
         self.run(session, key, command).await
     }
 
+    /// The node's lease may have passed (the expiry reconciler's look): a ready node whose
+    /// lease passed at the pipeline's clock is lost (its workloads unobserved, not dead); any
+    /// other is left as it is.
+    ///
+    /// # Errors
+    /// `NotFound` for no such node; the pipeline's.
+    pub async fn expire(&self, key: &str, node: NodeId) -> Result<CommandOutcome> {
+        let (owner, _) = self.identity(node).await?;
+        let mut request = self.request(owner, node, key, NodeCommand::Expire)?;
+        request.actor = Actor { subject: "node-expiry".into(), role: "system".into() };
+        let follows = run_follows::<S>();
+        Box::pin(self.pipeline.execute_following(request, &[], &follows)).await
+    }
+
     /// The node as stored now and its owner.
     ///
     /// # Errors

@@ -239,6 +239,22 @@ pub fn start_run_dispatcher(
     run(leasehold_adapters::rented::RunDispatcher::new(runs.clone()), store, stopped)
 }
 
+/// Starts the rented expiry sweep: nodes whose lease passed lost, rentals past their max
+/// lifetime terminated, every `every`.
+pub fn start_rented_expiry(
+    rented: &leasehold_gateway::Rented,
+    every: chrono::TimeDelta,
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let store = rented.nodes.pipeline().store();
+    let expiry = leasehold_adapters::rented::RentedExpiry::new(
+        (rented.nodes.clone(), rented.rentals.clone()),
+        leasehold_adapters::PgReadModels::of(store),
+        every,
+    );
+    run(expiry, store, stopped)
+}
+
 /// Starts snapshot retention GC: snapshots past their retention deleted, each tenant's
 /// layers past `layer_cap` evicted, and creations or restores stuck past `stuck_after` given
 /// up on, sweeping every `every`.

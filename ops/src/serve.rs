@@ -167,6 +167,11 @@ pub struct ServeArgs {
     /// handed to providers (default: the callback base URL).
     #[arg(long, env = "LEASEHOLD_NODE_AGENT_URL")]
     node_agent_url: Option<String>,
+    /// How often rented nodes whose lease passed are lost and rentals past their max lifetime
+    /// terminated.
+    #[arg(long, env = "LEASEHOLD_RENTED_SWEEP_EVERY", default_value = "10s",
+          value_parser = crate::token::parse_ttl)]
+    rented_sweep_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -288,6 +293,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         &stopped,
     )?);
     reconcilers.push(crate::dispatch::start_run_dispatcher(&state.rented().runs, &stopped));
+    reconcilers.push(crate::dispatch::start_rented_expiry(
+        state.rented(),
+        args.rented_sweep_every,
+        &stopped,
+    ));
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

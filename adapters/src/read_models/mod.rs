@@ -20,7 +20,7 @@ mod workloads;
 
 pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
-pub use rented::{NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
+pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};

@@ -94,6 +94,8 @@ pub struct RunSummary {
     pub last_received_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The state of its current attempt's node, from `nodes`.
+    pub node_state: Option<String>,
 }
 
 /// A filter and a position for listing rentals or runs, newest first.
@@ -123,9 +125,13 @@ const NODE_COLUMNS: &str = "node_id, rental_id, generation, state, agent_version
      facts_received_at, enrolled_at, last_heartbeat_at, lease_expires, pending_operations, \
      updated_at";
 
-const RUN_COLUMNS: &str = "run_id, rental_id, booking_id, status, node_id, attempts, \
-     cancel_requested, outcome, exit_code, failure, cleanup, last_received_at, created_at, \
-     updated_at";
+const RUN_COLUMNS: &str = "t.run_id, t.rental_id, t.booking_id, t.status, t.node_id, \
+     t.attempts, t.cancel_requested, t.outcome, t.exit_code, t.failure, t.cleanup, \
+     t.last_received_at, t.created_at, t.updated_at, n.state";
+
+/// The run's current attempt's node, of the same tenant.
+const RUN_FROM: &str = "run_timeline t LEFT JOIN nodes n \
+     ON n.node_id = t.node_id AND n.tenant_id = t.tenant_id";
 
 impl PgReadModels {
     /// One rental in `scope`.
@@ -191,8 +197,8 @@ impl PgReadModels {
     /// When the database cannot be read.
     pub async fn run(&self, scope: Scope<'_>, run: Uuid) -> Result<Option<RunSummary>, StoreError> {
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM run_timeline \
-             WHERE ($1::text IS NULL OR tenant_id = $1) AND run_id = $2"
+            "SELECT {RUN_COLUMNS} FROM {RUN_FROM} \
+             WHERE ($1::text IS NULL OR t.tenant_id = $1) AND t.run_id = $2"
         );
         let rows = self.query(&sql, &[&scope.param(), &run]).await?;
         Ok(rows.first().map(run_of))
@@ -209,16 +215,77 @@ impl PgReadModels {
     ) -> Result<Vec<RunSummary>, StoreError> {
         let (limit, after_at, after_id) = page_of(listing);
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM run_timeline \
-             WHERE ($1::text IS NULL OR tenant_id = $1) \
-             AND ($2::text IS NULL OR status = $2) AND ($3::uuid IS NULL OR rental_id = $3) \
-             AND ($4::timestamptz IS NULL OR (created_at, run_id) < ($4, $5::uuid)) \
-             ORDER BY created_at DESC, run_id DESC LIMIT $6"
+            "SELECT {RUN_COLUMNS} FROM {RUN_FROM} \
+             WHERE ($1::text IS NULL OR t.tenant_id = $1) \
+             AND ($2::text IS NULL OR t.status = $2) \
+             AND ($3::uuid IS NULL OR t.rental_id = $3) \
+             AND ($4::timestamptz IS NULL OR (t.created_at, t.run_id) < ($4, $5::uuid)) \
+             ORDER BY t.created_at DESC, t.run_id DESC LIMIT $6"
         );
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
             [&scope.param(), &listing.state, &listing.rental, &after_at, &after_id, &limit];
         let rows = self.query(&sql, &params).await?;
         Ok(rows.iter().map(run_of).collect())
+    }
+}
+
+/// A rental past its max lifetime, for the lifetime reconciler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LifetimePassed {
+    /// The rental.
+    pub rental: Uuid,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its generation as last projected.
+    pub generation: i64,
+}
+
+impl PgReadModels {
+    /// The ready nodes whose lease passed by `now` (at most 500, oldest lease first), each
+    /// with its lease's expiry.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn nodes_past_lease(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT node_id, lease_expires FROM nodes WHERE state = 'ready' \
+                 AND lease_expires <= $1 ORDER BY lease_expires, node_id LIMIT 500",
+                &[&now],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
+    /// The rentals not terminating whose max lifetime passed by `now` (at most 500, oldest
+    /// first).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn rentals_past_lifetime(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<LifetimePassed>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT rental_id, tenant_id, generation FROM rentals \
+                 WHERE state NOT IN ('terminating', 'terminated') \
+                 AND created_at + make_interval(secs => max_lifetime_seconds) <= $1 \
+                 ORDER BY created_at, rental_id LIMIT 500",
+                &[&now],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| LifetimePassed {
+                rental: row.get(0),
+                tenant: row.get(1),
+                generation: row.get(2),
+            })
+            .collect())
     }
 }
 
@@ -289,5 +356,6 @@ fn run_of(row: &Row) -> RunSummary {
         last_received_at: row.get(11),
         created_at: row.get(12),
         updated_at: row.get(13),
+        node_state: row.get(14),
     }
 }

@@ -35,6 +35,11 @@ pub struct Run {
     /// When Leasehold received the last look at it (its clock; a node's clock orders
     /// nothing).
     pub last_received_at: Option<DateTime<Utc>>,
+    /// Its current attempt's node's state (`ready`, `lost`, `retired`, ...).
+    pub node_state: Option<String>,
+    /// Its workload is unobserved: its node was lost (its lease passed) while the run was
+    /// under way. Not a failure: the run's outcome is only what the node reports.
+    pub unobserved: bool,
     /// When it was submitted.
     pub created_at: DateTime<Utc>,
     /// When it last changed.
@@ -44,6 +49,8 @@ pub struct Run {
 impl From<RunSummary> for Run {
     fn from(run: RunSummary) -> Self {
         let id = |id: uuid::Uuid| ID(id.to_string());
+        let under_way = matches!(run.status.as_str(), "launching" | "indeterminate" | "running");
+        let unobserved = under_way && run.node_state.as_deref() == Some("lost");
         Self {
             id: id(run.run_id),
             rental_id: run.rental_id.map(id),
@@ -57,6 +64,8 @@ impl From<RunSummary> for Run {
             failure: run.failure,
             cleanup: run.cleanup,
             last_received_at: run.last_received_at,
+            node_state: run.node_state,
+            unobserved,
             created_at: run.created_at,
             updated_at: run.updated_at,
         }

@@ -3,6 +3,7 @@
 //! tenants kept apart.
 
 mod enrollment;
+mod expiry;
 mod fencing;
 mod read_models;
 mod runs;

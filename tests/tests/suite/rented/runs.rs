@@ -77,7 +77,7 @@ fn look(
 }
 
 /// A run launched on an enrolled node: its attempt and the node's enrollment.
-async fn launched(
+pub(crate) async fn launched(
     services: &Services,
     db: &TestDb,
 ) -> (RunId, AttemptId, leasehold_commands::node_service::Enrollment) {
