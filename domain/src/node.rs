@@ -37,7 +37,7 @@
 //! | any but none, retired | Retire(generation) | retired | NodeRetired | — |
 //! | retired | Retire | retired | — (idempotent) | — |
 //! | ready | Order(op, token, order) | ready | NodeOperationRequested (pending) | the current fencing token; — when the op is known with the same order, else `OperationConflict` |
-//! | ready | Settle(op, token, applied or refused) | ready | NodeOperationApplied / NodeOperationRefused | the current fencing token; a known op (`NoSuchOperation`); — when it settled so already, else `ReportContradicts` |
+//! | ready | Settle(op, token, applied or refused) | ready | NodeOperationApplied / NodeOperationRefused | the current fencing token; a known op (`NoSuchOperation`), pending; — when it settled so already, else `ReportContradicts` (an op its reconciliation showed never applied included) |
 //! | ready | Reconcile(token, applied ops) | ready | per pending op: NodeOperationApplied when listed, else NodeOperationNotApplied when ordered under an earlier session's token (the node refuses those: it can never apply it now); one of the current session's stays pending (it may be on its way) | the current fencing token |
 //! | ready | ObserveWorkload(token, observation) | ready | NodeWorkloadObserved (with Leasehold's receipt time; the service links the run's timeline to it); — when it repeats the attempt's last phase and exit code | the current fencing token |
 //! | enrolling, lost | RenewSession, Heartbeat, Order, Settle, Reconcile, ObserveWorkload | unchanged | refused | `NotReady` |

@@ -49,7 +49,7 @@
 //! | requested, starting | starting | — | — | — | — | — |
 //! | active | active | active | — | — (not stopped yet) | active | — |
 //! | stopping | — | — | stopping | — | — | — |
-//! | stopped | stopped | stopped, but — when starting after a resume and not interrupted (the provider has not acted on it yet) | stopped | stopped (CapacityStopped) | — | — |
+//! | stopped | stopped | stopped, but — when starting after a resume, not interrupted and not dated after the recorded stop (`state_since`, the provider's clock: the provider has not acted on it yet) | stopped | stopped (CapacityStopped) | — | — |
 //! | terminated | terminated | terminated | terminated | terminated | terminated | terminated (CapacityTerminated) |
 //!
 //! An observation that stops or terminates capacity with `interrupted` set is recorded as

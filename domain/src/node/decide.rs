@@ -198,7 +198,9 @@ fn settle(
         return Err(NodeError::NoSuchOperation);
     };
     match (known.state, result) {
-        (OperationState::Pending | OperationState::NotApplied, OperationResult::Applied) => {
+        // Not `NotApplied`: the node's own reconciliation said it never applied it (and the
+        // run may have closed on that), so a late answer saying it did contradicts it.
+        (OperationState::Pending, OperationResult::Applied) => {
             Ok(vec![NodeEvent::NodeOperationApplied { operation, reconciled: false, at }])
         }
         (OperationState::Pending, OperationResult::Refused { reason }) => {

@@ -146,10 +146,12 @@ fn observe(
             return Ok(Vec::new());
         }
     }
-    let still_stopped = observation.state == CapacityState::Stopped && !observation.interrupted;
+    let still_stopped = observation.state == CapacityState::Stopped
+        && !observation.interrupted
+        && !stopped_since_recorded_stop(rental, observation);
     let status = if resuming(rental) && still_stopped {
         // The provider has not acted on the resume yet: still the machine from before it. (A
-        // reclaim is a fact whenever it comes.)
+        // reclaim is a fact whenever it comes, and so is a stop dated after the recorded one.)
         rental.status
     } else {
         follow(rental.status, observation.state)
@@ -172,6 +174,18 @@ fn observe(
         _ => RentalEvent::CapacityObserved { observation, status, received_at },
     };
     Ok(vec![event])
+}
+
+/// A stopped look dated after the stop the rental last recorded: the machine stopped again.
+/// Both dates are the provider's own clock (`state_since`), so they compare; an undated look,
+/// or one with no recorded stop to compare with, proves nothing new.
+fn stopped_since_recorded_stop(rental: &Rental, observation: &CapacityObservation) -> bool {
+    let recorded = rental.observed.as_ref().map(|last| &last.observation);
+    let recorded = recorded.filter(|last| last.state == CapacityState::Stopped);
+    match (recorded.and_then(|last| last.state_since), observation.state_since) {
+        (Some(recorded), Some(since)) => since > recorded,
+        _ => false,
+    }
 }
 
 /// Starting again after a resume (a first generation starts from a provision).

@@ -186,6 +186,12 @@ fn reconciliation_settles_what_the_node_applied_and_what_it_never_can() {
     let node = check(&two, reconcile, Events(&["NodeOperationNotApplied"]));
     assert_eq!(node.operation(op(1)).expect("ordered").state, OperationState::NotApplied);
     assert_eq!(node.operation(op(2)).expect("ordered").state, OperationState::Pending);
+    // Once the node's own account says it never applied it, a late answer saying it did
+    // contradicts that account (its run may already be closed on it).
+    let nothing = C::Reconcile { fencing_token: 2, applied: vec![] };
+    let not_applied = [two.clone(), vec![(nothing, 27)]].concat();
+    let late = C::Settle { operation: op(1), fencing_token: 2, result: OperationResult::Applied };
+    check(&not_applied, late, Refused(NodeError::ReportContradicts));
     let reconcile = C::Reconcile { fencing_token: 2, applied: vec![op(1), op(2)] };
     let node = check(&two, reconcile, Events(&["NodeOperationApplied", "NodeOperationApplied"]));
     assert_eq!(node.pending().count(), 0);

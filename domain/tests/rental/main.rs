@@ -209,10 +209,25 @@ fn resume_starts_a_new_generation_and_retires_the_previous_node() {
 fn a_look_from_before_a_resume_or_the_resume_not_yet_acted_on_stops_nothing() {
     // A look asked under generation 1 that lands after the resume is about the old cycle.
     check(&resumed(), seen_in(1, O::Stopped, 60), fenced(1, 2));
-    // Asked under generation 2, the provider still shows the machine stopped: it has not
-    // acted on the resume yet, and the rental stays starting.
-    let rental = check(&resumed(), seen_in(2, O::Stopped, 60), Events(&["CapacityObserved"]));
-    assert_eq!(rental.status, S::Starting);
+    // Asked under generation 2, the provider still shows the machine stopped since the stop
+    // it recorded before the resume (the same `state_since`, its own clock), or does not
+    // date it: it has not acted on the resume yet, and the rental stays starting.
+    let since = |look: C, state_since: Option<i64>| match look {
+        C::Observe { generation, mut observation } => {
+            observation.state_since = state_since.map(t);
+            C::Observe { generation, observation }
+        }
+        _ => unreachable!(),
+    };
+    for state_since in [Some(29), Some(10), None] {
+        let look = since(seen_in(2, O::Stopped, 60), state_since);
+        let rental = check(&resumed(), look, Events(&["CapacityObserved"]));
+        assert_eq!(rental.status, S::Starting, "stopped since {state_since:?}");
+    }
+    // Stopped since after the stop it recorded: the machine stopped again, a fact.
+    let again = since(seen_in(2, O::Stopped, 60), Some(55));
+    let rental = check(&resumed(), again, Events(&["CapacityObserved"]));
+    assert_eq!(rental.status, S::Stopped);
     // A reclaim is a fact whenever it comes.
     let reclaimed = interrupted(O::Stopped, 60);
     let reclaimed = match reclaimed {

@@ -30,6 +30,9 @@ async fn answer(
     rental: RentalId,
     run: impl std::future::Future<Output = Result<RentalOutcome, CommandError<RentalError>>>,
 ) -> ApiResult<CommandResult> {
+    // Boxed: a resolver's future is part of the mutation root's, which every mutation's
+    // task carries on its stack.
+    let run = Box::pin(run);
     answer_on(ctx, rental.0.to_string(), async { run.await.map(|done| done.outcome) }).await
 }
 
@@ -93,8 +96,8 @@ impl RentalMutation {
             max_lifetime_seconds: input.max_lifetime_seconds,
         };
         let caller = caller_of(principal, None);
-        let provisioned =
-            shared(ctx).rented.rentals.provision(&caller, &input.operation_key, &ask).await?;
+        let rentals = &shared(ctx).rented.rentals;
+        let provisioned = Box::pin(rentals.provision(&caller, &input.operation_key, &ask)).await?;
         let rental = provisioned.rental;
         answer(ctx, rental, async { Ok(provisioned) }).await
     }
@@ -149,7 +152,7 @@ impl RentalMutation {
             )
             .await;
         }
-        let (owner, _) = rentals.owned(rental).await?;
+        let (owner, _) = Box::pin(rentals.owned(rental)).await?;
         let run = rentals.terminate_as(
             &caller,
             key,

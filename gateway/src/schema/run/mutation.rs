@@ -38,7 +38,10 @@ impl RunMutation {
             max_runtime_seconds: input.max_runtime_seconds,
         };
         let caller = caller_of(principal, None);
-        let submitted = shared(ctx).rented.runs.submit(&caller, &input.operation_key, &ask).await?;
+        // Boxed, as every rented mutation's service call: a resolver's future is part of the
+        // mutation root's, which every mutation's task carries on its stack.
+        let runs = &shared(ctx).rented.runs;
+        let submitted = Box::pin(runs.submit(&caller, &input.operation_key, &ask)).await?;
         let (run, outcome) = (submitted.run, submitted.outcome);
         answer_on::<leasehold_domain::run::RunError>(ctx, run.0.to_string(), async { Ok(outcome) })
             .await
@@ -56,7 +59,7 @@ impl RunMutation {
         let run = RunId(uuid_arg("runId", &input.run_id)?);
         let caller = caller_of(principal, None);
         let runs = &shared(ctx).rented.runs;
-        let cancelled = runs.cancel(&caller, &input.operation_key, run);
+        let cancelled = Box::pin(runs.cancel(&caller, &input.operation_key, run));
         answer_on(ctx, run.0.to_string(), async { cancelled.await.map(|done| done.outcome) }).await
     }
 }
