@@ -160,9 +160,36 @@ where
         }
     }
 
+    /// Orders the stop a cancel asked for and could not order then (its launch was not
+    /// answered yet, or its node could not take orders): once the run is running and its
+    /// node ready, under the node's fencing token now. `None` when there is nothing to order
+    /// (no cancel waiting on a stop) or it must still wait.
+    ///
+    /// # Errors
+    /// The run's refusal; the node's, linked (`FENCED` after a re-enrollment: look again);
+    /// the pipeline's.
+    pub async fn order_pending_stop(
+        &self,
+        caller: &Caller,
+        owner: &TenantId,
+        run: RunId,
+    ) -> Result<Option<RunOutcome>> {
+        let (_, stored) = self.owned(run).await?;
+        let waiting = stored.cancel_requested && stored.stop.is_none();
+        if !waiting || stored.status != leasehold_domain::run::RunStatus::Running {
+            return Ok(None);
+        }
+        let Some(stop) = self.stop_order(&stored).await? else { return Ok(None) };
+        let key = format!("stop-{}-{}", stop.operation.0, stop.fencing_token);
+        let command = RunCommand::Cancel { stop: Some(stop) };
+        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        self.run(request, run).await.map(Some)
+    }
+
     /// The stop a cancel orders: under the current attempt's node's fencing token now, when
     /// that node can take orders. A node that cannot (lost, retired) takes none: the cancel
-    /// is recorded all the same, and a cancel again orders the stop when the node is back.
+    /// is recorded all the same, and the run dispatcher orders the stop when the node is back
+    /// ([`Self::order_pending_stop`]).
     async fn stop_order(&self, stored: &Run) -> Result<Option<StopOrder>> {
         let Some(attempt) = stored.current() else { return Ok(None) };
         let operation = OperationId(stop_operation(attempt.attempt));

@@ -37,7 +37,7 @@
 //! | finished | Observe(another terminal look) | finished | RunExternalStateObserved (the first terminal fact stands) | — |
 //! | requested, booked | GiveUp(reason) | closed | RunOutcomeRecorded(failed), RunClosed (cleanup not required) | no launch in flight |
 //! | requested, booked | Cancel | closed | RunCancelRequested, RunOutcomeRecorded(cancelled), RunClosed (never launched) | — |
-//! | launching, indeterminate | Cancel(stop) | unchanged | RunCancelRequested, and no stop: one could overtake the launch it is to stop (once the launch is accepted, a cancel again orders it) | — |
+//! | launching, indeterminate | Cancel(stop) | unchanged | RunCancelRequested, and no stop: one could overtake the launch it is to stop (once the launch is accepted and the node ready, the run dispatcher orders it: `RunService::order_pending_stop`) | — |
 //! | running | Cancel(stop) | running | RunCancelRequested (unless asked already); RunStopOrdered when a stop is given (the node's current fencing token, read by the service) and none is ordered yet (the node's stop order, in the same append) | — |
 //! | any with a cancel asked, and its stop ordered or not yet possible | Cancel | unchanged | — (idempotent) | — |
 //! | running, its stop ordered | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | a stop ordered (else `InvalidState`) |

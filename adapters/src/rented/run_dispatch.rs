@@ -1,10 +1,12 @@
 //! The `run-dispatcher` reconciler: whenever a rental's stream moves (a booking made or
-//! started, the machine observed) or its node enrolls, the run its schedule runs now is
-//! dispatched ([`RunService::dispatch`]): an attempt is created and its launch ordered on the
-//! node, under the node's fencing token, in one append. The run service decides whether it
-//! may start (the booking runs, the rental is active, the node is ready, no launch is
-//! indeterminate); a run that must wait, or has started already, is left as it is, and the
-//! next event on its rental looks again.
+//! started, the machine observed), its node enrolls, or a launch on it is accepted, the run
+//! its schedule runs now is dispatched ([`RunService::dispatch`]): an attempt is created and
+//! its launch ordered on the node, under the node's fencing token, in one append. The run
+//! service decides whether it may start (the booking runs, the rental is active, the node is
+//! ready, no launch is indeterminate); a run that must wait, or has started already, is left
+//! as it is, and the next event on its rental looks again. A run whose tenant cancelled it
+//! while its launch was unanswered, or its node could not take orders, has its stop ordered
+//! then ([`RunService::order_pending_stop`]): once it runs and its node is ready.
 //!
 //! Repeating is safe: an attempt's id and its command's key are minted from the run and the
 //! attempt's number, so a dispatch repeated after a crash is the recorded one, and a run
@@ -18,6 +20,7 @@ use leasehold_commands::run_service::RunService;
 use leasehold_commands::{CommandError, CommandStore, ErrorClass};
 use leasehold_domain::node::{Node, NodeId};
 use leasehold_domain::rental::{Rental, RentalId};
+use leasehold_domain::run::{Run, RunId};
 use leasehold_domain::{Actor, Aggregate as _, RecordedEvent};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
@@ -57,6 +60,12 @@ where
                 let found = found.map_err(|error| retry("read a node", &error))?;
                 Ok(found.and_then(|(_, _, node)| node.identity).map(|identity| identity.rental))
             }
+            Run::STREAM_TYPE if event.event_type.as_str() == "RunLaunchAccepted" => {
+                let Some(run) = RunId::of_stream(&event.stream_id) else { return Ok(None) };
+                let found = self.runs.pipeline().state::<Run>(&run.stream_id()).await;
+                let found = found.map_err(|error| retry("read a run", &error))?;
+                Ok(found.and_then(|(_, _, run)| run.booking).map(|booking| booking.rental))
+            }
             _ => Ok(None),
         }
     }
@@ -67,14 +76,26 @@ where
         let found = found.map_err(|error| retry("read a rental", &error))?;
         let Some((owner, _, stored)) = found else { return Ok(()) };
         let Some(running) = stored.schedule.running else { return Ok(()) };
-        match self.runs.dispatch(&dispatcher(), &owner, running.run).await {
-            Ok(_) => Ok(()),
-            Err(error) if worth_retrying(&error) => Err(retry("dispatch a run", &error)),
-            // Started already, cancelled, or waiting on a reconciliation: nothing to do now.
-            Err(error) => {
-                tracing::debug!(run = %running.run.0, %error, "run not dispatched");
-                Ok(())
-            }
+        let caller = dispatcher();
+        settled("dispatch a run", self.runs.dispatch(&caller, &owner, running.run).await)?;
+        let stop = self.runs.order_pending_stop(&caller, &owner, running.run).await;
+        settled("order a cancelled run's stop", stop)
+    }
+}
+
+/// A command's result: a refusal leaves the run as it is (started already, cancelled, waiting
+/// on a reconciliation, or its node enrolled again: the next event looks again), a failure
+/// of the store or a lost race is tried again.
+fn settled<T, E: leasehold_domain::Refusal>(
+    action: &str,
+    done: Result<T, CommandError<E>>,
+) -> Result<(), ReconcileError> {
+    match done {
+        Ok(_) => Ok(()),
+        Err(error) if worth_retrying(&error) => Err(retry(action, &error)),
+        Err(error) => {
+            tracing::debug!(%error, "{action}: not now");
+            Ok(())
         }
     }
 }

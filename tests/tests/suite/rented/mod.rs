@@ -2,6 +2,7 @@
 //! nodes by enrollment token and fencing token, runs whose first terminal fact wins, and
 //! tenants kept apart.
 
+mod dispatcher;
 mod enrollment;
 mod expiry;
 mod fencing;
