@@ -96,6 +96,9 @@ pub struct RunSummary {
     pub updated_at: DateTime<Utc>,
     /// The state of its current attempt's node, from `nodes`.
     pub node_state: Option<String>,
+    /// Its booking on its rental's schedule: `running`, `queued` or `released` (from
+    /// `rentals`: the run its schedule runs now).
+    pub booking_state: Option<String>,
 }
 
 /// A filter and a position for listing rentals or runs, newest first.
@@ -127,11 +130,14 @@ const NODE_COLUMNS: &str = "node_id, rental_id, generation, state, agent_version
 
 const RUN_COLUMNS: &str = "t.run_id, t.rental_id, t.booking_id, t.status, t.node_id, \
      t.attempts, t.cancel_requested, t.outcome, t.exit_code, t.failure, t.cleanup, \
-     t.last_received_at, t.created_at, t.updated_at, n.state";
+     t.last_received_at, t.created_at, t.updated_at, n.state, \
+     CASE WHEN t.booking_id IS NULL THEN NULL WHEN t.status = 'closed' THEN 'released' \
+     WHEN r.running_run = t.run_id THEN 'running' ELSE 'queued' END";
 
-/// The run's current attempt's node, of the same tenant.
+/// The run's current attempt's node and its rental, of the same tenant.
 const RUN_FROM: &str = "run_timeline t LEFT JOIN nodes n \
-     ON n.node_id = t.node_id AND n.tenant_id = t.tenant_id";
+     ON n.node_id = t.node_id AND n.tenant_id = t.tenant_id \
+     LEFT JOIN rentals r ON r.rental_id = t.rental_id AND r.tenant_id = t.tenant_id";
 
 impl PgReadModels {
     /// One rental in `scope`.
@@ -357,5 +363,6 @@ fn run_of(row: &Row) -> RunSummary {
         created_at: row.get(12),
         updated_at: row.get(13),
         node_state: row.get(14),
+        booking_state: row.get(15),
     }
 }

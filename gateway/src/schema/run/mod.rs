@@ -13,11 +13,12 @@ pub use query::RunQuery;
 use crate::reads::KindReads;
 
 /// What the run's root query fields read: `run` and `runs` the run projection's
-/// `run_timeline`, joined with the node projection's `nodes` (they wait for both).
+/// `run_timeline`, joined with the node projection's `nodes` and the rental projection's
+/// `rentals` (they wait for all three).
 pub(crate) const READS: KindReads = KindReads {
     stream_type: <leasehold_domain::run::Run as leasehold_domain::Aggregate>::STREAM_TYPE,
     projection: "run_views",
     projection_fields: &["run", "runs"],
     log_fields: &[],
-    joins: &["node_views"],
+    joins: &["node_views", "rental_views"],
 };

@@ -14,6 +14,9 @@ pub struct Run {
     pub rental_id: Option<ID>,
     /// Its booking on the rental's schedule.
     pub booking_id: Option<ID>,
+    /// That booking: `running` (the one the schedule runs), `queued` (behind it) or
+    /// `released` (the run closed).
+    pub booking_state: Option<String>,
     /// `requested`, `booked`, `launching`, `indeterminate` (a launch whose answer was lost:
     /// no other launch until it is reconciled), `running`, `finished` or `closed`.
     pub status: String,
@@ -55,6 +58,7 @@ impl From<RunSummary> for Run {
             id: id(run.run_id),
             rental_id: run.rental_id.map(id),
             booking_id: run.booking_id.map(id),
+            booking_state: run.booking_state,
             status: run.status,
             node_id: run.node_id.map(id),
             attempts: Json(run.attempts),

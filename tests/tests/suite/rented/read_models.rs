@@ -200,3 +200,40 @@ async fn a_run_timeline_row_shows_attempts_outcome_and_receipt_and_no_token() {
     assert_eq!(status, "finished");
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_runs_read_says_whether_its_booking_runs_or_waits() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let rental = active_rental(&services, "acme", "r1").await;
+    let first = super::runs::booked_run(&services, rental, "run-1").await;
+    let second = super::runs::booked_run(&services, rental, "run-2").await;
+    let mut projections = [
+        start_of(RunProjection, &db.store(), quick()),
+        start_of(RentalProjection, &db.store(), quick()),
+    ];
+    for projection in &mut projections {
+        projection.reached(last_event(&db).await).await;
+    }
+    let acme = leasehold_domain::TenantId::parse("acme").expect("valid");
+    let scope = leasehold_adapters::read_models::Scope::Tenant(&acme);
+    let read_models = leasehold_adapters::PgReadModels::of(&db.store());
+    let listing = leasehold_adapters::read_models::RentedListing {
+        rental: Some(rental.0),
+        first: 10,
+        ..Default::default()
+    };
+    let runs = read_models.runs(scope, &listing).await.expect("readable");
+    let states: std::collections::BTreeMap<uuid::Uuid, Option<&str>> =
+        runs.iter().map(|run| (run.run_id, run.booking_state.as_deref())).collect();
+    let expected = [(second.0, Some("queued")), (first.0, Some("running"))];
+    assert_eq!(states, expected.into_iter().collect());
+    // Another tenant's scope reads none of them.
+    let globex = leasehold_domain::TenantId::parse("globex").expect("valid");
+    let theirs = leasehold_adapters::read_models::Scope::Tenant(&globex);
+    assert!(read_models.runs(theirs, &listing).await.expect("readable").is_empty());
+    for projection in projections {
+        projection.stop().await;
+    }
+}
