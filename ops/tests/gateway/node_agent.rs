@@ -171,7 +171,15 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
             .await;
         data(&page)["events"]["edges"].clone()
     };
-    let before = count().await;
+    // The log's readers show the re-enrollment once its commit is below the horizon.
+    let before = eventually("the re-enrollment in the log", || async {
+        let edges = count().await;
+        let enrolled = edges
+            .as_array()
+            .is_some_and(|edges| edges.iter().any(|e| e["node"]["payload"]["fencing_token"] == 2));
+        enrolled.then_some(edges)
+    })
+    .await;
     let (status, body) = agent.events(&session, look(3, "exited", Some(1))).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("EVENTS_REJECTED")), "{body}");
     let (status, _) = agent.result(&session, &operation, false).await;
