@@ -9,14 +9,16 @@
 //! repeated after a crash repeats the same command, which the ledger answers once.
 
 use chrono::{DateTime, TimeDelta, Utc};
+use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::node_service::NodeService;
 use leasehold_commands::rental_service::RentalService;
-use leasehold_commands::{CommandError, CommandStore, ErrorClass};
 use leasehold_domain::node::NodeId;
 use leasehold_domain::rental::{RentalId, TerminateCause};
 use leasehold_domain::{Actor, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
+
+use super::{retry, settled};
 
 use crate::PgReadModels;
 
@@ -89,24 +91,6 @@ where
     }
 }
 
-/// A command's result: a refusal leaves it for the next sweep (the aggregate decided), a
-/// failure of the store or a lost race is tried again.
-fn settled<T, E: leasehold_domain::Refusal>(
-    action: &str,
-    done: Result<T, CommandError<E>>,
-) -> Result<(), ReconcileError> {
-    match done {
-        Ok(_) => Ok(()),
-        Err(error) if matches!(error.class(), ErrorClass::Internal | ErrorClass::Conflict) => {
-            Err(retry(action, &error))
-        }
-        Err(error) => {
-            tracing::debug!(%error, "{action}: refused; the next sweep looks again");
-            Ok(())
-        }
-    }
-}
-
 impl<S> Reconciler for RentedExpiry<S>
 where
     S: CommandStore + Clone + Send + Sync + 'static,
@@ -124,8 +108,4 @@ where
         self.sweep(seen.now).await?;
         Ok(Some(next))
     }
-}
-
-fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
-    ReconcileError::Retry { action: action.to_owned(), reason: error.to_string() }
 }

@@ -15,14 +15,16 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::run_service::RunService;
-use leasehold_commands::{CommandError, CommandStore, ErrorClass};
 use leasehold_domain::node::{Node, NodeId};
 use leasehold_domain::rental::{Rental, RentalId};
 use leasehold_domain::run::{Run, RunId};
 use leasehold_domain::{Actor, Aggregate as _, RecordedEvent};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
+
+use super::{retry, settled};
 
 /// The run dispatcher.
 #[derive(Debug)]
@@ -83,27 +85,6 @@ where
     }
 }
 
-/// A command's result: a refusal leaves the run as it is (started already, cancelled, waiting
-/// on a reconciliation, or its node enrolled again: the next event looks again), a failure
-/// of the store or a lost race is tried again.
-fn settled<T, E: leasehold_domain::Refusal>(
-    action: &str,
-    done: Result<T, CommandError<E>>,
-) -> Result<(), ReconcileError> {
-    match done {
-        Ok(_) => Ok(()),
-        Err(error) if worth_retrying(&error) => Err(retry(action, &error)),
-        Err(error) => {
-            tracing::debug!(%error, "{action}: not now");
-            Ok(())
-        }
-    }
-}
-
-fn worth_retrying<E: leasehold_domain::Refusal>(error: &CommandError<E>) -> bool {
-    matches!(error.class(), ErrorClass::Internal | ErrorClass::Conflict)
-}
-
 impl<S> Reconciler for RunDispatcher<S>
 where
     S: CommandStore + Clone + Send + Sync + 'static,
@@ -123,8 +104,4 @@ where
         }
         Ok(None)
     }
-}
-
-fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
-    ReconcileError::Retry { action: action.to_owned(), reason: error.to_string() }
 }
