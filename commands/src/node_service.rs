@@ -21,7 +21,7 @@ use leasehold_domain::node::{
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::{LaunchAnswer, Run, RunCommand, WorkloadObservation};
 use leasehold_domain::values::{OperationId, Reason};
-use leasehold_domain::{Actor, TenantId};
+use leasehold_domain::{Actor, Aggregate, RequestHash, TenantId};
 use uuid::Uuid;
 
 use crate::enrollment::{CredentialError, EnrollmentKey, NodeSession, token_hash};
@@ -186,7 +186,7 @@ where
     /// `FENCED` for a closed session; the node's refusal; the pipeline's.
     pub async fn renew(&self, session: &NodeSession, key: &str) -> Result<(String, DateTime<Utc>)> {
         let command = NodeCommand::RenewSession { fencing_token: session.fencing_token };
-        self.run(session, key, command).await?;
+        self.run(session, key, command, None).await?;
         let (_, _, stored) = self
             .pipeline
             .state::<Node>(&session.node.stream_id())
@@ -207,8 +207,9 @@ where
         key: &str,
         facts: Option<NodeFacts>,
     ) -> Result<CommandOutcome> {
+        let said = reported(session.node, &("heartbeat", &facts));
         let command = NodeCommand::Heartbeat { fencing_token: session.fencing_token, facts };
-        self.run(session, key, command).await
+        self.run(session, key, command, Some(said)).await
     }
 
     /// The node's answer to an operation.
@@ -221,9 +222,10 @@ where
         key: &str,
         (operation, result): (OperationId, OperationResult),
     ) -> Result<CommandOutcome> {
+        let said = reported(session.node, &("settle", operation, &result));
         let command =
             NodeCommand::Settle { operation, fencing_token: session.fencing_token, result };
-        self.run(session, key, command).await
+        self.run(session, key, command, Some(said)).await
     }
 
     /// The node's account of the operations it applied.
@@ -237,7 +239,7 @@ where
         applied: Vec<OperationId>,
     ) -> Result<CommandOutcome> {
         let command = NodeCommand::Reconcile { fencing_token: session.fencing_token, applied };
-        self.run(session, key, command).await
+        self.run(session, key, command, None).await
     }
 
     /// The node's look at a run's attempt (Leasehold stamps the receipt time).
@@ -250,9 +252,10 @@ where
         key: &str,
         observation: WorkloadObservation,
     ) -> Result<CommandOutcome> {
+        let said = reported(session.node, &("observe", &observation));
         let command =
             NodeCommand::ObserveWorkload { fencing_token: session.fencing_token, observation };
-        self.run(session, key, command).await
+        self.run(session, key, command, Some(said)).await
     }
 
     /// The node's lease may have passed (the expiry reconciler's look): a ready node whose
@@ -263,8 +266,19 @@ where
     /// `NotFound` for no such node; the pipeline's.
     pub async fn expire(&self, key: &str, node: NodeId) -> Result<CommandOutcome> {
         let (owner, _) = self.identity(node).await?;
-        let mut request = self.request(owner, node, key, NodeCommand::Expire)?;
-        request.actor = Actor { subject: "node-expiry".into(), role: "system".into() };
+        // The system's command, in the system's key namespace (a node's own keys can never
+        // meet it).
+        let actor = Actor { subject: "node-expiry".into(), role: "system".into() };
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let mut request = CommandRequest::<Node>::new(
+            owner,
+            actor,
+            node.stream_id(),
+            key,
+            NodeCommand::Expire,
+            (),
+        );
+        request.correlation_id = Some(Uuid::now_v7());
         let follows = run_follows::<S>();
         Box::pin(self.pipeline.execute_following(request, &[], &follows)).await
     }
@@ -299,19 +313,31 @@ where
         Ok((owner, identity))
     }
 
+    /// Runs a session's command. A report `said` (a heartbeat, a result, a look) is
+    /// idempotent by what the node said, not by the session it said it in: a spool replayed
+    /// after a re-enrollment is the recorded report, not a conflict.
     async fn run(
         &self,
         session: &NodeSession,
         key: &str,
         command: NodeCommand,
+        said: Option<RequestHash>,
     ) -> Result<CommandOutcome> {
-        let (owner, identity) = self.identity(session.node).await?;
-        // The credential is scoped to the node's rental and generation.
+        // A session names its node, rental and generation; one that names no node, or
+        // another scope, is refused as an enrollment is (a run or operation it reports that
+        // does not exist is `NotFound`, the report's own fault).
+        let (owner, identity) = self.identity(session.node).await.map_err(|error| match error {
+            CommandError::NotFound => refused(),
+            other => other,
+        })?;
         let scoped = identity.rental == session.rental && identity.generation == session.generation;
         if !scoped {
-            return Err(CommandError::NotFound);
+            return Err(refused());
         }
-        let request = self.request(owner, session.node, key, command)?;
+        let mut request = self.request(owner, session.node, key, command)?;
+        if let Some(said) = said {
+            request = request.hashed_as(said);
+        }
         let follows = run_follows::<S>();
         Box::pin(self.pipeline.execute_following(request, &[], &follows)).await
     }
@@ -330,6 +356,11 @@ where
         request.correlation_id = Some(Uuid::now_v7());
         Ok(request)
     }
+}
+
+/// The hash of what a node said of itself.
+fn reported<T: serde::Serialize>(node: NodeId, said: &T) -> RequestHash {
+    crate::caller_hash(<Node as Aggregate>::STREAM_TYPE, &node.stream_id(), said)
 }
 
 fn refused() -> CommandError<NodeError> {

@@ -30,7 +30,7 @@
 //! | ready, lost | Enroll(credential, rental, generation, token) | ready | NodeEnrolled{fencing token + 1, duplicate true} (a resume: the previous session closed) | the credential's rental, generation and fencing token (the current session's), else `EnrollmentRefused` |
 //! | enrolling | Enroll(credential) | unchanged | refused | `EnrollmentRefused` (never enrolled) |
 //! | retired | Enroll | retired | refused | `Retired` |
-//! | ready | RenewSession(token) | ready | NodeSessionRenewed | the current fencing token, else `Fenced` |
+//! | ready | RenewSession(token) | ready | NodeSessionRenewed (30 min from now); — while more than half the session is left | the current fencing token, else `Fenced` |
 //! | ready | Heartbeat(token, facts) | ready | NodeHeartbeat (lease extended, facts with Leasehold's receipt time); — within 30 s of the recorded one when the facts did not change | the current fencing token |
 //! | ready | Expire | lost | NodeLost | its lease passed; — otherwise |
 //! | enrolling, lost | Expire | unchanged | — | — |
@@ -38,6 +38,7 @@
 //! | retired | Retire | retired | — (idempotent) | — |
 //! | ready | Order(op, token, order) | ready | NodeOperationRequested (pending) | the current fencing token; — when the op is known with the same order, else `OperationConflict` |
 //! | ready | Settle(op, token, applied or refused) | ready | NodeOperationApplied / NodeOperationRefused | the current fencing token; a known op (`NoSuchOperation`), pending; — when it settled so already, else `ReportContradicts` (an op its reconciliation showed never applied included) |
+//! | ready | Settle(op of an earlier session, token, refused) | ready | — (it stays pending: the node refuses a superseded token without saying whether it applied it then; only its reconciliation settles it) | the current fencing token |
 //! | ready | Reconcile(token, applied ops) | ready | per pending op: NodeOperationApplied when listed, else NodeOperationNotApplied when ordered under an earlier session's token (the node refuses those: it can never apply it now); one of the current session's stays pending (it may be on its way) | the current fencing token |
 //! | ready | ObserveWorkload(token, observation) | ready | NodeWorkloadObserved (with Leasehold's receipt time; the service links the run's timeline to it); — when it repeats the attempt's last phase and exit code | the current fencing token |
 //! | enrolling, lost | RenewSession, Heartbeat, Order, Settle, Reconcile, ObserveWorkload | unchanged | refused | `NotReady` |

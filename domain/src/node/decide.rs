@@ -80,10 +80,7 @@ fn ready(
 ) -> Result<Vec<NodeEvent>, NodeError> {
     use NodeCommand as C;
     match command {
-        C::RenewSession { .. } => Ok(vec![NodeEvent::NodeSessionRenewed {
-            session_expires: at + TimeDelta::seconds(NODE_SESSION_SECONDS),
-            at,
-        }]),
+        C::RenewSession { .. } => Ok(renew(node, at)),
         C::Heartbeat { facts, .. } => Ok(heartbeat(node, facts.as_ref(), at)),
         C::Order { operation, fencing_token, order } => {
             order_operation(node, *operation, *fencing_token, order, at)
@@ -155,6 +152,19 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
+/// A renewal once half the session has passed; before that it changes nothing (a node
+/// renewing in a loop appends nothing).
+fn renew(node: &Node, at: DateTime<Utc>) -> Vec<NodeEvent> {
+    let half = TimeDelta::seconds(NODE_SESSION_SECONDS / 2);
+    if node.session_expires.is_some_and(|expires| expires - at > half) {
+        return Vec::new();
+    }
+    vec![NodeEvent::NodeSessionRenewed {
+        session_expires: at + TimeDelta::seconds(NODE_SESSION_SECONDS),
+        at,
+    }]
+}
+
 fn heartbeat(node: &Node, facts: Option<&NodeFacts>, at: DateTime<Utc>) -> Vec<NodeEvent> {
     let new_facts = facts.filter(|facts| node.facts.as_ref() != Some(*facts));
     let every = TimeDelta::seconds(NODE_HEARTBEAT_RECORD_SECONDS);
@@ -202,6 +212,14 @@ fn settle(
         // run may have closed on that), so a late answer saying it did contradicts it.
         (OperationState::Pending, OperationResult::Applied) => {
             Ok(vec![NodeEvent::NodeOperationApplied { operation, reconciled: false, at }])
+        }
+        // An earlier session's order refused now says only that the node did not act on it
+        // now (it refuses a superseded token before it looks whether it applied the
+        // operation then): only its reconciliation settles it.
+        (OperationState::Pending, OperationResult::Refused { .. })
+            if known.fencing_token < node.fencing_token =>
+        {
+            Ok(Vec::new())
         }
         (OperationState::Pending, OperationResult::Refused { reason }) => {
             Ok(vec![NodeEvent::NodeOperationRefused { operation, reason: reason.clone(), at }])

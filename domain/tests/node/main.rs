@@ -127,14 +127,17 @@ fn a_node_is_lost_only_when_its_lease_passed() {
 }
 
 #[test]
-fn session_renewal_needs_the_current_token() {
+fn session_renewal_needs_the_current_token_and_half_the_session_passed() {
+    // More than half the session left: nothing changes (a node renewing in a loop appends
+    // nothing).
+    check_at(&ready(), C::RenewSession { fencing_token: 1 }, 60, NoChange);
     let node = check_at(
         &ready(),
         C::RenewSession { fencing_token: 1 },
-        60,
+        20 * 60,
         Events(&["NodeSessionRenewed"]),
     );
-    assert_eq!(node.session_expires, Some(t(60 + 30 * 60)));
+    assert_eq!(node.session_expires, Some(t(20 * 60 + 30 * 60)));
     check(&reenrolled(), C::RenewSession { fencing_token: 1 }, fenced(1, 2));
 }
 
@@ -198,6 +201,25 @@ fn reconciliation_settles_what_the_node_applied_and_what_it_never_can() {
     // Within one session, an operation the node does not list is not settled.
     let reconcile = C::Reconcile { fencing_token: 1, applied: vec![] };
     check(&launching(), reconcile, NoChange);
+}
+
+#[test]
+fn an_earlier_sessions_order_refused_now_stays_pending_until_reconciled() {
+    // Operation 1 was ordered under session 1; the node resumed as session 2 and refuses
+    // session 1's token without saying whether it applied operation 1 then.
+    let resumed = [launching(), vec![(reenroll(identity().rental, 1), 25)]].concat();
+    let reason = Reason::parse("reason", "NodeRefused").expect("valid");
+    let superseded = C::Settle {
+        operation: op(1),
+        fencing_token: 2,
+        result: OperationResult::Refused { reason },
+    };
+    let node = check(&resumed, superseded, NoChange);
+    assert_eq!(node.operation(op(1)).expect("ordered").state, OperationState::Pending);
+    // Its own answer that it applied it then still settles it.
+    let applied =
+        C::Settle { operation: op(1), fencing_token: 2, result: OperationResult::Applied };
+    check(&resumed, applied, Events(&["NodeOperationApplied"]));
 }
 
 fn launch_other() -> leasehold_domain::node::NodeOrder {

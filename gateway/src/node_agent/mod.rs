@@ -7,7 +7,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/node-agent/enroll` | enroll (no bearer): `401 ENROLLMENT_REFUSED` whatever failed |
+//! | `POST /v1/node-agent/enroll` | enroll (no bearer): `401 ENROLLMENT_REFUSED` whatever the node got wrong, `500 INTERNAL` when Leasehold failed |
 //! | `POST /v1/node-agent/{node}/session` | the NDJSON stream of the node's commands |
 //! | `POST /v1/node-agent/{node}/events` | heartbeats (with facts) and workload looks |
 //! | `POST /v1/node-agent/{node}/results` | an operation applied or refused |
@@ -40,8 +40,8 @@ use uuid::Uuid;
 use crate::errors::{ApiError, Code};
 use crate::http::Http;
 use wire::{
-    EnrollRequest, EnrollResponse, EventKind, EventsRequest, ReconciliationRequest, RenewResponse,
-    ResultRequest,
+    EnrollRequest, EnrollResponse, EventKind, EventWire, EventsRequest, ReconciliationRequest,
+    RenewResponse, ResultRequest,
 };
 
 /// The node-agent routes, merged into the gateway's router.
@@ -73,19 +73,42 @@ impl Refusal {
         Self::new(StatusCode::UNAUTHORIZED, "ENROLLMENT_REFUSED", "enrollment refused")
     }
 
-    /// A report refused as `code` (`EVENTS_REJECTED`, `RESULT_REJECTED`): an unknown node
-    /// or session 401, a closed session 409, anything else the node sent 400; a failure of
-    /// Leasehold's own 500 with no detail.
-    fn report(code: &'static str, error: &ApiError) -> Self {
-        let status = match error.code {
-            Code::NotFound | Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Code::Fenced | Code::Conflict | Code::IdempotencyConflict => StatusCode::CONFLICT,
-            Code::Internal | Code::Unavailable => {
-                return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "try again");
+    /// A report refused as `code` (`EVENTS_REJECTED`, `RESULT_REJECTED`, ...): an unknown
+    /// node or session 401; a closed session 409 (the node must enroll again), a lost or
+    /// retired node 409 `SESSION_REFUSED`; anything the node sent that cannot be recorded
+    /// (an unknown operation or run, a contradicting report) 400; a failure of Leasehold's
+    /// own 500 with no detail.
+    fn report(code: &'static str, error: CommandError<NodeError>) -> Self {
+        match &error {
+            CommandError::Refused(NodeError::EnrollmentRefused) => {
+                Self::new(StatusCode::UNAUTHORIZED, code, "no such node for this session")
             }
-            _ => StatusCode::BAD_REQUEST,
-        };
-        Self::new(status, code, error.message.clone())
+            CommandError::Refused(NodeError::Fenced { .. }) => {
+                Self::new(StatusCode::CONFLICT, code, error.to_string())
+            }
+            CommandError::Refused(NodeError::NotReady { .. } | NodeError::Retired) => {
+                Self::new(StatusCode::CONFLICT, "SESSION_REFUSED", error.to_string())
+            }
+            _ => {
+                let error = ApiError::from(error);
+                if matches!(error.code, Code::Internal | Code::Unavailable) {
+                    Self::internal()
+                } else {
+                    Self::new(StatusCode::BAD_REQUEST, code, error.message)
+                }
+            }
+        }
+    }
+
+    /// Leasehold's own failure: the node tries again later.
+    fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "try again")
+    }
+
+    /// Whether the node sent something that will never be recorded (it is skipped, not
+    /// retried).
+    fn is_permanent(&self) -> bool {
+        self.status == StatusCode::BAD_REQUEST
     }
 }
 
@@ -171,10 +194,13 @@ async fn enrolled(
     };
     let enrollment = match nodes.enroll(node, presented, (version, facts)).await {
         Ok(enrollment) => enrollment,
-        Err(CommandError::Refused(NodeError::EnrollmentRefused) | CommandError::NotFound) => {
-            return Err(Refusal::enrollment());
+        // Whatever refused it, the one answer; only Leasehold's own failure is told apart
+        // (the node tries again), and it says nothing of the token.
+        Err(error @ (CommandError::Store(_) | CommandError::RetriesExhausted { .. })) => {
+            tracing::warn!(error = %error, "an enrollment failed");
+            return Err(Refusal::internal());
         }
-        Err(error) => return Err(Refusal::report("ENROLLMENT_REFUSED", &error.into())),
+        Err(_) => return Err(Refusal::enrollment()),
     };
     Ok(EnrollResponse {
         node_id: node.0,
@@ -186,53 +212,78 @@ async fn enrolled(
     })
 }
 
-/// `POST /v1/node-agent/{node}/events`: each event recorded under its own id, so a replayed
-/// spool is deduplicated; the first refused one stops the batch (those before it stand).
+/// `POST /v1/node-agent/{node}/events`: each event recorded under a digest of what it says,
+/// so a replayed spool (in this session or a later one) is the recorded event, and an id the
+/// node reused for something else is a new one. Of a batch's heartbeats only the last is
+/// recorded (each renews the lease; the last facts are the node's). An event that can never
+/// be recorded (malformed, another node's, a look at an attempt that is not this node's) is
+/// skipped and named in the answer's `skipped`, so it cannot stall the node's spool; a
+/// closed session or a lost node refuses the batch (the events after it stay the node's).
 async fn events(
     State(http): State<Http>,
     Path(node): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    const CODE: &str = "EVENTS_REJECTED";
     let run = async {
         let session = session_of(&http, &headers, &node)?;
         let request: EventsRequest = decoded(body)?;
-        let nodes = &http.state.inner.rented.nodes;
-        let refuse = |error: ApiError| Refusal::report(CODE, &error);
-        for event in request.events {
-            if event.node_id != session.node.0 {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    CODE,
-                    "an event of another node",
-                ));
+        let last_beat = request.events.iter().rposition(|event| event["kind"] == "heartbeat");
+        let mut skipped = Vec::new();
+        for (index, event) in request.events.into_iter().enumerate() {
+            let is_beat = event["kind"] == "heartbeat";
+            if is_beat && Some(index) != last_beat {
+                continue;
             }
-            let key = format!("event-{}", key_of(event.id.as_bytes()));
-            match (event.kind, event.facts, event.workload) {
-                (EventKind::Heartbeat, facts, None) => {
-                    let facts = facts.map(wire::Facts::checked).transpose().map_err(refuse)?;
-                    nodes.heartbeat(&session, &key, facts).await.map_err(|e| refuse(e.into()))?;
-                }
-                (EventKind::Workload, None, Some(workload)) => {
-                    let observation = workload.observation();
-                    nodes
-                        .observe(&session, &key, observation)
-                        .await
-                        .map_err(|e| refuse(e.into()))?;
-                }
-                _ => {
-                    return Err(Refusal::new(
-                        StatusCode::BAD_REQUEST,
-                        CODE,
-                        "a heartbeat carries facts only, a workload event its workload only",
-                    ));
-                }
+            match record_event(&http, &session, event).await {
+                Ok(()) => {}
+                Err(refusal) if refusal.is_permanent() => skipped.push(json!({
+                    "index": index, "code": refusal.code, "message": refusal.message,
+                })),
+                Err(refusal) => return Err(refusal),
             }
         }
-        Ok(())
+        Ok(json!({ "skipped": skipped }))
     };
-    accepted(run.await)
+    match run.await {
+        Ok(answer) => (StatusCode::ACCEPTED, axum::Json(answer)).into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// Records one event of a batch.
+async fn record_event(
+    http: &Http,
+    session: &NodeSession,
+    event: serde_json::Value,
+) -> Result<(), Refusal> {
+    const CODE: &str = "EVENTS_REJECTED";
+    let bad = |message: String| Refusal::new(StatusCode::BAD_REQUEST, CODE, message);
+    let key = format!("event-{}", key_of(event.to_string().as_bytes()));
+    let event: EventWire = serde_json::from_value(event).map_err(|error| bad(error.to_string()))?;
+    if event.id.is_empty() {
+        return Err(bad("an event needs its id (a replayed spool is deduplicated by it)".into()));
+    }
+    if event.node_id != session.node.0 {
+        return Err(bad("an event of another node".into()));
+    }
+    let nodes = &http.state.inner.rented.nodes;
+    let refused = |error| Refusal::report(CODE, error);
+    match (event.kind, event.facts, event.workload) {
+        (EventKind::Heartbeat, facts, None) => {
+            let facts = facts.map(wire::Facts::checked).transpose().map_err(|e| bad(e.message))?;
+            nodes.heartbeat(session, &key, facts).await.map_err(refused)?;
+        }
+        (EventKind::Workload, None, Some(workload)) => {
+            nodes.observe(session, &key, workload.observation()).await.map_err(refused)?;
+        }
+        _ => {
+            return Err(bad(
+                "a heartbeat carries facts only, a workload event its workload only".into()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `POST /v1/node-agent/{node}/results`.
@@ -256,12 +307,14 @@ async fn results(
             }
         };
         let operation = OperationId(request.operation_id);
-        let key = format!("result-{}", request.operation_id);
+        // Keyed by what it says: the same answer again (a replay, in any session) is the
+        // recorded one; another answer is decided (and fenced, or refused as contradicting).
+        let key = format!("result-{}-{}", request.operation_id, request.applied);
         let nodes = &http.state.inner.rented.nodes;
         nodes
             .settle(&session, &key, (operation, result))
             .await
-            .map_err(|error| Refusal::report(CODE, &error.into()))?;
+            .map_err(|error| Refusal::report(CODE, error))?;
         Ok(())
     };
     accepted(run.await)
@@ -276,7 +329,7 @@ async fn renew(State(http): State<Http>, Path(node): Path<String>, headers: Head
         let (credential, expires) = nodes
             .renew(&session, &key)
             .await
-            .map_err(|error| Refusal::report("SESSION_REFUSED", &error.into()))?;
+            .map_err(|error| Refusal::report("SESSION_REFUSED", error))?;
         Ok::<_, Refusal>(RenewResponse { session_token: credential, session_expires: expires })
     };
     match run.await {
@@ -303,7 +356,7 @@ async fn reconciliation(
         nodes
             .reconcile(&session, &key, applied)
             .await
-            .map_err(|error| Refusal::report(CODE, &error.into()))?;
+            .map_err(|error| Refusal::report(CODE, error))?;
         Ok(())
     };
     accepted(run.await)

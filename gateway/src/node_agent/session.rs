@@ -1,9 +1,11 @@
 //! `POST /v1/node-agent/{node}/session`: the node's commands as NDJSON, one
 //! `{operation_id, node_id, kind, fencing_token, issued_at, payload}` per line. Every
-//! operation still pending is sent first (oldest first), then each one ordered from now on,
-//! in log order, each once on this stream. The stream ends when the session is closed (a
-//! later enrollment), when the node is lost or retired, and when the server stops; the agent
-//! then opens another (or enrolls again).
+//! operation still pending under this session's fencing token is sent first (oldest first),
+//! then each one ordered from now on, in log order, each once on this stream. One pending
+//! from an earlier session is never sent: the node refuses a superseded token without saying
+//! whether it applied the operation then, so only its reconciliation settles it (rule 20).
+//! The stream ends when the session is closed (a later enrollment), when the node is lost or
+//! retired, and when the server stops; the agent then opens another (or enrolls again).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -13,7 +15,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
-use leasehold_domain::node::{NodeEvent, NodeStatus};
+use leasehold_adapters::PgEventStore;
+use leasehold_commands::enrollment::NodeSession;
+use leasehold_commands::node_service::NodeService;
+use leasehold_domain::node::{NodeEvent, NodeOperation, NodeStatus, OperationState};
 use leasehold_domain::values::OperationId;
 use leasehold_domain::{DomainEvent as _, EventStore as _};
 
@@ -56,8 +61,11 @@ async fn opened(http: &Http, node: &str, headers: &HeaderMap) -> Result<Body, Re
         return Err(refused());
     }
     let now = inner.rented.nodes.pipeline().clock().now();
-    let pending: Vec<CommandWire> =
-        stored.pending().map(|operation| CommandWire::of(session.node.0, operation, now)).collect();
+    let pending: Vec<CommandWire> = stored
+        .pending()
+        .filter(|operation| operation.fencing_token == session.fencing_token)
+        .map(|operation| CommandWire::of(session.node.0, operation, now))
+        .collect();
     let sent: HashSet<OperationId> =
         pending.iter().map(|command| OperationId(command.operation_id)).collect();
     let scope = Scope {
@@ -67,28 +75,14 @@ async fn opened(http: &Http, node: &str, headers: &HeaderMap) -> Result<Body, Re
     };
     let feed = Feed::new(inner.store.clone(), live, scope, start);
     let first = futures_util::stream::iter(pending);
-    let node = session.node.0;
-    let later = futures_util::stream::unfold(Some((feed, sent)), move |state| async move {
-        let (mut feed, mut sent) = state?;
+    let followed = Followed { nodes: inner.rented.nodes.clone(), session, sent };
+    let later = futures_util::stream::unfold(Some((feed, followed)), |state| async move {
+        let (mut feed, mut followed) = state?;
         loop {
             let event = feed.next().await.ok().flatten()?;
             let decoded = NodeEvent::from_stored(event.event_type.as_str(), &event.payload).ok()?;
-            match decoded {
-                NodeEvent::NodeOperationRequested { operation, fencing_token, order, at } => {
-                    if !sent.insert(operation) {
-                        continue;
-                    }
-                    let ordered = leasehold_domain::node::NodeOperation {
-                        operation,
-                        order,
-                        fencing_token,
-                        state: leasehold_domain::node::OperationState::Pending,
-                        reason: None,
-                    };
-                    return Some((CommandWire::of(node, &ordered, at), Some((feed, sent))));
-                }
-                // A later enrollment closed this session; a lost or retired node takes none.
-                _ => return None,
+            if let Some(command) = followed.command(decoded).await? {
+                return Some((command, Some((feed, followed))));
             }
         }
     });
@@ -98,4 +92,43 @@ async fn opened(http: &Http, node: &str, headers: &HeaderMap) -> Result<Body, Re
         Ok::<_, Infallible>(Bytes::from(line))
     });
     Ok(Body::from_stream(lines))
+}
+
+/// What an open stream knows: the session it serves and the operations it sent.
+struct Followed {
+    nodes: NodeService<PgEventStore>,
+    session: NodeSession,
+    sent: HashSet<OperationId>,
+}
+
+impl Followed {
+    /// The line `event` sends: `Some(None)` for none, `None` when the session ended.
+    async fn command(&mut self, event: NodeEvent) -> Option<Option<CommandWire>> {
+        match event {
+            NodeEvent::NodeOperationRequested { operation, fencing_token, order, at } => {
+                // Another session's order (one decided under the token before this
+                // enrollment) is not this session's to carry.
+                if fencing_token != self.session.fencing_token || !self.sent.insert(operation) {
+                    return Some(None);
+                }
+                let ordered = NodeOperation {
+                    operation,
+                    order,
+                    fencing_token,
+                    state: OperationState::Pending,
+                    reason: None,
+                };
+                Some(Some(CommandWire::of(self.session.node.0, &ordered, at)))
+            }
+            // An enrollment, a loss or a retirement: the feed may carry one from before this
+            // session's own enrollment (the head was fixed before the node was read), so the
+            // node as stored now decides whether this session still holds it.
+            _ => {
+                let (_, stored) = self.nodes.owned(self.session.node).await.ok()?;
+                let holds = stored.status == NodeStatus::Ready
+                    && stored.fencing_token == self.session.fencing_token;
+                holds.then_some(None)
+            }
+        }
+    }
 }

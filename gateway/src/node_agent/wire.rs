@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::errors::{ApiError, ApiResult};
 
 /// `POST /v1/node-agent/enroll`.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EnrollRequest {
     pub(crate) node_id: Uuid,
@@ -26,8 +26,21 @@ pub(crate) struct EnrollRequest {
     pub(crate) facts: Facts,
 }
 
+impl std::fmt::Debug for EnrollRequest {
+    /// Never the token (a log line may print a request).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrollRequest")
+            .field("node_id", &self.node_id)
+            .field("rental_id", &self.rental_id)
+            .field("generation", &self.generation)
+            .field("enrollment_token", &"<redacted>")
+            .field("agent_version", &self.agent_version)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What an enrollment answers.
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 pub(crate) struct EnrollResponse {
     pub(crate) node_id: Uuid,
     pub(crate) session_token: String,
@@ -39,10 +52,32 @@ pub(crate) struct EnrollResponse {
 }
 
 /// What a renewal answers (Leasehold's route: mercator has none).
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 pub(crate) struct RenewResponse {
     pub(crate) session_token: String,
     pub(crate) session_expires: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for EnrollResponse {
+    /// Never the session token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrollResponse")
+            .field("node_id", &self.node_id)
+            .field("session_token", &"<redacted>")
+            .field("fencing_token", &self.fencing_token)
+            .field("duplicate", &self.duplicate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RenewResponse {
+    /// Never the session token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewResponse")
+            .field("session_token", &"<redacted>")
+            .field("session_expires", &self.session_expires)
+            .finish()
+    }
 }
 
 /// A node's facts.
@@ -62,6 +97,7 @@ pub(crate) struct Facts {
     caches: Option<serde_json::Value>,
 }
 
+/// mercator's `HostFacts`, every field it sends (`M:internal/capability/node.go`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Decoded to refuse what is not mercator's; not all of it is kept.
@@ -73,19 +109,45 @@ struct HostFacts {
     container_runtime: String,
     #[serde(default)]
     runtime_version: Option<String>,
+    #[serde(default)]
+    accelerator_toolkit: Option<String>,
+    #[serde(default)]
+    driver_version: Option<String>,
+    #[serde(default)]
+    driver_capability: Option<String>,
+    #[serde(default)]
+    accelerators: Option<serde_json::Value>,
     cpu_millis: u64,
     memory_bytes: u64,
     #[serde(default)]
     disk_total_bytes: Option<u64>,
     #[serde(default)]
     disk_free_bytes: Option<u64>,
+    #[serde(default)]
+    network: Option<serde_json::Value>,
 }
 
+/// mercator's `ImageLocality`: Leasehold keeps the digest and how present it is.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Decoded to refuse what is not mercator's; not all of it is kept.
 struct ImageWire {
     manifest_digest: String,
     state: Locality,
+    #[serde(default)]
+    platform: Option<serde_json::Value>,
+    #[serde(default)]
+    layer_digests: Option<Vec<String>>,
+    #[serde(default)]
+    layer_diff_ids: Option<Vec<String>>,
+    #[serde(default)]
+    missing_layer_digests: Option<Vec<String>>,
+    #[serde(default)]
+    missing_compressed_bytes: Option<u64>,
+    #[serde(default)]
+    unpacked: Option<bool>,
+    #[serde(default)]
+    last_verified_at: Option<DateTime<Utc>>,
 }
 
 /// Most images a node's facts may list.
@@ -135,7 +197,8 @@ pub(crate) fn agent_version(text: String) -> ApiResult<AgentVersion> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventsRequest {
-    pub(crate) events: Vec<EventWire>,
+    /// Each decoded on its own: one malformed event is skipped, not the batch.
+    pub(crate) events: Vec<serde_json::Value>,
 }
 
 /// One spooled event: its id is `<node_id>-<seq>`, so a replayed spool is deduplicated.
@@ -144,6 +207,10 @@ pub(crate) struct EventsRequest {
 pub(crate) struct EventWire {
     pub(crate) id: String,
     pub(crate) node_id: Uuid,
+    /// mercator's tenancy (it overwrites what the node sends); Leasehold's is the node's.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub(crate) workspace_id: Option<String>,
     pub(crate) kind: EventKind,
     /// The node's clock: kept, never ordering anything (rule 23).
     #[allow(dead_code)]

@@ -46,6 +46,13 @@ impl Agent {
         self.post(&path, Some(session), &json!({ "events": events })).await
     }
 
+    async fn session(&self, session: &str) -> reqwest::Response {
+        let url = format!("{}/v1/node-agent/{}/session", self.base, self.node);
+        let stream = self.http.post(url).bearer_auth(session).send().await.expect("it opens");
+        assert_eq!(stream.status().as_u16(), 200);
+        stream
+    }
+
     async fn result(&self, session: &str, operation: &str, applied: bool) -> (u16, Value) {
         let body = json!({
             "operation_id": operation, "applied": applied, "duplicate": false,
@@ -111,14 +118,7 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
         assert_eq!(status, 202, "{body}");
     }
     // The session stream; the tenant's run is booked and the dispatcher orders its launch.
-    let mut stream = agent
-        .http
-        .post(format!("{}/v1/node-agent/{}/session", server.base, node.0))
-        .bearer_auth(&session)
-        .send()
-        .await
-        .expect("the stream opens");
-    assert_eq!(stream.status().as_u16(), 200);
+    let mut stream = agent.session(&session).await;
     let submit = json!({ "input": {
         "operationKey": "run-1", "rentalId": rental,
         "manifestDigest": format!("sha256:{}", "b".repeat(64)), "maxRuntimeSeconds": 3600,
@@ -182,8 +182,8 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
     .await;
     let (status, body) = agent.events(&session, look(3, "exited", Some(1))).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("EVENTS_REJECTED")), "{body}");
-    let (status, _) = agent.result(&session, &operation, false).await;
-    assert_eq!(status, 409);
+    let (status, body) = agent.result(&session, &operation, false).await;
+    assert_eq!(status, 409, "{body}");
     assert_eq!(count().await, before, "a fenced report appends nothing");
     // Neither the bootstrap token nor a session token is anywhere in the log.
     let log = before.to_string();
@@ -198,4 +198,123 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
     let other = format!("/{}/events", Uuid::now_v7());
     let (status, body) = agent.post(&other, Some(current), &json!({ "events": [] })).await;
     assert_eq!((status, body["code"].as_str()), (401, Some("SESSION_REFUSED")));
+}
+
+/// Facts as mercator's agent sends them, every field it has.
+fn mercator_facts() -> Value {
+    json!({
+        "observed_at": "2026-12-03T15:00:00Z",
+        "host": { "os": "linux", "kernel_version": "6.8.0", "architecture": "amd64",
+                  "container_runtime": "docker", "runtime_version": "27.1",
+                  "accelerator_toolkit": "cuda", "driver_version": "550.54",
+                  "driver_capability": "12.4",
+                  "accelerators": [{ "vendor": "nvidia", "model": "L4", "count": 1 }],
+                  "cpu_millis": 4000, "memory_bytes": 17179869184u64,
+                  "disk_total_bytes": 2000000000, "disk_free_bytes": 1000000000,
+                  "network": [{ "interface": "eth0", "bandwidth_mbps": 10000 }] },
+        "images": [{ "manifest_digest": format!("sha256:{}", "c".repeat(64)),
+                     "platform": { "os": "linux", "architecture": "amd64" },
+                     "layer_digests": [format!("sha256:{}", "d".repeat(64))],
+                     "missing_layer_digests": [], "missing_compressed_bytes": 0,
+                     "unpacked": true, "state": "hot",
+                     "last_verified_at": "2026-12-03T14:59:00Z" }],
+        "artifacts": [], "caches": [],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_replayed_after_a_resume_is_recorded_once_and_a_bad_event_never_stalls_it() {
+    let (server, _dir) = rented_server().await;
+    let acme = tenant_token("acme");
+    let rental = active_rental(&server, &acme, "r-1").await;
+    let rental_text = rental.as_str().expect("an id").to_string();
+    let node = node_of(RentalId(Uuid::parse_str(&rental_text).expect("a UUID")), 1);
+    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
+    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    // mercator's agent sends all its facts, and a workspace on every event: all accepted.
+    let body = json!({
+        "node_id": node.0, "rental_id": rental_text, "generation": 1,
+        "enrollment_token": token, "agent_version": "1.0.0", "facts": mercator_facts(),
+    });
+    let (status, first) = agent.post("/enroll", None, &body).await;
+    assert_eq!(status, 200, "{first}");
+    let first = first["session_token"].as_str().expect("a token").to_string();
+    // A batch whose first event can never be recorded (a look at a run that is not this
+    // node's), then two heartbeats: the bad one is skipped and named, the rest recorded.
+    let spool = json!([
+        { "id": format!("{}-1", node.0), "node_id": node.0, "workspace_id": "", "kind": "workload",
+          "observed_at": "2026-12-03T15:00:10Z",
+          "workload": { "run_id": Uuid::now_v7(), "attempt_id": Uuid::now_v7(),
+                        "phase": "running", "observed_at": "2026-12-03T15:00:10Z" } },
+        { "id": format!("{}-2", node.0), "node_id": node.0, "workspace_id": "", "kind": "heartbeat",
+          "observed_at": "2026-12-03T15:00:20Z", "facts": mercator_facts() },
+        { "id": format!("{}-3", node.0), "node_id": node.0, "workspace_id": "", "kind": "heartbeat",
+          "observed_at": "2026-12-03T15:00:40Z", "facts": mercator_facts() },
+    ]);
+    let (status, answer) = agent.events(&first, spool.clone()).await;
+    assert_eq!(status, 202, "{answer}");
+    let skipped = answer["skipped"].as_array().expect("the skipped events");
+    assert_eq!(skipped.len(), 1, "{answer}");
+    assert_eq!(
+        (skipped[0]["index"].as_u64(), skipped[0]["code"].as_str()),
+        (Some(0), Some("EVENTS_REJECTED"))
+    );
+    // The tenant's run is booked; its launch is ordered under the first session.
+    let mut stream = agent.session(&first).await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "b".repeat(64)), "maxRuntimeSeconds": 3600,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"]["id"].as_str().expect("an id").to_string();
+    let mut buffer = Vec::new();
+    let launch = next_command(&mut stream, &mut buffer).await;
+    let launch_op = launch["operation_id"].as_str().expect("an id").to_string();
+    drop(stream);
+    // The node resumes before answering. Its replayed spool is the recorded one: nothing new.
+    let (status, resumed) = agent.enroll(&rental_text, 1, &first).await;
+    assert_eq!(status, 200, "{resumed}");
+    let second = resumed["session_token"].as_str().expect("a token").to_string();
+    let operator = role_token(Role::Operator, None);
+    let node_log = || async {
+        let page = server
+            .graphql(&operator, "{ events(first: 100, filter: { streamTypes: [\"node\"] }) { edges { node { type payload } } } }", json!({}))
+            .await;
+        data(&page)["events"]["edges"].as_array().expect("edges").clone()
+    };
+    let before = eventually("the resume in the log", || async {
+        let edges = node_log().await;
+        edges.iter().any(|e| e["node"]["payload"]["fencing_token"] == 2).then_some(edges)
+    })
+    .await;
+    let (status, answer) = agent.events(&second, spool).await;
+    assert_eq!((status, answer["skipped"].as_array().map(Vec::len)), (202, Some(1)), "{answer}");
+    // The node refuses the first session's launch (a superseded token): that says nothing of
+    // whether it applied it then, so it is not recorded as a refusal.
+    let (status, body) = agent.result(&second, &launch_op, false).await;
+    assert_eq!(status, 202, "{body}");
+    // A result for an operation never ordered is the node's mistake: 400, not 401.
+    let (status, body) = agent.result(&second, &Uuid::now_v7().to_string(), true).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("RESULT_REJECTED")), "{body}");
+    assert_eq!(node_log().await, before, "neither the replay nor the refusal appended");
+    // The second session's stream never carries the first session's launch: once the node's
+    // reconciliation shows the launch applied and the tenant cancels, the first line on it is
+    // the stop, ordered under the second session's token.
+    let mut stream = agent.session(&second).await;
+    let path = format!("/{}/reconciliation", node.0);
+    let (status, body) =
+        agent.post(&path, Some(&second), &json!({ "applied_operation_ids": [launch_op] })).await;
+    assert_eq!(status, 202, "{body}");
+    let cancel = "mutation($input: CancelRunInput!) { cancelRun(input: $input) { id } }";
+    let cancelled = server
+        .graphql(&acme, cancel, json!({ "input": { "runId": run, "operationKey": "c-1" } }))
+        .await;
+    data(&cancelled);
+    let mut buffer = Vec::new();
+    let stop = next_command(&mut stream, &mut buffer).await;
+    assert_eq!(
+        (stop["kind"].as_str(), stop["fencing_token"].as_u64()),
+        (Some("stop_workload"), Some(2)),
+        "{stop}"
+    );
 }
