@@ -25,7 +25,7 @@
 //! | any but none | Provision | unchanged | — when the same terms (a retry), else `AlreadyExists` | — |
 //! | requested | Accept(gen, receipt) | starting, or active when the receipt says so | CapacityAccepted (native ref, interruptible as allocated, pricing) | generation |
 //! | starting, active, stopping, stopped, terminating | Accept(gen, same native ref) | unchanged | — (a redelivery) | another native ref: `OtherMachine` |
-//! | requested | FailProvision(gen, detail) | terminated | CapacityProvisionFailed (nothing was allocated: the provider refused for good) | generation |
+//! | requested, or terminating before any receipt | FailProvision(gen, detail) | terminated | CapacityProvisionFailed (nothing was allocated: the provider refused for good) | generation |
 //! | any accepted, not terminated | Observe(gen, observation) | as the observation says (below) | CapacityObserved / CapacityStopped / CapacityInterrupted / CapacityTerminated | generation (a look asked before a resume is about the old cycle); the rental's native ref (`OtherMachine`); — when older than the last recorded or the same look again |
 //! | requested | Observe | unchanged | refused | `NotAccepted` (no native ref yet) |
 //! | active | Stop(gen) | stopping | CapacityStopRequested | generation; support.stop, else `Unsupported` |

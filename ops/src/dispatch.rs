@@ -229,6 +229,38 @@ pub fn start_vm_reaper(
     run(reaper, store, stopped)
 }
 
+/// The clients of the providers file's connections.
+///
+/// # Errors
+/// A client cannot be built.
+pub fn providers(
+    configs: Vec<leasehold_adapters::providers::ProviderConfig>,
+) -> anyhow::Result<leasehold_adapters::dispatch::Providers> {
+    let clients: Result<Vec<_>, _> =
+        configs.into_iter().map(leasehold_adapters::providers::ProviderClient::new).collect();
+    Ok(leasehold_adapters::dispatch::Providers::new(clients.context("a provider's HTTP client")?))
+}
+
+/// Starts the rental dispatcher (provisions, stops, resumes and terminations sent to
+/// `providers`) and the observer asking them for a look at each machine every `every`.
+pub fn start_rental_dispatch(
+    rentals: &leasehold_commands::rental_service::RentalService<PgEventStore>,
+    providers: &leasehold_adapters::dispatch::Providers,
+    every: chrono::TimeDelta,
+    stopped: &watch::Receiver<bool>,
+) -> [JoinHandle<()>; 2] {
+    let store = rentals.pipeline().store();
+    let kind =
+        leasehold_adapters::dispatch::RentalDispatch::new(rentals.clone(), providers.clone());
+    let observer = leasehold_adapters::rented::RentalObserver::new(
+        rentals.clone(),
+        providers.clone(),
+        leasehold_adapters::PgReadModels::of(store),
+        every,
+    );
+    [run_dispatcher(kind, store, stopped), run(observer, store, stopped)]
+}
+
 /// Starts the run dispatcher: each run's attempt started when its booking runs and its
 /// rental's node is ready, its launch ordered on the node.
 pub fn start_run_dispatcher(

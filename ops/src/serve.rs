@@ -172,6 +172,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_RENTED_SWEEP_EVERY", default_value = "10s",
           value_parser = crate::token::parse_ttl)]
     rented_sweep_every: TimeDelta,
+    /// How often each rental's provider is asked for a look at its machine (with
+    /// `--providers-file`).
+    #[arg(long, env = "LEASEHOLD_RENTAL_OBSERVE_EVERY", default_value = "15s",
+          value_parser = crate::token::parse_ttl)]
+    rental_observe_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -216,6 +221,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         }
         None => (None, None),
     };
+    let providers = match &args.providers_file {
+        Some(file) => leasehold_adapters::providers::config::load(file)?,
+        None => Vec::new(),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {} (--listen)", args.listen))?;
@@ -230,7 +239,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .with_vm_credentials_key(&vm_credentials_key(args)?)
         .with_callback_base(&base)
         .with_manifests(manifests.clone())
-        .with_rentals(rental_config(args, &base)?);
+        .with_rentals(rental_config(args, &base, &providers)?);
     if let Some((backends, order)) = &backends {
         let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
         let router = leasehold_adapters::backends::Router::new(backends, order);
@@ -298,6 +307,15 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         args.rented_sweep_every,
         &stopped,
     ));
+    if !providers.is_empty() {
+        let providers = crate::dispatch::providers(providers)?;
+        reconcilers.extend(crate::dispatch::start_rental_dispatch(
+            &state.rented().rentals,
+            &providers,
+            args.rental_observe_every,
+            &stopped,
+        ));
+    }
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,
@@ -467,22 +485,20 @@ async fn log_lag(store: PgEventStore, mut stopped: watch::Receiver<bool>) {
     }
 }
 
-/// The key VMs' credentials are sealed under: at least 32 bytes, as every secret.
 /// The rental services' settings: the providers file's connections, each declaration
 /// validated (a bad one stops `serve` with the connection named), and the enrollment key.
 fn rental_config(
     args: &ServeArgs,
     base: &str,
+    providers: &[leasehold_adapters::providers::ProviderConfig],
 ) -> anyhow::Result<leasehold_commands::rental_service::RentalConfig> {
     use leasehold_commands::rental_service::{Connections, RentalConfig};
     let mut connections = Connections::default();
-    if let Some(file) = &args.providers_file {
-        for provider in leasehold_adapters::providers::config::load(file)? {
-            let name = provider.connection.clone();
-            connections
-                .register(provider.connection, provider.support)
-                .with_context(|| format!("provider connection {name}"))?;
-        }
+    for provider in providers {
+        let name = provider.connection.clone();
+        connections
+            .register(provider.connection.clone(), provider.support)
+            .with_context(|| format!("provider connection {name}"))?;
     }
     let key = leasehold_commands::enrollment::EnrollmentKey::new(
         args.secret.enrollment_key()?.trim_ascii(),
@@ -496,6 +512,7 @@ fn rental_config(
     })
 }
 
+/// The key VMs' credentials are sealed under: at least 32 bytes, as every secret.
 fn vm_credentials_key(args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
     let key = args.secret.vm_credentials_key()?;
     anyhow::ensure!(

@@ -30,6 +30,7 @@
 pub mod lease;
 mod manifests;
 mod outbox;
+pub mod rental;
 pub mod snapshot;
 pub mod vm;
 
@@ -46,6 +47,7 @@ pub(crate) use lease::wire_items;
 pub use lease::{Backends, CALLBACK_DEADLINE, CallbackUrls, LeaseDispatch};
 pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};
+pub use rental::{Providers, RentalDispatch};
 pub use snapshot::SnapshotDispatch;
 pub use vm::VmDispatch;
 

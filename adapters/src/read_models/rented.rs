@@ -293,6 +293,23 @@ impl PgReadModels {
             })
             .collect())
     }
+
+    /// The rentals a provider holds a machine for (starting to terminating), the ones looked
+    /// at longest ago (or never) first, at most `limit`.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn rentals_to_observe(&self, limit: i64) -> Result<Vec<Uuid>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT rental_id FROM rentals \
+                 WHERE state IN ('starting', 'active', 'stopping', 'stopped', 'terminating') \
+                 ORDER BY received_at NULLS FIRST, rental_id LIMIT $1",
+                &[&limit],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
 }
 
 fn page_of(listing: &RentedListing) -> (i64, Option<DateTime<Utc>>, Option<Uuid>) {

@@ -1,11 +1,14 @@
 //! Rented capacity's reconcilers: `run_dispatch.rs` starts runs' attempts when their booking
 //! runs and their rental's node is ready; `expiry.rs` loses nodes whose lease passed and
-//! terminates rentals past their max lifetime.
+//! terminates rentals past their max lifetime; `observer.rs` asks providers for a look at
+//! each rental's machine and records it.
 
 pub mod expiry;
+pub mod observer;
 pub mod run_dispatch;
 
 pub use expiry::RentedExpiry;
+pub use observer::RentalObserver;
 pub use run_dispatch::RunDispatcher;
 
 use leasehold_commands::CommandError;

@@ -43,7 +43,12 @@ pub(super) fn decide(
             }])
         }
         (_, C::Accept { generation, receipt }) => accept(rental, *generation, receipt, at),
-        (S::Requested, C::FailProvision { generation, detail }) => {
+        // A termination asked before any receipt: the provider's refusal still says nothing
+        // was allocated, so there is nothing left to terminate.
+        (S::Requested, C::FailProvision { generation, detail })
+        | (S::Terminating, C::FailProvision { generation, detail })
+            if rental.allocated.is_none() =>
+        {
             Ok(vec![RentalEvent::CapacityProvisionFailed {
                 generation: *generation,
                 detail: detail.clone(),

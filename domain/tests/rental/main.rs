@@ -80,7 +80,13 @@ fn a_provision_refused_for_good_terminates_and_retires_the_node() {
         node_effects(&before, &events),
         vec![NodeEffect::Retire { node: node(1), generation: 1 }]
     );
-    check(&starting(), failed, invalid("starting", "fail its provision"));
+    check(&starting(), failed.clone(), invalid("starting", "fail its provision"));
+    // A termination asked before any receipt: the refusal still ends it (nothing to stop
+    // charging for); after a receipt it cannot.
+    let early = [requested(), vec![(terminate(1), 2)]].concat();
+    let rental = check(&early, failed.clone(), Events(&["CapacityProvisionFailed"]));
+    assert_eq!(rental.status, S::Terminated);
+    check(&terminating(), failed, invalid("terminating", "fail its provision"));
 }
 
 #[test]

@@ -16,6 +16,7 @@
 
 pub mod host_agent;
 mod maintenance;
+pub mod provider;
 mod routes;
 mod tls;
 
@@ -38,14 +39,33 @@ pub struct SimArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
     /// File holding the secret shared with the control plane (at least 32 bytes): requests
-    /// must be signed with it, callbacks are. (Not for `--host-agent`.)
-    #[arg(long, required_unless_present = "host_agent")]
+    /// must be signed with it, callbacks are. (Not for `--host-agent` or `--provider`.)
+    #[arg(long, required_unless_present_any = ["host_agent", "provider"])]
     pub secret_file: Option<PathBuf>,
+    /// Be a rental provider's agent instead (Leasehold's provider protocol,
+    /// `docs/mercator-protocol.md` §1), wanting the bearer token in `--token-file`.
+    #[arg(long, requires = "token_file", conflicts_with = "host_agent")]
+    pub provider: bool,
+    /// For `--provider`: the capabilities it declares and holds to, as the providers file's
+    /// `capabilities` JSON (default: every one, idempotent provision by operation key).
+    #[arg(long)]
+    pub capabilities: Option<String>,
+    /// For `--provider`: every provision fails (500) and allocates nothing.
+    #[arg(long)]
+    pub fail_provisions: bool,
+    /// For `--provider`: every provision is refused for good (400 `NO_CAPACITY`).
+    #[arg(long)]
+    pub refuse_provisions: bool,
+    /// For `--provider`: each rental's first provision makes the machine and answers 504, as
+    /// a proxy that lost the answer.
+    #[arg(long)]
+    pub lose_provision_answers: bool,
     /// Be a host agent instead (fuse's contract: `POST /v1/vm` and the rest), wanting the
     /// bearer token in `--token-file`.
     #[arg(long, requires = "token_file")]
     pub host_agent: bool,
-    /// For `--host-agent`: the file holding the bearer token callers must present.
+    /// For `--host-agent` and `--provider`: the file holding the bearer token callers must
+    /// present.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// For `--host-agent`: every boot fails (500, rolled back), as a broken host.
@@ -199,6 +219,9 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     if args.host_agent {
         return run_host_agent(args).await;
     }
+    if args.provider {
+        return run_provider(args).await;
+    }
     let secret_file = args.secret_file.as_ref().context("--secret-file is required")?;
     let bytes = std::fs::read(secret_file)
         .with_context(|| format!("reading --secret-file {}", secret_file.display()))?;
@@ -257,6 +280,41 @@ async fn run_host_agent(args: &SimArgs) -> anyhow::Result<()> {
     })
     .await
     .context("serving")
+}
+
+/// `--provider`: serves the provider protocol until SIGINT or SIGTERM.
+async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
+    let file = args.token_file.as_ref().context("--provider needs --token-file")?;
+    let token = std::fs::read_to_string(file)
+        .with_context(|| format!("reading --token-file {}", file.display()))?;
+    let token = token.trim();
+    anyhow::ensure!(!token.is_empty(), "--token-file is empty");
+    let support = match &args.capabilities {
+        Some(json) => {
+            let support: leasehold_domain::rental::CapacitySupport =
+                serde_json::from_str(json).context("--capabilities")?;
+            support.validate().context("--capabilities")?;
+            support
+        }
+        None => provider::every_capability(),
+    };
+    let faults = provider::ProviderFaults {
+        fail_provisions: args.fail_provisions,
+        refuse_provisions: args.refuse_provisions,
+        lose_first_answers: args.lose_provision_answers,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, provider::router(provider::Provider::new(token, support, faults)))
+        .with_graceful_shutdown(async {
+            if let Err(error) = crate::serve::stop_signal().await {
+                tracing::warn!(%error, "backend-sim stops");
+            }
+        })
+        .await
+        .context("serving")
 }
 
 /// Serves a well-behaved simulator named `name` on `listener` inside this process until the

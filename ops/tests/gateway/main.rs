@@ -13,6 +13,7 @@ mod leases;
 mod limits;
 mod node_agent;
 mod operations;
+mod providers;
 mod rented;
 mod setup;
 mod snapshots;
