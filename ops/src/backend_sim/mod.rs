@@ -16,6 +16,7 @@
 
 pub mod host_agent;
 mod maintenance;
+pub mod node;
 pub mod provider;
 mod routes;
 mod tls;
@@ -60,6 +61,16 @@ pub struct SimArgs {
     /// a proxy that lost the answer.
     #[arg(long)]
     pub lose_provision_answers: bool,
+    /// For `--provider`: every machine runs a simulated node agent from its bootstrap
+    /// (enrolls, beats, takes its commands, reports its workloads).
+    #[arg(long)]
+    pub nodes: bool,
+    /// For `--nodes`: how often a node beats, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    pub node_beat_ms: u64,
+    /// For `--nodes`: how long a launched workload runs before it exits 0, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    pub node_run_ms: u64,
     /// Be a host agent instead (fuse's contract: `POST /v1/vm` and the rest), wanting the
     /// bearer token in `--token-file`.
     #[arg(long, requires = "token_file")]
@@ -307,7 +318,14 @@ async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, provider::router(provider::Provider::new(token, support, faults)))
+    let mut provider = provider::Provider::new(token, support, faults);
+    if args.nodes {
+        provider = provider.with_nodes(node::NodeOptions {
+            beat_every: Duration::from_millis(args.node_beat_ms.max(100)),
+            run_for: Duration::from_millis(args.node_run_ms),
+        });
+    }
+    axum::serve(listener, provider::router(provider))
         .with_graceful_shutdown(async {
             if let Err(error) = crate::serve::stop_signal().await {
                 tracing::warn!(%error, "backend-sim stops");

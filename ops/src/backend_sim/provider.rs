@@ -14,6 +14,8 @@
 //! `POST /sim/unknown/{native_ref}` makes its looks answer `unknown` (until it is
 //! interrupted); `GET /sim/machines`
 //! lists every machine with its bootstrap (as user data on the machine would hold it);
+//! with `--nodes`, each machine runs a simulated node agent (`node.rs`) from its bootstrap,
+//! and `POST /sim/silence/{native_ref}` stops its heartbeats (the node is then lost);
 //! `GET /sim/requests` counts requests per route. `--fail-provisions` answers every
 //! provision 500 (no machine), `--refuse-provisions` 400 (`NO_CAPACITY`, for good),
 //! `--lose-provision-answers` makes each rental's first machine and answers 504.
@@ -36,6 +38,8 @@ use leasehold_domain::rental::{
 };
 use serde::Serialize;
 use uuid::Uuid;
+
+use super::node::{self, NodeHandle, NodeOptions};
 
 /// How the provider misbehaves.
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,9 +99,37 @@ pub struct Provider {
     /// Each operation key's request hash and the receipt it was answered with.
     keys: Arc<Mutex<BTreeMap<String, (String, ReceiptWire)>>>,
     requests: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// With `--nodes`: how each machine's node agent behaves.
+    nodes: Option<NodeOptions>,
+    /// Each machine's running node agent, by native ref.
+    agents: Arc<Mutex<BTreeMap<String, NodeHandle>>>,
 }
 
 impl Provider {
+    /// The same provider, running a node agent on each machine from its bootstrap
+    /// (`--nodes`): a machine's node enrolls once it is provisioned or started, and stops
+    /// with it.
+    #[must_use]
+    pub fn with_nodes(self, options: NodeOptions) -> Self {
+        Self { nodes: Some(options), ..self }
+    }
+
+    /// Starts (or restarts, for a new bootstrap) the node agent of `machine`.
+    fn boot_node(&self, machine: &Machine) {
+        let Some(options) = self.nodes else { return };
+        let handle = node::spawn(machine.bootstrap.clone(), options);
+        self.agents().insert(machine.native_ref.clone(), handle);
+    }
+
+    /// Stops the node agent of the machine `native_ref`.
+    fn halt_node(&self, native_ref: &str) {
+        self.agents().remove(native_ref);
+    }
+
+    fn agents(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeHandle>> {
+        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A provider wanting `token`, declaring `support`.
     pub fn new(token: &str, support: CapacitySupport, faults: ProviderFaults) -> Self {
         Self {
@@ -107,6 +139,8 @@ impl Provider {
             machines: Arc::default(),
             keys: Arc::default(),
             requests: Arc::default(),
+            nodes: None,
+            agents: Arc::default(),
         }
     }
 
@@ -199,6 +233,7 @@ pub fn router(provider: Provider) -> Router {
         .route("/v1/capacity/owned", post(owned))
         .route("/sim/interrupt/{native_ref}", post(interrupt))
         .route("/sim/unknown/{native_ref}", post(unknown))
+        .route("/sim/silence/{native_ref}", post(silence))
         .route("/sim/machines", get(machines))
         .route("/sim/requests", get(requests))
         .with_state(provider)
@@ -244,6 +279,7 @@ async fn provision(
     };
     let receipt = receipt_of(&machine);
     provider.remember(&command.operation_key, &command.request_hash, &receipt);
+    provider.boot_node(&machine);
     let mut machines = provider.machines();
     let first = !machines.values().any(|held| held.rental_id == machine.rental_id);
     machines.insert(machine.native_ref.clone(), machine);
@@ -319,6 +355,11 @@ fn act(
     }
     apply(machine, Utc::now());
     let receipt = receipt_of(machine);
+    match machine.state {
+        // A start's new bootstrap: its node enrolls; the previous generation's node is gone.
+        CapacityState::Starting => provider.boot_node(machine),
+        _ => provider.halt_node(&machine.native_ref),
+    }
     drop(machines);
     provider.remember(&command.operation_key, &command.request_hash, &receipt);
     ok(&receipt)
@@ -443,6 +484,7 @@ async fn interrupt(State(provider): State<Provider>, Path(native_ref): Path<Stri
     machine.state_since = Utc::now();
     machine.interrupted = true;
     machine.unknown = false;
+    provider.halt_node(&native_ref);
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -451,6 +493,16 @@ async fn unknown(State(provider): State<Provider>, Path(native_ref): Path<String
     let Some(machine) = machines.get_mut(&native_ref) else { return not_found() };
     machine.unknown = true;
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn silence(State(provider): State<Provider>, Path(native_ref): Path<String>) -> Response {
+    match provider.agents().get(&native_ref) {
+        Some(agent) => {
+            agent.silence();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => not_found(),
+    }
 }
 
 async fn machines(State(provider): State<Provider>) -> Response {

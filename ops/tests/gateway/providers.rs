@@ -294,3 +294,64 @@ async fn a_provision_whose_answer_was_lost_is_found_again_never_made_twice() {
         assert_eq!(listed > 0, provisions == 1, "listed only where the key is not honoured");
     }
 }
+
+#[tokio::test]
+async fn a_run_on_rented_capacity_runs_to_its_outcome_on_the_machines_node_agent() {
+    use crate::rented::{RUN, SUBMIT};
+    let dir = temp_dir();
+    let nodes = ["--nodes", "--node-beat-ms", "300", "--node-run-ms", "300"];
+    let provider = ProviderSim::start(&dir.0, EVERY, &nodes).await;
+    let server = server_renting_from(&provider, &dir.0, EVERY).await;
+    let acme = tenant_token("acme");
+    let provisioned = server.graphql(&acme, PROVISION, provision("r-1", false)).await;
+    let rental = data(&provisioned)["provisionRental"]["id"].clone();
+    rental_in(&server, &acme, &rental, "active").await;
+    // The machine's node agent enrolled with the bootstrap's token.
+    let ready = |generation: u64| {
+        let (server, acme, rental) = (&server, &acme, &rental);
+        async move {
+            eventually(&format!("node of generation {generation} ready"), || async {
+                let read = server.graphql(acme, NODE_STATE, json!({ "id": rental })).await;
+                let rental = &read["data"]["rental"];
+                (rental["nodeState"] == "ready" && rental["generation"] == generation)
+                    .then(|| rental.clone())
+            })
+            .await
+        }
+    };
+    ready(1).await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "c".repeat(64)), "maxRuntimeSeconds": 600,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"]["id"].clone();
+    eventually("the run succeeded on the node", || async {
+        let read = server.graphql(&acme, RUN, json!({ "id": run })).await;
+        (read["data"]["run"]["outcome"] == "succeeded").then_some(())
+    })
+    .await;
+    // Stopped, its node goes with it; resumed, the new generation's node enrolls.
+    let stopped = server.graphql(&acme, STOP, at(&rental, 1, "s-1")).await;
+    assert!(stopped["errors"].is_null(), "{stopped}");
+    rental_in(&server, &acme, &rental, "stopped").await;
+    let resumed = server.graphql(&acme, RESUME, at(&rental, 1, "u-1")).await;
+    assert!(resumed["errors"].is_null(), "{resumed}");
+    ready(2).await;
+    let nodes = server
+        .graphql(
+            &acme,
+            "query($id: ID!) { rentalNodes(rentalId: $id) { generation state } }",
+            json!({ "id": rental }),
+        )
+        .await;
+    let states: Vec<(Value, Value)> = data(&nodes)["rentalNodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|node| (node["generation"].clone(), node["state"].clone()))
+        .collect();
+    assert!(states.contains(&(json!(1), json!("retired"))), "{states:?}");
+}
+
+const NODE_STATE: &str = "query($id: ID!) { rental(id: $id) { generation nodeState } }";
