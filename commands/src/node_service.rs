@@ -20,7 +20,7 @@ use leasehold_domain::node::{
 };
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::{LaunchAnswer, Run, RunCommand, WorkloadObservation};
-use leasehold_domain::values::{OperationId, Reason};
+use leasehold_domain::values::OperationId;
 use leasehold_domain::{Actor, Aggregate, RequestHash, TenantId};
 use uuid::Uuid;
 
@@ -228,7 +228,8 @@ where
         self.run(session, key, command, Some(said)).await
     }
 
-    /// The node's account of the operations it applied.
+    /// The node's account of the operations it applied, answering the lookup `answering`
+    /// when it names one.
     ///
     /// # Errors
     /// As [`Self::settle`].
@@ -236,10 +237,38 @@ where
         &self,
         session: &NodeSession,
         key: &str,
-        applied: Vec<OperationId>,
+        (applied, answering): (Vec<OperationId>, Option<OperationId>),
     ) -> Result<CommandOutcome> {
-        let command = NodeCommand::Reconcile { fencing_token: session.fencing_token, applied };
+        let fencing_token = session.fencing_token;
+        let command = NodeCommand::Reconcile { fencing_token, applied, answering };
         self.run(session, key, command, None).await
+    }
+
+    /// Asks `node` for its reconciliation (a `ReportApplied` order under its current fencing
+    /// token), unless it is not ready to take orders: the lookup after a launch or stop whose
+    /// answer was lost. The lookup's id is minted from `key`, so asking again under the same
+    /// key is the same lookup.
+    ///
+    /// # Errors
+    /// `NotFound` for no such node; the pipeline's.
+    pub async fn ask_applied(&self, key: &str, node: NodeId) -> Result<Option<OperationId>> {
+        let (owner, stored) = self.owned(node).await?;
+        if stored.status != leasehold_domain::node::NodeStatus::Ready {
+            return Ok(None);
+        }
+        let operation = OperationId(crate::lease_service::minted_id("node-lookup", &owner, key));
+        let command = NodeCommand::Order {
+            operation,
+            fencing_token: stored.fencing_token,
+            order: NodeOrder::ReportApplied {},
+        };
+        let actor = Actor { subject: "launch-reconciler".into(), role: "system".into() };
+        let key = crate::lease_input::operation_key(Some(key))?;
+        let mut request =
+            CommandRequest::<Node>::new(owner, actor, node.stream_id(), key, command, ());
+        request.correlation_id = Some(Uuid::now_v7());
+        self.pipeline.execute(request).await?;
+        Ok(Some(operation))
     }
 
     /// The node's look at a run's attempt (Leasehold stamps the receipt time).
@@ -417,16 +446,10 @@ fn run_command(
             _ => None,
         },
         NodeEvent::NodeOperationNotApplied { operation, .. } => match order_of(operation)? {
-            NodeOrder::LaunchWorkload { run, attempt, .. } => {
-                let reason = Reason::parse("reason", "NotApplied").expect("a valid reason");
-                Some((
-                    *run,
-                    RunCommand::LaunchAnswered {
-                        attempt: *attempt,
-                        answer: LaunchAnswer::Failed { reason },
-                    },
-                ))
-            }
+            NodeOrder::LaunchWorkload { run, attempt, .. } => Some((
+                *run,
+                RunCommand::LaunchAnswered { attempt: *attempt, answer: LaunchAnswer::NotApplied },
+            )),
             _ => None,
         },
         _ => None,

@@ -40,6 +40,7 @@
 //! | ready | Settle(op, token, applied or refused) | ready | NodeOperationApplied / NodeOperationRefused | the current fencing token; a known op (`NoSuchOperation`), pending; — when it settled so already, else `ReportContradicts` (an op its reconciliation showed never applied included) |
 //! | ready | Settle(op of an earlier session, token, refused) | ready | — (it stays pending: the node refuses a superseded token without saying whether it applied it then; only its reconciliation settles it) | the current fencing token |
 //! | ready | Reconcile(token, applied ops) | ready | per pending op: NodeOperationApplied when listed, else NodeOperationNotApplied when ordered under an earlier session's token (the node refuses those: it can never apply it now); one of the current session's stays pending (it may be on its way) | the current fencing token |
+//! | ready | Reconcile(token, applied ops, answering lookup) | ready | as above, and the lookup (a pending ReportApplied of this session) NodeOperationApplied; every op ordered before it and not listed NodeOperationNotApplied (the node takes its commands in order: it answered the lookup after everything before it) | the current fencing token; — for the high-water mark when the lookup is not pending (answered already, or unknown) |
 //! | ready | ObserveWorkload(token, observation) | ready | NodeWorkloadObserved (with Leasehold's receipt time; the service links the run's timeline to it); — when it repeats the attempt's last phase and exit code | the current fencing token |
 //! | enrolling, lost | RenewSession, Heartbeat, Order, Settle, Reconcile, ObserveWorkload | unchanged | refused | `NotReady` |
 //! | retired | anything but Retire | retired | refused | `Retired` |
@@ -282,6 +283,9 @@ pub enum NodeCommand {
         fencing_token: u64,
         /// Every operation it applied and still remembers.
         applied: Vec<OperationId>,
+        /// The lookup (a `ReportApplied` order) it answers, if any.
+        #[serde(default)]
+        answering: Option<OperationId>,
     },
     /// The node's look at a run's attempt. Recorded on the node's stream, so that its
     /// fencing token is checked in the same append that records it on the run's.

@@ -31,6 +31,7 @@
 //! | launching, indeterminate | LaunchAnswered(attempt, accepted) | running | RunLaunchAccepted | the current attempt (`NoSuchAttempt`) |
 //! | launching, indeterminate | LaunchAnswered(attempt, failed) | booked | RunLaunchFailed (its offer excluded from replacements); with a cancel asked also RunOutcomeRecorded(cancelled), RunClosed | the current attempt |
 //! | launching | LaunchAnswered(attempt, indeterminate) | indeterminate | RunLaunchIndeterminate | the current attempt |
+//! | launching, indeterminate | LaunchAnswered(attempt, not applied) | booked | RunLaunchNotApplied (the node's reconciliation shows it never ran: its offer is not excluded, a relaunch may go to it); with a cancel asked also RunOutcomeRecorded(cancelled), RunClosed | the current attempt |
 //! | running, finished, closed | LaunchAnswered(the same answer) | unchanged | — (a redelivery) | another answer: `ReportContradicts` |
 //! | launching, indeterminate, running | Observe(node, attempt, look) | as the look says | RunExternalStateObserved; a workload seen running accepts an indeterminate launch (RunLaunchAccepted); seen exited with a code: RunOutcomeRecorded (0 succeeded, else failed) and RunCleanupRequested | the current attempt, reported by its own node (`NoSuchAttempt`) |
 //! | finished | Observe(attempt, absent) | closed | RunExternalStateObserved, RunCleanupConfirmed, RunClosed | the current attempt |
@@ -265,6 +266,9 @@ pub enum LaunchAnswer {
     },
     /// The order's answer was lost (a timeout, a dropped connection).
     Indeterminate,
+    /// The node's reconciliation shows it never applied it: nothing ran, so nothing is
+    /// wrong with the offer (a relaunch may go to it again).
+    NotApplied,
 }
 
 /// What can be asked of a run.

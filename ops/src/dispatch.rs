@@ -261,6 +261,22 @@ pub fn start_rental_dispatch(
     [run_dispatcher(kind, store, stopped), run(observer, store, stopped)]
 }
 
+/// Starts the launch reconciler: a launch unanswered for `answer_within` is recorded
+/// indeterminate and its node asked for its reconciliation, looked at every `every`.
+pub fn start_launch_reconciler(
+    rented: &leasehold_gateway::Rented,
+    (answer_within, every): (chrono::TimeDelta, chrono::TimeDelta),
+    stopped: &watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let store = rented.runs.pipeline().store();
+    let reconciler = leasehold_adapters::rented::LaunchReconciler::new(
+        (rented.runs.clone(), rented.nodes.clone()),
+        leasehold_adapters::PgReadModels::of(store),
+        (answer_within, every),
+    );
+    run(reconciler, store, stopped)
+}
+
 /// Starts the run dispatcher: each run's attempt started when its booking runs and its
 /// rental's node is ready, its launch ordered on the node.
 pub fn start_run_dispatcher(

@@ -177,6 +177,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_RENTAL_OBSERVE_EVERY", default_value = "15s",
           value_parser = crate::token::parse_ttl)]
     rental_observe_every: TimeDelta,
+    /// How long a run's launch may go unanswered by its node before it is recorded
+    /// indeterminate and the node is asked for its reconciliation (looked at every
+    /// `--rented-sweep-every`).
+    #[arg(long, env = "LEASEHOLD_LAUNCH_ANSWER_WITHIN", default_value = "2m",
+          value_parser = crate::token::parse_ttl)]
+    launch_answer_within: TimeDelta,
 }
 
 impl ServeArgs {
@@ -305,6 +311,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     reconcilers.push(crate::dispatch::start_rented_expiry(
         state.rented(),
         args.rented_sweep_every,
+        &stopped,
+    ));
+    reconcilers.push(crate::dispatch::start_launch_reconciler(
+        state.rented(),
+        (args.launch_answer_within, args.rented_sweep_every),
         &stopped,
     ));
     if !providers.is_empty() {

@@ -294,6 +294,26 @@ impl PgReadModels {
             .collect())
     }
 
+    /// The runs whose launch has had no answer since `before` (launching or indeterminate,
+    /// unchanged since), at most 200, oldest first, each with its tenant.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn launches_unanswered(
+        &self,
+        before: DateTime<Utc>,
+    ) -> Result<Vec<(Uuid, String)>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT run_id, tenant_id FROM run_timeline \
+                 WHERE status IN ('launching', 'indeterminate') AND updated_at <= $1 \
+                 ORDER BY updated_at, run_id LIMIT 200",
+                &[&before],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    }
+
     /// The rentals a provider holds a machine for (starting to terminating), the ones looked
     /// at longest ago (or never) first, at most `limit`.
     ///

@@ -1,13 +1,16 @@
 //! Rented capacity's reconcilers: `run_dispatch.rs` starts runs' attempts when their booking
 //! runs and their rental's node is ready; `expiry.rs` loses nodes whose lease passed and
 //! terminates rentals past their max lifetime; `observer.rs` asks providers for a look at
-//! each rental's machine and records it.
+//! each rental's machine and records it; `launches.rs` settles launches whose answer was lost
+//! by asking their node for its reconciliation.
 
 pub mod expiry;
+pub mod launches;
 pub mod observer;
 pub mod run_dispatch;
 
 pub use expiry::RentedExpiry;
+pub use launches::LaunchReconciler;
 pub use observer::RentalObserver;
 pub use run_dispatch::RunDispatcher;
 

@@ -62,7 +62,13 @@ where
                 let found = found.map_err(|error| retry("read a node", &error))?;
                 Ok(found.and_then(|(_, _, node)| node.identity).map(|identity| identity.rental))
             }
-            Run::STREAM_TYPE if event.event_type.as_str() == "RunLaunchAccepted" => {
+            // Accepted: a stop may wait for it; never applied: the run may launch again.
+            Run::STREAM_TYPE
+                if matches!(
+                    event.event_type.as_str(),
+                    "RunLaunchAccepted" | "RunLaunchNotApplied"
+                ) =>
+            {
                 let Some(run) = RunId::of_stream(&event.stream_id) else { return Ok(None) };
                 let found = self.runs.pipeline().state::<Run>(&run.stream_id()).await;
                 let found = found.map_err(|error| retry("read a run", &error))?;

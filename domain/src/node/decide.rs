@@ -86,7 +86,7 @@ fn ready(
             order_operation(node, *operation, *fencing_token, order, at)
         }
         C::Settle { operation, result, .. } => settle(node, *operation, result, at),
-        C::Reconcile { applied, .. } => Ok(reconcile(node, applied, at)),
+        C::Reconcile { applied, answering, .. } => Ok(reconcile(node, applied, *answering, at)),
         C::ObserveWorkload { observation, .. } => Ok(observe_workload(node, observation, at)),
         C::Invite { .. } | C::Enroll { .. } | C::Expire | C::Retire => {
             unreachable!("decided before the session's commands")
@@ -257,13 +257,34 @@ fn observe_workload(
 /// session's fencing token: the node refuses such an order, so it can never apply it now.
 /// One ordered under the current session may still be on its way to the node: it stays
 /// pending (its answer, or the next session's reconciliation, settles it).
-fn reconcile(node: &Node, applied: &[OperationId], at: DateTime<Utc>) -> Vec<NodeEvent> {
-    node.pending()
-        .filter_map(|pending| {
+///
+/// Answering a lookup (a pending `ReportApplied` of the current session), the answer is also
+/// a high-water mark: the node takes its session's commands in order, so every operation
+/// ordered before the lookup reached it first, and one it does not list it never applied.
+fn reconcile(
+    node: &Node,
+    applied: &[OperationId],
+    answering: Option<OperationId>,
+    at: DateTime<Utc>,
+) -> Vec<NodeEvent> {
+    let mark = answering.and_then(|lookup| {
+        node.operations.iter().position(|known| {
+            known.operation == lookup
+                && known.state == OperationState::Pending
+                && known.fencing_token == node.fencing_token
+                && matches!(known.order, NodeOrder::ReportApplied {})
+        })
+    });
+    node.operations
+        .iter()
+        .enumerate()
+        .filter(|(_, known)| known.state == OperationState::Pending)
+        .filter_map(|(position, pending)| {
             let operation = pending.operation;
-            if applied.contains(&operation) {
+            let before_mark = mark.is_some_and(|mark| position < mark);
+            if Some(position) == mark || applied.contains(&operation) {
                 Some(NodeEvent::NodeOperationApplied { operation, reconciled: true, at })
-            } else if pending.fencing_token < node.fencing_token {
+            } else if pending.fencing_token < node.fencing_token || before_mark {
                 Some(NodeEvent::NodeOperationNotApplied { operation, at })
             } else {
                 None

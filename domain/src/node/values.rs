@@ -215,6 +215,11 @@ pub enum NodeOrder {
         /// How long it gets to exit before it is killed.
         grace_seconds: u64,
     },
+    /// Answer with the node's reconciliation (the operations it applied), naming this order:
+    /// Leasehold's lookup after a launch or stop whose answer was lost. The node takes its
+    /// commands in order, so its answer settles every operation ordered before this one.
+    /// (Last, so that the stored snapshots' variant numbers of the others stay as they were.)
+    ReportApplied {},
 }
 
 impl NodeOrder {
@@ -225,6 +230,7 @@ impl NodeOrder {
             Self::PrepareArtifact { .. } => "prepare_artifact",
             Self::LaunchWorkload { .. } => "launch_workload",
             Self::StopWorkload { .. } => "stop_workload",
+            Self::ReportApplied {} => "report_applied",
         }
     }
 

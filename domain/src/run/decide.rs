@@ -161,11 +161,22 @@ fn launch_answered(
             }
             Ok(events)
         }
+        (Launch::Intended | Launch::Indeterminate, LaunchAnswer::NotApplied) if current => {
+            let mut events = vec![RunEvent::RunLaunchNotApplied { attempt, at }];
+            if run.cancel_requested && run.outcome.is_none() {
+                events.push(outcome(Outcome::Cancelled, None, None, at));
+                events.push(closed(Cleanup::NotRequired, at));
+            }
+            Ok(events)
+        }
         (Launch::Intended, LaunchAnswer::Indeterminate) if current => {
             Ok(vec![RunEvent::RunLaunchIndeterminate { attempt, at }])
         }
         (Launch::Accepted, LaunchAnswer::Accepted | LaunchAnswer::Indeterminate)
-        | (Launch::Failed, LaunchAnswer::Failed { .. } | LaunchAnswer::Indeterminate)
+        | (
+            Launch::Failed,
+            LaunchAnswer::Failed { .. } | LaunchAnswer::NotApplied | LaunchAnswer::Indeterminate,
+        )
         | (Launch::Indeterminate, LaunchAnswer::Indeterminate) => Ok(Vec::new()),
         _ => Err(RunError::ReportContradicts),
     }

@@ -31,6 +31,8 @@ pub enum RunEvent {
     RunLaunchFailed { attempt: AttemptId, reason: Reason, at: DateTime<Utc> },
     /// The launch's answer was lost.
     RunLaunchIndeterminate { attempt: AttemptId, at: DateTime<Utc> },
+    /// The node never applied the launch (its reconciliation shows it): nothing ran.
+    RunLaunchNotApplied { attempt: AttemptId, at: DateTime<Utc> },
     /// A node's look at an attempt (its times the node's clock; `received_at` Leasehold's).
     RunExternalStateObserved { observation: WorkloadObservation, received_at: DateTime<Utc> },
     /// The first terminal fact: how the run ended.
@@ -65,6 +67,7 @@ crate::tagged_events!(RunEvent {
     RunLaunchAccepted,
     RunLaunchFailed,
     RunLaunchIndeterminate,
+    RunLaunchNotApplied,
     RunExternalStateObserved,
     RunOutcomeRecorded,
     RunCancelRequested,
@@ -122,6 +125,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RunLaunchAccepted", &["attempt", "at"], &[]),
         view("RunLaunchFailed", &["attempt", "reason", "at"], &[]),
         view("RunLaunchIndeterminate", &["attempt", "at"], &[]),
+        view("RunLaunchNotApplied", &["attempt", "at"], &[]),
         view("RunExternalStateObserved", OBSERVED_WORKLOAD, &[]),
         view("RunOutcomeRecorded", &["outcome", "exit_code", "reason", "at"], &[]),
         view("RunCancelRequested", AT, &[]),

@@ -35,6 +35,12 @@ pub(super) fn evolve(mut run: Run, event: &E) -> Run {
                 run.status = S::Booked;
             }
         }
+        E::RunLaunchNotApplied { attempt, .. } => {
+            set_launch(&mut run, *attempt, Launch::Failed);
+            if run.outcome.is_none() {
+                run.status = S::Booked;
+            }
+        }
         E::RunLaunchIndeterminate { attempt, .. } => {
             set_launch(&mut run, *attempt, Launch::Indeterminate);
             if run.outcome.is_none() {
@@ -87,6 +93,7 @@ fn at(event: &E) -> chrono::DateTime<chrono::Utc> {
         | E::RunLaunchAccepted { at, .. }
         | E::RunLaunchFailed { at, .. }
         | E::RunLaunchIndeterminate { at, .. }
+        | E::RunLaunchNotApplied { at, .. }
         | E::RunOutcomeRecorded { at, .. }
         | E::RunCancelRequested { at }
         | E::RunStopOrdered { at, .. }

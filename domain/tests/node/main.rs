@@ -10,7 +10,7 @@ mod table;
 
 use fixtures::*;
 use leasehold_domain::node::{
-    NodeCommand as C, NodeError, NodeStatus as S, OperationResult, OperationState,
+    NodeCommand as C, NodeError, NodeOrder, NodeStatus as S, OperationResult, OperationState,
 };
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::WorkloadPhase;
@@ -185,22 +185,49 @@ fn reconciliation_settles_what_the_node_applied_and_what_it_never_can() {
     let two = [two, vec![(order(2, 2, launch_other()), 26)]].concat();
     // The node lists neither: 1 can never be applied now (the node refuses session 1's
     // orders); 2 may still be on its way, and stays pending.
-    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![] };
+    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![], answering: None };
     let node = check(&two, reconcile, Events(&["NodeOperationNotApplied"]));
     assert_eq!(node.operation(op(1)).expect("ordered").state, OperationState::NotApplied);
     assert_eq!(node.operation(op(2)).expect("ordered").state, OperationState::Pending);
     // Once the node's own account says it never applied it, a late answer saying it did
     // contradicts that account (its run may already be closed on it).
-    let nothing = C::Reconcile { fencing_token: 2, applied: vec![] };
+    let nothing = C::Reconcile { fencing_token: 2, applied: vec![], answering: None };
     let not_applied = [two.clone(), vec![(nothing, 27)]].concat();
     let late = C::Settle { operation: op(1), fencing_token: 2, result: OperationResult::Applied };
     check(&not_applied, late, Refused(NodeError::ReportContradicts));
-    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![op(1), op(2)] };
+    let reconcile = C::Reconcile { fencing_token: 2, applied: vec![op(1), op(2)], answering: None };
     let node = check(&two, reconcile, Events(&["NodeOperationApplied", "NodeOperationApplied"]));
     assert_eq!(node.pending().count(), 0);
     // Within one session, an operation the node does not list is not settled.
-    let reconcile = C::Reconcile { fencing_token: 1, applied: vec![] };
+    let reconcile = C::Reconcile { fencing_token: 1, applied: vec![], answering: None };
     check(&launching(), reconcile, NoChange);
+}
+
+#[test]
+fn an_answered_lookup_settles_every_operation_ordered_before_it() {
+    // Operation 1 (a launch) is pending in session 1; the lookup 2 is ordered after it, and
+    // operation 3 after the lookup.
+    let asked = [
+        launching(),
+        vec![(order(2, 1, NodeOrder::ReportApplied {}), 26), (order(3, 1, launch_other()), 27)],
+    ]
+    .concat();
+    // The node answers the lookup listing nothing: it took its commands in order, so it
+    // never applied 1; 3 came after the lookup and may be on its way.
+    let answer = C::Reconcile { fencing_token: 1, applied: vec![], answering: Some(op(2)) };
+    let node =
+        check(&asked, answer.clone(), Events(&["NodeOperationNotApplied", "NodeOperationApplied"]));
+    assert_eq!(node.operation(op(1)).expect("ordered").state, OperationState::NotApplied);
+    assert_eq!(node.operation(op(2)).expect("ordered").state, OperationState::Applied);
+    assert_eq!(node.operation(op(3)).expect("ordered").state, OperationState::Pending);
+    // Listing 1: applied. Answered already, the lookup is no mark: nothing more is settled.
+    let listed = C::Reconcile { fencing_token: 1, applied: vec![op(1)], answering: Some(op(2)) };
+    check(&asked, listed, Events(&["NodeOperationApplied", "NodeOperationApplied"]));
+    let answered = [asked.clone(), vec![(answer.clone(), 28)]].concat();
+    check(&answered, answer, NoChange);
+    // An operation that is no lookup is no mark.
+    let not_a_lookup = C::Reconcile { fencing_token: 1, applied: vec![], answering: Some(op(3)) };
+    check(&asked, not_a_lookup, NoChange);
 }
 
 #[test]

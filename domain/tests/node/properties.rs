@@ -32,7 +32,8 @@ fn command() -> impl Strategy<Value = NodeCommand> {
         }),
         token.clone().prop_map(|fencing_token| NodeCommand::Reconcile {
             fencing_token,
-            applied: vec![op(1)]
+            applied: vec![op(1)],
+            answering: Some(op(3)),
         }),
         token.prop_map(|t| observe(t, WorkloadPhase::Running, None)),
     ]

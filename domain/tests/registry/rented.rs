@@ -229,6 +229,7 @@ pub fn run_samples() -> Samples {
         U::RunLaunchAccepted { attempt, at },
         U::RunLaunchFailed { attempt, reason: reason(), at },
         U::RunLaunchIndeterminate { attempt, at },
+        U::RunLaunchNotApplied { attempt, at },
         U::RunExternalStateObserved { observation: workload_look(), received_at: at },
         U::RunOutcomeRecorded {
             outcome: Outcome::Failed,

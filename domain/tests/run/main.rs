@@ -89,6 +89,18 @@ fn an_indeterminate_launch_forbids_another_until_reconciled() {
     assert_eq!(run.status, S::Running);
     let run = check(&indeterminate(), failed(1), Events(&["RunLaunchFailed"]));
     assert_eq!(run.status, S::Booked);
+    // Shown never applied: nothing ran, so a relaunch may go to the same offer.
+    let not_applied = answered(1, LaunchAnswer::NotApplied);
+    let run = check(&indeterminate(), not_applied.clone(), Events(&["RunLaunchNotApplied"]));
+    assert_eq!(run.status, S::Booked);
+    assert!(run.excluded_offers.is_empty(), "the offer is not excluded");
+    let relaunchable = [indeterminate(), vec![(not_applied.clone(), 41)]].concat();
+    check(
+        &relaunchable,
+        create(2, "offer-a"),
+        Events(&["RunAttemptCreated", "RunLaunchIntentRecorded"]),
+    );
+    check(&relaunchable, not_applied, NoChange);
     // A look showing the workload reconciles it too.
     let run = check(
         &indeterminate(),

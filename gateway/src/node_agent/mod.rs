@@ -351,10 +351,11 @@ async fn reconciliation(
         let body = readable(body)?;
         let request: ReconciliationRequest = decoded(Ok(body.clone()))?;
         let applied = request.applied_operation_ids.into_iter().map(OperationId).collect();
+        let answering = request.lookup_operation_id.map(OperationId);
         let key = format!("reconcile-{}-{}", session.fencing_token, key_of(&body));
         let nodes = &http.state.inner.rented.nodes;
         nodes
-            .reconcile(&session, &key, applied)
+            .reconcile(&session, &key, (applied, answering))
             .await
             .map_err(|error| Refusal::report(CODE, error))?;
         Ok(())

@@ -294,6 +294,9 @@ pub(crate) struct ResultRequest {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReconciliationRequest {
     pub(crate) applied_operation_ids: Vec<Uuid>,
+    /// The `report_applied` command it answers (Leasehold's lookup), if any.
+    #[serde(default)]
+    pub(crate) lookup_operation_id: Option<Uuid>,
 }
 
 /// One command on the session stream.

@@ -71,6 +71,10 @@ pub struct SimArgs {
     /// For `--nodes`: how long a launched workload runs before it exits 0, in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub node_run_ms: u64,
+    /// For `--nodes`: each node loses the first launch it is sent (never applied, never
+    /// answered), as an agent that crashed as it arrived.
+    #[arg(long)]
+    pub node_drop_first_launch: bool,
     /// Be a host agent instead (fuse's contract: `POST /v1/vm` and the rest), wanting the
     /// bearer token in `--token-file`.
     #[arg(long, requires = "token_file")]
@@ -323,6 +327,7 @@ async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
         provider = provider.with_nodes(node::NodeOptions {
             beat_every: Duration::from_millis(args.node_beat_ms.max(100)),
             run_for: Duration::from_millis(args.node_run_ms),
+            drop_first_launch: args.node_drop_first_launch,
         });
     }
     axum::serve(listener, provider::router(provider))

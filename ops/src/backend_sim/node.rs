@@ -4,8 +4,10 @@
 //! beats with facts, and serves its session's commands: one under a superseded fencing token
 //! is answered `applied: false`, one it applied before `applied: true, duplicate: true`; a
 //! launch is applied and its workload reported running, then exited 0 after the run time; a
-//! stop is applied and its workload reported exited 137. A silenced node stops beating (its
-//! lease then passes: it is lost).
+//! stop is applied and its workload reported exited 137; a `report_applied` lookup is
+//! answered with its reconciliation naming the lookup. A silenced node stops beating (its
+//! lease then passes: it is lost); with `drop_first_launch` the first launch it is sent is
+//! lost, neither applied nor answered.
 //!
 //! Its bodies are written here from the note, not from the gateway's types, so that the
 //! simulator checks the gateway rather than agreeing with it by construction.
@@ -27,6 +29,9 @@ pub struct NodeOptions {
     pub beat_every: Duration,
     /// How long a launched workload runs before it exits 0.
     pub run_for: Duration,
+    /// The first launch it is sent is lost (never applied, never answered), as by an agent
+    /// that crashed as it arrived.
+    pub drop_first_launch: bool,
 }
 
 /// A running node agent; dropping it stops it.
@@ -60,6 +65,7 @@ pub fn spawn(bootstrap: NodeBootstrap, options: NodeOptions) -> NodeHandle {
         seq: Arc::default(),
         fencing_token: Arc::default(),
         silenced: Arc::clone(&silenced),
+        dropped: Arc::default(),
         bootstrap,
         options,
     };
@@ -78,6 +84,8 @@ struct Node {
     seq: Arc<AtomicU64>,
     fencing_token: Arc<AtomicU64>,
     silenced: Arc<AtomicBool>,
+    /// A launch was lost already (`drop_first_launch`).
+    dropped: Arc<AtomicBool>,
 }
 
 fn facts() -> Value {
@@ -141,11 +149,20 @@ impl Node {
         Ok(enrolled["duplicate"].as_bool().unwrap_or(false))
     }
 
-    async fn reconcile(&self) {
+    /// Sends the operations it applied, answering the lookup `answering` if any.
+    async fn reconcile_answering(&self, answering: Option<Uuid>) {
         let applied: Vec<Uuid> =
             self.applied.lock().unwrap_or_else(PoisonError::into_inner).iter().copied().collect();
         let path = format!("/{}/reconciliation", self.bootstrap.node_id);
-        let _ = self.post(&path, &json!({ "applied_operation_ids": applied })).await;
+        let mut body = json!({ "applied_operation_ids": applied });
+        if let Some(lookup) = answering {
+            body["lookup_operation_id"] = json!(lookup);
+        }
+        let _ = self.post(&path, &body).await;
+    }
+
+    async fn reconcile(&self) {
+        self.reconcile_answering(None).await;
     }
 
     async fn beat(self) {
@@ -222,6 +239,18 @@ impl Node {
             self.result(operation, true, true).await;
             return;
         }
+        let kind = command["kind"].as_str();
+        if kind == Some("report_applied") {
+            // Its answer is the reconciliation itself, naming the lookup.
+            self.reconcile_answering(Some(operation)).await;
+            return;
+        }
+        if kind == Some("launch_workload")
+            && self.options.drop_first_launch
+            && !self.dropped.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
         use base64::Engine as _;
         let payload = command["payload"].as_str().unwrap_or_default();
         let order: Value = base64::engine::general_purpose::STANDARD
@@ -232,7 +261,7 @@ impl Node {
         self.applied.lock().unwrap_or_else(PoisonError::into_inner).insert(operation);
         self.result(operation, true, false).await;
         let workload = (&order["run"], &order["attempt"]);
-        match command["kind"].as_str() {
+        match kind {
             Some("launch_workload") => {
                 let _ = self.send(self.look(workload, "running", None)).await;
                 let (node, run, attempt) =

@@ -355,3 +355,67 @@ async fn a_run_on_rented_capacity_runs_to_its_outcome_on_the_machines_node_agent
 }
 
 const NODE_STATE: &str = "query($id: ID!) { rental(id: $id) { generation nodeState } }";
+
+#[tokio::test]
+async fn a_launch_lost_on_its_way_is_relaunched_only_after_the_nodes_reconciliation_says_so() {
+    use crate::rented::{RUN, SUBMIT};
+    let dir = temp_dir();
+    let nodes =
+        ["--nodes", "--node-beat-ms", "300", "--node-run-ms", "200", "--node-drop-first-launch"];
+    let provider = ProviderSim::start(&dir.0, EVERY, &nodes).await;
+    let file = dir.0.join("providers.json");
+    let text = format!(
+        r#"{{"providers": [{{"connection": "sim", "url": "{}", "token_file": "sim.token",
+            "timeout_seconds": 5, "capabilities": {EVERY}}}]}}"#,
+        provider.url
+    );
+    std::fs::write(&file, text).expect("written");
+    let key = dir.0.join("enrollment.key");
+    std::fs::write(&key, ENROLLMENT_KEY).expect("written");
+    let server = Server::start_with(&[
+        "--providers-file",
+        file.to_str().expect("UTF-8"),
+        "--enrollment-key-file",
+        key.to_str().expect("UTF-8"),
+        "--rental-observe-every",
+        "1s",
+        "--rented-sweep-every",
+        "1s",
+        "--launch-answer-within",
+        "1s",
+    ])
+    .await;
+    let acme = tenant_token("acme");
+    let provisioned = server.graphql(&acme, PROVISION, provision("r-1", false)).await;
+    let rental = data(&provisioned)["provisionRental"]["id"].clone();
+    rental_in(&server, &acme, &rental, "active").await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "d".repeat(64)), "maxRuntimeSeconds": 600,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"]["id"].clone();
+    let done = eventually("the run succeeded on its second attempt", || async {
+        let read = server.graphql(&acme, RUN, json!({ "id": run })).await;
+        (read["data"]["run"]["outcome"] == "succeeded").then(|| read["data"]["run"].clone())
+    })
+    .await;
+    assert_eq!(done["attemptsCount"].as_array().map(Vec::len), Some(2), "{done}");
+    // In the run's stream: the lost answer, then the node's account, and only then the
+    // second attempt.
+    let operator = role_token(leasehold_gateway::Role::Operator, None);
+    let page = server
+        .graphql(&operator, "{ events(first: 100, filter: { streamTypes: [\"run\"] }) { edges { node { type } } } }", json!({}))
+        .await;
+    let types: Vec<String> = data(&page)["events"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|edge| edge["node"]["type"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let at = |name: &str| types.iter().position(|t| t == name).unwrap_or(usize::MAX);
+    let second = types.iter().enumerate().filter(|(_, t)| *t == "RunAttemptCreated").nth(1);
+    let second = second.map_or(usize::MAX, |(i, _)| i);
+    assert!(at("RunLaunchIndeterminate") < at("RunLaunchNotApplied"), "{types:?}");
+    assert!(at("RunLaunchNotApplied") < second && second != usize::MAX, "{types:?}");
+}

@@ -146,7 +146,7 @@ async fn a_lost_launch_answer_allows_no_second_launch_until_the_node_reconciles(
     );
     // Within the session the launch was ordered in, a list without it settles nothing: the
     // order may still be on its way to the node.
-    services.nodes.reconcile(&session, "early", Vec::new()).await.expect("reconciled");
+    services.nodes.reconcile(&session, "early", (Vec::new(), None)).await.expect("reconciled");
     let (_, stored) = services.runs.owned(run).await.expect("read");
     assert_eq!(stored.status, RunStatus::Indeterminate, "still indeterminate");
     // The node comes back on a new session (its old one refuses the launch order now) and
@@ -161,7 +161,7 @@ async fn a_lost_launch_answer_allows_no_second_launch_until_the_node_reconciles(
         .await
         .expect("resumed");
     let session = session_of(&services, &resumed);
-    services.nodes.reconcile(&session, "reconciled", Vec::new()).await.expect("reconciled");
+    services.nodes.reconcile(&session, "reconciled", (Vec::new(), None)).await.expect("reconciled");
     let (_, stored) = services.runs.owned(run).await.expect("read");
     assert_eq!(stored.status, RunStatus::Booked, "failed, never applied: free to replace");
     // Never a second launch order on the node for this run.
