@@ -235,9 +235,13 @@ async fn a_refusal_for_good_and_a_failure_are_told_apart() {
     let refusing = start(EVERY, &["--refuse-provisions"]).await;
     let refused = client(&refusing, EVERY).provision(&provision(Uuid::now_v7(), "p-1")).await;
     assert!(
-        matches!(&refused, Err(ProviderError::Refused { status: 400, code, .. }) if code == "NO_CAPACITY"),
+        matches!(&refused, Err(ProviderError::Refused { status: 400, code }) if code == "NO_CAPACITY"),
         "{refused:?}"
     );
+    // The simulator echoes the request's enrollment token in its message, as a careless
+    // provider would: the client keeps only the status and the code.
+    let kept = format!("{refused:?} {}", refused.clone().expect_err("refused"));
+    assert!(!kept.contains("single-use"), "{kept}");
     let failing = start(EVERY, &["--fail-provisions"]).await;
     let failed = client(&failing, EVERY).provision(&provision(Uuid::now_v7(), "p-1")).await;
     assert!(matches!(failed, Err(ProviderError::Failed(_))), "{failed:?}");

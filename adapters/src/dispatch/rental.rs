@@ -14,10 +14,13 @@
 //! provider may have the machine already, and only its receipt says which one); a termination
 //! waits for that receipt. Newer work supersedes an older stop, resume or termination.
 //!
-//! At least once: the provider deduplicates on the operation key, or, for one that declares
-//! it does not, every attempt after the first lists the connection's owned capacity and
-//! adopts the machine marked with the rental's id and ownership token instead of making a
-//! second one, so a send after a lost answer is harmless. An
+//! At least once: the provider deduplicates on the operation key (the provision's own,
+//! whatever was asked of the rental since), and where it lists owned capacity (which one that
+//! does not deduplicate must) every attempt after the first lists it and adopts the machine
+//! marked with the rental's id and ownership token instead of making a second one, so a send
+//! after a lost answer is harmless. A provider's own text is never kept: a refusal is
+//! recorded by its status and code only (a provider may echo the request, bootstrap
+//! included). An
 //! operation the connection does not declare is refused before it is sent and never retried;
 //! a connection with no settings here waits for an operator.
 
@@ -30,8 +33,7 @@ use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::rental_service::RentalService;
 use leasehold_domain::rental::{
-    CapacityReceipt, ConnectionId, IdempotentProvision, Pricing, Rental, RentalEvent, RentalId,
-    RentalStatus,
+    CapacityReceipt, ConnectionId, Pricing, Rental, RentalEvent, RentalId, RentalStatus,
 };
 use leasehold_domain::values::OperationId;
 use leasehold_domain::{Actor, DomainEvent as _, RecordedEvent};
@@ -177,15 +179,16 @@ where
         })
     }
 
+    /// Sends the provision of `operation` (the provision's own, never the rental's current
+    /// operation: a termination asked before the receipt replaces that, and a retry under
+    /// another key would make a second machine).
     async fn provision(
         &self,
-        work: &Work,
+        (work, operation): (&Work, OperationId),
         client: &ProviderClient,
         (owner, rental): (&str, &Rental),
     ) -> Result<Sent, ReconcileError> {
-        let (Some(terms), Some(bootstrap), Some(operation)) =
-            (rental.terms.as_ref(), self.bootstrap(rental), rental.operation)
-        else {
+        let (Some(terms), Some(bootstrap)) = (rental.terms.as_ref(), self.bootstrap(rental)) else {
             return Ok(Sent::Moot);
         };
         let id = terms.rental;
@@ -206,10 +209,9 @@ where
         };
         let key = |what: &str| format!("rental-dispatch:{}:{}:{what}", id.0, work.generation);
         let connection = &terms.connection;
-        // A provider that does not deduplicate on the key may hold a machine from an earlier
-        // attempt whose answer was lost: it is found by its mark before anything is sent.
-        let blind = terms.support.idempotent_provision == IdempotentProvision::None;
-        let answer = match self.adoptable(work, client, blind, (owner, rental)).await {
+        // An earlier attempt whose answer was lost may have made the machine: where the
+        // provider lists its capacity, it is found by its mark before anything is sent again.
+        let answer = match self.adoptable(work, client, (owner, rental)).await {
             Ok(Some(receipt)) => Ok(receipt),
             Ok(None) => client.provision(&command).await,
             Err(error) => Err(error),
@@ -236,21 +238,21 @@ where
         }
     }
 
-    /// The machine an earlier attempt of this provision made, as its provider lists it,
-    /// read only for a provider that does not deduplicate on the key and only from the
-    /// second attempt on: the one listed with this rental's id and ownership token.
+    /// The machine an earlier attempt of this provision made, as its provider lists it: read
+    /// from the second attempt on, where the provider lists owned capacity (every provider
+    /// that does not deduplicate on the key must), the one listed with this rental's id and
+    /// ownership token.
     async fn adoptable(
         &self,
         work: &Work,
         client: &ProviderClient,
-        blind: bool,
         (owner, rental): (&str, &Rental),
     ) -> Result<Option<CapacityReceipt>, ProviderError> {
         let (Some(terms), Some(ownership)) = (rental.terms.as_ref(), rental.ownership.as_ref())
         else {
             return Ok(None);
         };
-        if !blind || work.attempt <= 1 {
+        if !terms.support.list_owned || work.attempt <= 1 {
             return Ok(None);
         }
         let query = OwnershipQuery { workspace_id: Some(owner.to_string()) };
@@ -308,8 +310,22 @@ where
                 self.record_not_found(work, rental).await?;
                 return Ok(Sent::Delivered);
             }
-            // Never retried: a routing bug or a refusal for good, for operators.
-            Err(error @ (ProviderError::Unsupported(_) | ProviderError::Refused { .. })) => {
+            // Never retried: a routing bug, for operators.
+            Err(error @ ProviderError::Unsupported(_)) => {
+                tracing::warn!(dispatcher = "rental-dispatcher", stream = %work.stream, action = %work.action, %error, "the provider does not support the work");
+                return Ok(Sent::Refused);
+            }
+            // A termination is idempotent (rule 8) and the rental stays charged until it is
+            // confirmed: a refusal is tried again with backoff, never dropped. So is a stop or
+            // a resume the provider would not authorize (a token being rotated) or found in
+            // conflict; any other refusal of those is for good, for operators.
+            Err(ProviderError::Refused { status, .. })
+                if work.action == "terminate" || matches!(status, 401 | 403 | 409) =>
+            {
+                let detail = format!("the provider refused the {} ({status})", work.action);
+                return Ok(Sent::Failed { detail });
+            }
+            Err(error @ ProviderError::Refused { .. }) => {
                 tracing::warn!(dispatcher = "rental-dispatcher", stream = %work.stream, action = %work.action, %error, "the provider refused the work");
                 return Ok(Sent::Refused);
             }
@@ -428,7 +444,10 @@ where
             return Ok(Sent::Moot);
         }
         match work.action.as_str() {
-            "provision" => self.provision(work, client, (&owner, &stored)).await,
+            "provision" => {
+                let work = (work, OperationId(operation));
+                self.provision(work, client, (&owner, &stored)).await
+            }
             // A termination needs the receipt that names the machine: it waits for the
             // provision's answer.
             "terminate" if stored.allocated.is_none() => Ok(Sent::NotSent {

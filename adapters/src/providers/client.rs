@@ -19,8 +19,8 @@ use super::wire::{
 /// Largest answer read, in bytes.
 const ANSWER_BYTES_MAX: usize = 1024 * 1024;
 
-/// Largest error message kept, in bytes.
-const MESSAGE_BYTES_MAX: usize = 2048;
+/// Longest refusal code kept, in bytes.
+const CODE_BYTES_MAX: usize = 64;
 
 /// Why an exchange with a provider failed. No variant carries a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,15 +35,15 @@ pub enum ProviderError {
     /// The command's generation was superseded (409 `FENCED`).
     #[error("the provider refused a superseded generation")]
     Fenced,
-    /// Refused for good (another 4xx): sending it again changes nothing.
-    #[error("the provider refused the request ({status} {code}): {message}")]
+    /// Refused for good (another 4xx): sending it again changes nothing. Only the status
+    /// and the refusal's code are kept: the provider's message may echo the request (its
+    /// bootstrap's enrollment token, the ownership token), so it is never read.
+    #[error("the provider refused the request ({status} {code})")]
     Refused {
         /// The status.
         status: u16,
-        /// Its code.
+        /// Its code (a short token: anything else is dropped).
         code: String,
-        /// Its message, capped.
-        message: String,
     },
     /// No usable answer (a 5xx, a 429, unreachable, timed out, malformed): tried again.
     #[error("the provider did not answer usably: {0}")]
@@ -176,44 +176,43 @@ impl ProviderClient {
         let status = response.status();
         let body = capped(response).await?;
         if status.is_success() {
-            return serde_json::from_slice(&body)
-                .map_err(|error| ProviderError::Failed(format!("a malformed answer: {error}")));
+            // serde's message may quote the answer: only where it failed is kept.
+            return serde_json::from_slice(&body).map_err(|error| {
+                ProviderError::Failed(format!(
+                    "a malformed answer (line {}, column {})",
+                    error.line(),
+                    error.column()
+                ))
+            });
         }
         Err(refusal(status, &body))
     }
 }
 
-/// What an unsuccessful answer means.
+/// What an unsuccessful answer means, from its status and its refusal's code only.
 fn refusal(status: StatusCode, body: &[u8]) -> ProviderError {
     let refusal: Option<ProviderRefusal> = serde_json::from_slice(body).ok();
-    let (code, message) = refusal.map_or_else(
-        || (String::new(), String::from_utf8_lossy(body).into_owned()),
-        |refusal| (refusal.code, refusal.message),
-    );
-    let message = cap(message);
+    let code = refusal.map(|refusal| refusal.code).filter(|code| is_code(code)).unwrap_or_default();
     match status {
         StatusCode::NOT_IMPLEMENTED => ProviderError::Unsupported("this operation"),
         StatusCode::NOT_FOUND => ProviderError::NotFound,
         StatusCode::CONFLICT if code == "FENCED" => ProviderError::Fenced,
         StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT => {
-            ProviderError::Failed(format!("{status}: {message}"))
+            ProviderError::Failed(format!("the provider answered {status} {code}"))
         }
         status if status.is_client_error() => {
-            ProviderError::Refused { status: status.as_u16(), code, message }
+            ProviderError::Refused { status: status.as_u16(), code }
         }
-        status => ProviderError::Failed(format!("{status}: {message}")),
+        status => ProviderError::Failed(format!("the provider answered {status} {code}")),
     }
 }
 
-fn cap(mut message: String) -> String {
-    if message.len() > MESSAGE_BYTES_MAX {
-        let mut end = MESSAGE_BYTES_MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
-    message.trim().to_string()
+/// A refusal's code as the protocol spells them (`NO_CAPACITY`): upper-case letters, digits
+/// and `_`, at most [`CODE_BYTES_MAX`] bytes. Anything else is not kept.
+fn is_code(code: &str) -> bool {
+    !code.is_empty()
+        && code.len() <= CODE_BYTES_MAX
+        && code.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
 async fn capped(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderError> {

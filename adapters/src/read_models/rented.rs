@@ -295,37 +295,44 @@ impl PgReadModels {
     }
 
     /// The runs whose launch has had no answer since `before` (launching or indeterminate,
-    /// unchanged since), at most 200, oldest first, each with its tenant.
+    /// unchanged since), in id order after `after`, at most `limit`, each with its tenant: a
+    /// sweep pages through them all in turn, so runs that stay unsettled (their node lost)
+    /// never keep the others from being looked at.
     ///
     /// # Errors
     /// When the database cannot be read.
     pub async fn launches_unanswered(
         &self,
         before: DateTime<Utc>,
+        (after, limit): (Option<Uuid>, i64),
     ) -> Result<Vec<(Uuid, String)>, StoreError> {
         let rows = self
             .query(
                 "SELECT run_id, tenant_id FROM run_timeline \
                  WHERE status IN ('launching', 'indeterminate') AND updated_at <= $1 \
-                 ORDER BY updated_at, run_id LIMIT 200",
-                &[&before],
+                 AND ($2::uuid IS NULL OR run_id > $2) ORDER BY run_id LIMIT $3",
+                &[&before, &after, &limit],
             )
             .await?;
         Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
-    /// The rentals a provider holds a machine for (starting to terminating), the ones looked
-    /// at longest ago (or never) first, at most `limit`.
+    /// The rentals a provider holds a machine for (starting to terminating), in id order
+    /// after `after`, at most `limit`: a sweep pages through them all in turn, so rentals
+    /// whose provider does not answer never keep the others from being looked at.
     ///
     /// # Errors
     /// When the database cannot be read.
-    pub async fn rentals_to_observe(&self, limit: i64) -> Result<Vec<Uuid>, StoreError> {
+    pub async fn rentals_to_observe(
+        &self,
+        (after, limit): (Option<Uuid>, i64),
+    ) -> Result<Vec<Uuid>, StoreError> {
         let rows = self
             .query(
                 "SELECT rental_id FROM rentals \
                  WHERE state IN ('starting', 'active', 'stopping', 'stopped', 'terminating') \
-                 ORDER BY received_at NULLS FIRST, rental_id LIMIT $1",
-                &[&limit],
+                 AND ($1::uuid IS NULL OR rental_id > $1) ORDER BY rental_id LIMIT $2",
+                &[&after, &limit],
             )
             .await?;
         Ok(rows.iter().map(|row| row.get(0)).collect())

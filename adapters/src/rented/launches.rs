@@ -34,7 +34,12 @@ pub struct LaunchReconciler<S> {
     /// How long a launch may go unanswered, and how often the reconciler sweeps.
     timing: (TimeDelta, TimeDelta),
     next_sweep: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Where the next sweep's page starts (none: from the first run).
+    after: std::sync::Mutex<Option<uuid::Uuid>>,
 }
+
+/// Most runs one sweep looks into.
+const RUNS_PER_SWEEP: i64 = 200;
 
 impl<S> LaunchReconciler<S> {
     /// A reconciler acting through `runs` and `nodes`, reading `read_models`; a launch may go
@@ -50,6 +55,7 @@ impl<S> LaunchReconciler<S> {
             read_models,
             timing: (answer_within, every),
             next_sweep: std::sync::Mutex::new(None),
+            after: std::sync::Mutex::new(None),
         }
     }
 }
@@ -68,11 +74,16 @@ where
     S: CommandStore + Clone + Send + Sync + 'static,
 {
     async fn sweep(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        let after = *self.after.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let unanswered = self
             .read_models
-            .launches_unanswered(now - self.timing.0)
+            .launches_unanswered(now - self.timing.0, (after, RUNS_PER_SWEEP))
             .await
             .map_err(|error| retry("read runs", &error))?;
+        // A short page was the last: the next sweep starts from the first run again.
+        let full = unanswered.len() as i64 == RUNS_PER_SWEEP;
+        let next = full.then(|| unanswered.last().map(|(run, _)| *run)).flatten();
+        *self.after.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
         for (run, tenant) in unanswered {
             let Ok(owner) = TenantId::parse(&tenant) else { continue };
             self.look_into(&owner, RunId(run)).await?;

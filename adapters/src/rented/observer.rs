@@ -1,6 +1,7 @@
 //! The `rental-observer` reconciler: every sweep (15 s by default) it asks each rental's
-//! provider for a look at its machine, the rentals looked at longest ago first (at most
-//! [`LOOKS_PER_SWEEP`] a sweep), and records what the provider says: `unknown` is recorded
+//! provider for a look at its machine, paging through the rentals in id order (at most
+//! [`LOOKS_PER_SWEEP`] a sweep, the next sweep going on from there, so a provider that does
+//! not answer holds no other rental back), and records what the provider says: `unknown` is recorded
 //! as the honest answer it is and moves nothing (rule 10); a not-found is the rental's to
 //! weigh (proof of termination only while one is asked, and only from a provider that
 //! declares terminated capacity unobservable; rule 11). A look is keyed by the generation,
@@ -38,6 +39,8 @@ pub struct RentalObserver<S> {
     read_models: PgReadModels,
     every: TimeDelta,
     next_sweep: std::sync::Mutex<Option<DateTime<Utc>>>,
+    /// Where the next sweep's page starts (the last rental looked at; none: from the first).
+    after: std::sync::Mutex<Option<uuid::Uuid>>,
 }
 
 impl<S> RentalObserver<S> {
@@ -49,7 +52,14 @@ impl<S> RentalObserver<S> {
         read_models: PgReadModels,
         every: TimeDelta,
     ) -> Self {
-        Self { rentals, providers, read_models, every, next_sweep: std::sync::Mutex::new(None) }
+        Self {
+            rentals,
+            providers,
+            read_models,
+            every,
+            next_sweep: std::sync::Mutex::new(None),
+            after: std::sync::Mutex::new(None),
+        }
     }
 }
 
@@ -67,11 +77,15 @@ where
     S: CommandStore + Clone + Send + Sync + 'static,
 {
     async fn sweep(&self) -> Result<(), ReconcileError> {
+        let after = *self.after.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let due = self
             .read_models
-            .rentals_to_observe(LOOKS_PER_SWEEP)
+            .rentals_to_observe((after, LOOKS_PER_SWEEP))
             .await
             .map_err(|error| retry("read rentals", &error))?;
+        // A short page was the last: the next sweep starts from the first rental again.
+        let next = (due.len() as i64 == LOOKS_PER_SWEEP).then(|| due.last().copied()).flatten();
+        *self.after.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
         for rental in due {
             let (owner, stored) = match self.rentals.owned(RentalId(rental)).await {
                 Ok(found) => found,

@@ -255,7 +255,12 @@ async fn provision(
         return refused(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "the provider failed");
     }
     if provider.faults.refuse_provisions {
-        return refused(StatusCode::BAD_REQUEST, "NO_CAPACITY", "no capacity for that offer");
+        // Echoing the request, as careless providers do: its client must keep none of it.
+        let echo = format!(
+            "no capacity for {} (token {})",
+            command.offer_snapshot_id, command.bootstrap.enrollment_token
+        );
+        return refused(StatusCode::BAD_REQUEST, "NO_CAPACITY", &echo);
     }
     if let Some(answer) = provider.replayed(&command.operation_key, &command.request_hash) {
         return answer;

@@ -190,7 +190,9 @@ async fn a_rental_is_provisioned_stopped_resumed_and_terminated_through_its_prov
     let machines = provider.machines().await;
     assert_eq!(machines[0]["bootstrap"]["generation"], 2);
     assert_eq!(machines[0]["bootstrap"]["node_id"], active["nodeId"]);
-    assert_ne!(machines[0]["bootstrap"]["enrollment_token"], json!(token));
+    let resumed_token = machines[0]["bootstrap"]["enrollment_token"].as_str().expect("a token");
+    assert_ne!(resumed_token, token);
+    let resumed_token = resumed_token.to_string();
     // Terminate: this provider forgets terminated machines, so its not-found confirms it.
     let terminated = server.graphql(&acme, TERMINATE, at(&rental, 2, "t-1")).await;
     assert!(terminated["errors"].is_null(), "{terminated}");
@@ -205,7 +207,7 @@ async fn a_rental_is_provisioned_stopped_resumed_and_terminated_through_its_prov
         .graphql(&operator, "{ events(first: 100) { edges { node { type payload } } } }", json!({}))
         .await
         .to_string();
-    for secret in [token.as_str(), TOKEN, "provider-private"] {
+    for secret in [token.as_str(), resumed_token.as_str(), TOKEN, "provider-private"] {
         assert!(!log.contains(secret), "{secret} in the log");
     }
     assert!(log.contains("CapacityTerminated"), "{log}");
@@ -276,10 +278,11 @@ const BLIND: &str = r#"{"stop": true, "resume": true, "persistent_disk": false,
 #[tokio::test]
 async fn a_provision_whose_answer_was_lost_is_found_again_never_made_twice() {
     let acme = tenant_token("acme");
-    // A provider deduplicating on the key answers the second send with the first receipt; one
-    // that does not is never sent a second provision: its listing holds the machine, marked
-    // with the rental's id and ownership token, and that machine is adopted.
-    for (capabilities, provisions) in [(EVERY, 2), (BLIND, 1)] {
+    // A provider that lists its capacity is never sent a second provision: its listing holds
+    // the machine, marked with the rental's id and ownership token, and that machine is
+    // adopted (one that does not deduplicate on the key must list). One that deduplicates
+    // and does not list answers the second send with the first receipt.
+    for (capabilities, provisions) in [(EVERY, 1), (BLIND, 1), (UNLISTED, 2)] {
         let dir = temp_dir();
         let provider =
             ProviderSim::start(&dir.0, capabilities, &["--lose-provision-answers"]).await;
@@ -291,8 +294,34 @@ async fn a_provision_whose_answer_was_lost_is_found_again_never_made_twice() {
         assert_eq!(machines.len(), 1, "one machine: {machines:?}");
         assert_eq!(provider.count("provision").await, provisions, "{capabilities}");
         let listed = provider.count("owned").await;
-        assert_eq!(listed > 0, provisions == 1, "listed only where the key is not honoured");
+        assert_eq!(listed > 0, provisions == 1, "listed where the provider lists");
     }
+}
+
+const UNLISTED: &str = r#"{"stop": true, "resume": true, "persistent_disk": false,
+    "spot": false, "exact_pricing": true, "idempotent_provision": "operation_key",
+    "list_owned": false, "observe_after_terminate": false}"#;
+
+#[tokio::test]
+async fn a_termination_asked_before_a_lost_receipt_ends_the_one_machine_the_provision_made() {
+    let dir = temp_dir();
+    let provider = ProviderSim::start(&dir.0, UNLISTED, &["--lose-provision-answers"]).await;
+    let server = server_renting_from(&provider, &dir.0, UNLISTED).await;
+    let acme = tenant_token("acme");
+    let provisioned = server.graphql(&acme, PROVISION, provision("r-1", false)).await;
+    let rental = data(&provisioned)["provisionRental"]["id"].clone();
+    // The first send's answer is lost; the tenant terminates before any receipt.
+    eventually("the first provision sent", || async {
+        (provider.count("provision").await >= 1).then_some(())
+    })
+    .await;
+    let terminated = server.graphql(&acme, TERMINATE, at(&rental, 1, "t-1")).await;
+    assert!(terminated["errors"].is_null(), "{terminated}");
+    // The provision is sent again under its own key: the provider's first machine answers
+    // it, and that machine is the one terminated. None is left behind.
+    rental_in(&server, &acme, &rental, "terminated").await;
+    assert!(provider.machines().await.is_empty(), "{:?}", provider.machines().await);
+    assert_eq!(provider.count("provision").await, 2);
 }
 
 #[tokio::test]
