@@ -22,7 +22,10 @@ use uuid::Uuid;
 
 use crate::fleet_golden::check;
 
-const RENTAL_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/rental_state_v1.hex"))];
+const RENTAL_STATE_GOLDEN: &[(u32, &str)] = &[
+    (1, include_str!("golden/rental_state_v1.hex")),
+    (2, include_str!("golden/rental_state_v2.hex")),
+];
 const NODE_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/node_state_v1.hex"))];
 const RUN_STATE_GOLDEN: &[(u32, &str)] =
     &[(1, include_str!("golden/run_state_v1.hex")), (2, include_str!("golden/run_state_v2.hex"))];

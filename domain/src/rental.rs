@@ -49,7 +49,7 @@
 //! | requested, starting | starting | — | — | — | — | — |
 //! | active | active | active | — | — (not stopped yet) | active | — |
 //! | stopping | — | — | stopping | — | — | — |
-//! | stopped | stopped | stopped, but — when starting after a resume, not interrupted and not dated after the recorded stop (`state_since`, the provider's clock: the provider has not acted on it yet) | stopped | stopped (CapacityStopped) | — | — |
+//! | stopped | stopped | stopped, but — when starting after a resume, the last recorded look still the stopped one, not interrupted and not dated after the recorded stop (`state_since`, the provider's clock, kept across the resume: the provider has not acted on it yet) | stopped | stopped (CapacityStopped) | — | — |
 //! | terminated | terminated | terminated | terminated | terminated | terminated | terminated (CapacityTerminated) |
 //!
 //! An observation that stops or terminates capacity with `interrupted` set is recorded as
@@ -254,6 +254,10 @@ pub struct Rental {
     pub requested_at: Option<DateTime<Utc>>,
     /// When it was last changed.
     pub updated_at: Option<DateTime<Utc>>,
+    /// When the provider says its machine last stopped (the `state_since` of the look that
+    /// stopped it, the provider's clock), kept across a resume: a stopped look after a resume
+    /// dated no later is still that stop (the provider has not acted on the resume yet).
+    pub stopped_since: Option<DateTime<Utc>>,
 }
 
 /// What can be asked of a rental. Commands that act on the capacity name the generation
@@ -408,7 +412,7 @@ impl Refusal for RentalError {
 
 impl Aggregate for Rental {
     const STREAM_TYPE: &'static str = "rental";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = RentalCommand;
     type Event = RentalEvent;
     type Error = RentalError;
@@ -429,6 +433,7 @@ impl Aggregate for Rental {
             last_error: None,
             requested_at: None,
             updated_at: None,
+            stopped_since: None,
         }
     }
 

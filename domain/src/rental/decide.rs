@@ -151,12 +151,18 @@ fn observe(
             return Ok(Vec::new());
         }
     }
+    let last_stopped = rental
+        .observed
+        .as_ref()
+        .is_some_and(|last| last.observation.state == CapacityState::Stopped);
     let still_stopped = observation.state == CapacityState::Stopped
         && !observation.interrupted
+        && last_stopped
         && !stopped_since_recorded_stop(rental, observation);
     let status = if resuming(rental) && still_stopped {
         // The provider has not acted on the resume yet: still the machine from before it. (A
-        // reclaim is a fact whenever it comes, and so is a stop dated after the recorded one.)
+        // reclaim is a fact whenever it comes, and so is a stop dated after the recorded one,
+        // or one after a look that showed the machine moving again.)
         rental.status
     } else {
         follow(rental.status, observation.state)
@@ -181,13 +187,12 @@ fn observe(
     Ok(vec![event])
 }
 
-/// A stopped look dated after the stop the rental last recorded: the machine stopped again.
-/// Both dates are the provider's own clock (`state_since`), so they compare; an undated look,
-/// or one with no recorded stop to compare with, proves nothing new.
+/// A stopped look dated after the stop the rental recorded (kept across the resume, whatever
+/// looks came since): the machine stopped again. Both dates are the provider's own clock
+/// (`state_since`), so they compare; an undated look, or no dated stop to compare with,
+/// proves nothing new.
 fn stopped_since_recorded_stop(rental: &Rental, observation: &CapacityObservation) -> bool {
-    let recorded = rental.observed.as_ref().map(|last| &last.observation);
-    let recorded = recorded.filter(|last| last.state == CapacityState::Stopped);
-    match (recorded.and_then(|last| last.state_since), observation.state_since) {
+    match (rental.stopped_since, observation.state_since) {
         (Some(recorded), Some(since)) => since > recorded,
         _ => false,
     }

@@ -32,12 +32,16 @@ pub(super) fn evolve(mut rental: Rental, event: &E) -> Rental {
         }
         E::CapacityObserved { observation, status, received_at }
         | E::CapacityInterrupted { observation, status, received_at } => {
+            if *status == S::Stopped && rental.status != S::Stopped {
+                rental.stopped_since = observation.state_since;
+            }
             rental.status = *status;
             rental.observed =
                 Some(Observed { observation: observation.clone(), received_at: *received_at });
             rental.updated_at = Some(*received_at);
         }
         E::CapacityStopped { observation, received_at } => {
+            rental.stopped_since = observation.state_since;
             rental.status = S::Stopped;
             rental.operation = None;
             rental.observed =

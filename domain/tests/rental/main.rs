@@ -244,6 +244,18 @@ fn a_look_from_before_a_resume_or_the_resume_not_yet_acted_on_stops_nothing() {
     assert_eq!(rental.status, S::Stopped);
     let rental = check(&resumed(), seen_in(2, O::Active, 60), Events(&["CapacityObserved"]));
     assert_eq!(rental.status, S::Active);
+    // An undated stopped look, recorded, does not replace the recorded stop's date: a later
+    // look dated after it is still the fact it is.
+    let undated = [resumed(), vec![(since(seen_in(2, O::Stopped, 60), None), 60)]].concat();
+    assert_eq!(replay(&undated).stopped_since, replay(&resumed()).stopped_since);
+    let rental =
+        check(&undated, since(seen_in(2, O::Stopped, 70), Some(65)), Events(&["CapacityObserved"]));
+    assert_eq!(rental.status, S::Stopped, "stopped again after the recorded stop");
+    // Seen moving after the resume (starting), a stopped look is news, dated or not.
+    let moving = [resumed(), vec![(seen_in(2, O::Starting, 60), 60)]].concat();
+    let rental =
+        check(&moving, since(seen_in(2, O::Stopped, 70), None), Events(&["CapacityObserved"]));
+    assert_eq!(rental.status, S::Stopped, "it started, then stopped");
 }
 
 #[test]
