@@ -27,8 +27,11 @@ const RENTAL_STATE_GOLDEN: &[(u32, &str)] = &[
     (2, include_str!("golden/rental_state_v2.hex")),
 ];
 const NODE_STATE_GOLDEN: &[(u32, &str)] = &[(1, include_str!("golden/node_state_v1.hex"))];
-const RUN_STATE_GOLDEN: &[(u32, &str)] =
-    &[(1, include_str!("golden/run_state_v1.hex")), (2, include_str!("golden/run_state_v2.hex"))];
+const RUN_STATE_GOLDEN: &[(u32, &str)] = &[
+    (1, include_str!("golden/run_state_v1.hex")),
+    (2, include_str!("golden/run_state_v2.hex")),
+    (3, include_str!("golden/run_state_v3.hex")),
+];
 
 fn at(seconds: i64) -> chrono::DateTime<Utc> {
     Utc.timestamp_opt(1_800_000_000 + seconds, 0).single().expect("valid")

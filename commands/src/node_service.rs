@@ -435,6 +435,13 @@ fn run_command(
             NodeOrder::StopWorkload { run, .. } => Some((*run, RunCommand::CancelAccepted)),
             _ => None,
         },
+        NodeEvent::NodeOperationRefused { operation, .. }
+        | NodeEvent::NodeOperationNotApplied { operation, .. }
+            if matches!(order_of(operation)?, NodeOrder::StopWorkload { .. }) =>
+        {
+            let NodeOrder::StopWorkload { run, .. } = order_of(operation)? else { return None };
+            Some((*run, RunCommand::StopFailed { operation: *operation }))
+        }
         NodeEvent::NodeOperationRefused { operation, reason, .. } => match order_of(operation)? {
             NodeOrder::LaunchWorkload { run, attempt, .. } => Some((
                 *run,

@@ -175,7 +175,10 @@ where
         run: RunId,
     ) -> Result<Option<RunOutcome>> {
         let (_, stored) = self.owned(run).await?;
-        let waiting = stored.cancel_requested && stored.stop.is_none();
+        // After STOP_TRIES_MAX stops the node did not act on, the run is left to operators.
+        let waiting = stored.cancel_requested
+            && stored.stop.is_none()
+            && stored.stop_failures < STOP_TRIES_MAX;
         if !waiting || stored.status != leasehold_domain::run::RunStatus::Running {
             return Ok(None);
         }
@@ -192,7 +195,7 @@ where
     /// ([`Self::order_pending_stop`]).
     async fn stop_order(&self, stored: &Run) -> Result<Option<StopOrder>> {
         let Some(attempt) = stored.current() else { return Ok(None) };
-        let operation = OperationId(stop_operation(attempt.attempt));
+        let operation = OperationId(stop_operation(attempt.attempt, stored.stop_failures));
         let found = self
             .pipeline
             .state::<Node>(&attempt.node.stream_id())
@@ -380,9 +383,17 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
 }
 
 /// The stop operation of a cancelled attempt: one per attempt, whoever cancels how often.
-fn stop_operation(attempt: AttemptId) -> Uuid {
+/// Most stop orders a cancel makes of one attempt.
+pub const STOP_TRIES_MAX: u32 = 5;
+
+/// The operation of the `failed`-th retry of `attempt`'s stop (the first, 0, as it always was).
+fn stop_operation(attempt: AttemptId, failed: u32) -> Uuid {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest([b"leasehold/stop\0".as_slice(), attempt.0.as_bytes()].concat());
+    let mut input = [b"leasehold/stop\0".as_slice(), attempt.0.as_bytes()].concat();
+    if failed > 0 {
+        input.extend_from_slice(&failed.to_be_bytes());
+    }
+    let digest = Sha256::digest(input);
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
     Uuid::new_v8(bytes)

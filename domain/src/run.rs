@@ -41,6 +41,7 @@
 //! | launching, indeterminate | Cancel(stop) | unchanged | RunCancelRequested, and no stop: one could overtake the launch it is to stop (once the launch is accepted and the node ready, the run dispatcher orders it: `RunService::order_pending_stop`) | — |
 //! | running | Cancel(stop) | running | RunCancelRequested (unless asked already); RunStopOrdered when a stop is given (the node's current fencing token, read by the service) and none is ordered yet (the node's stop order, in the same append) | — |
 //! | any with a cancel asked, and its stop ordered or not yet possible | Cancel | unchanged | — (idempotent) | — |
+//! | running, its stop ordered | StopFailed(that stop's operation) | running | RunStopFailed (the stop is no longer ordered: the run dispatcher orders another, under a new operation, at most 5 in all) | — for another operation, or once the run has an outcome |
 //! | running, its stop ordered | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | a stop ordered (else `InvalidState`) |
 //! | finished | ConfirmCleanup | closed | RunCleanupConfirmed, RunClosed | — |
 //! | finished | FailCleanup(reason) | finished | RunCleanupFailed (blocked) | — |
@@ -234,6 +235,9 @@ pub struct Run {
     pub requested_at: Option<DateTime<Utc>>,
     /// When it was last changed.
     pub updated_at: Option<DateTime<Utc>>,
+    /// How many of the cancel's stop orders the node refused or never applied: the next
+    /// one is ordered under a new operation id (one per try).
+    pub stop_failures: u32,
 }
 
 impl Run {
@@ -325,6 +329,12 @@ pub enum RunCommand {
     },
     /// The node applied the cancel's stop.
     CancelAccepted,
+    /// The node refused the cancel's stop `operation`, or its reconciliation shows it never
+    /// applied it: the stop is to be ordered again (under a new operation).
+    StopFailed {
+        /// The stop's operation.
+        operation: OperationId,
+    },
     /// The cleanup is confirmed.
     ConfirmCleanup,
     /// The cleanup failed.
@@ -379,7 +389,7 @@ impl Refusal for RunError {
 
 impl Aggregate for Run {
     const STREAM_TYPE: &'static str = "run";
-    const STATE_SCHEMA: u32 = 2;
+    const STATE_SCHEMA: u32 = 3;
     type Command = RunCommand;
     type Event = RunEvent;
     type Error = RunError;
@@ -400,6 +410,7 @@ impl Aggregate for Run {
             stop: None,
             requested_at: None,
             updated_at: None,
+            stop_failures: 0,
         }
     }
 

@@ -62,11 +62,12 @@ where
                 let found = found.map_err(|error| retry("read a node", &error))?;
                 Ok(found.and_then(|(_, _, node)| node.identity).map(|identity| identity.rental))
             }
-            // Accepted: a stop may wait for it; never applied: the run may launch again.
+            // Accepted: a stop may wait for it; never applied: the run may launch again; a
+            // stop not acted on: another may be ordered.
             Run::STREAM_TYPE
                 if matches!(
                     event.event_type.as_str(),
-                    "RunLaunchAccepted" | "RunLaunchNotApplied"
+                    "RunLaunchAccepted" | "RunLaunchNotApplied" | "RunStopFailed"
                 ) =>
             {
                 let Some(run) = RunId::of_stream(&event.stream_id) else { return Ok(None) };

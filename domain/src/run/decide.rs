@@ -51,6 +51,7 @@ pub(super) fn decide(
         }
         (_, C::Cancel { stop }) => Ok(cancel(run, *stop, at)),
         (_, C::CancelAccepted) => cancel_accepted(run, at),
+        (_, C::StopFailed { operation }) => Ok(stop_failed(run, *operation, at)),
         (S::Finished, C::ConfirmCleanup) => {
             Ok(vec![RunEvent::RunCleanupConfirmed { at }, closed(Cleanup::Confirmed, at)])
         }
@@ -277,6 +278,18 @@ fn cancel_accepted(run: &Run, at: DateTime<Utc>) -> Result<Vec<RunEvent>, RunErr
     ])
 }
 
+/// The node did not act on the stop `operation`: if it is the one ordered and the run has no
+/// outcome yet, the stop is to be ordered again.
+fn stop_failed(run: &Run, operation: OperationId, at: DateTime<Utc>) -> Vec<RunEvent> {
+    let ordered = run.stop.is_some_and(|stop| stop.operation == operation);
+    match run.current() {
+        Some(current) if ordered && run.outcome.is_none() => {
+            vec![RunEvent::RunStopFailed { attempt: current.attempt, at }]
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn name(command: &RunCommand) -> &'static str {
     match command {
         RunCommand::Submit { .. } => "submit",
@@ -287,6 +300,7 @@ fn name(command: &RunCommand) -> &'static str {
         RunCommand::GiveUp { .. } => "give up",
         RunCommand::Cancel { .. } => "cancel",
         RunCommand::CancelAccepted => "accept a cancel",
+        RunCommand::StopFailed { .. } => "fail its stop",
         RunCommand::ConfirmCleanup => "confirm its cleanup",
         RunCommand::FailCleanup { .. } => "fail its cleanup",
     }

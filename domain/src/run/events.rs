@@ -48,6 +48,8 @@ pub enum RunEvent {
     RunStopOrdered { attempt: AttemptId, stop: StopOrder, at: DateTime<Utc> },
     /// The node applied the cancel's stop.
     RunCancelAccepted { at: DateTime<Utc> },
+    /// The node refused the cancel's stop, or never applied it: another is to be ordered.
+    RunStopFailed { attempt: AttemptId, at: DateTime<Utc> },
     /// Its workload is to be cleaned up.
     RunCleanupRequested { at: DateTime<Utc> },
     /// Its cleanup failed.
@@ -73,6 +75,7 @@ crate::tagged_events!(RunEvent {
     RunCancelRequested,
     RunStopOrdered,
     RunCancelAccepted,
+    RunStopFailed,
     RunCleanupRequested,
     RunCleanupFailed,
     RunCleanupConfirmed,
@@ -131,6 +134,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RunCancelRequested", AT, &[]),
         view("RunStopOrdered", &["attempt", "at"], &["stop.fencing_token", "stop.operation"]),
         view("RunCancelAccepted", AT, &[]),
+        view("RunStopFailed", &["attempt", "at"], &[]),
         view("RunCleanupRequested", AT, &[]),
         view("RunCleanupFailed", &["reason", "at"], &[]),
         view("RunCleanupConfirmed", AT, &[]),

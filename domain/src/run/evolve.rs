@@ -64,6 +64,10 @@ pub(super) fn evolve(mut run: Run, event: &E) -> Run {
         }
         E::RunCancelRequested { .. } => run.cancel_requested = true,
         E::RunStopOrdered { stop, .. } => run.stop = Some(*stop),
+        E::RunStopFailed { .. } => {
+            run.stop = None;
+            run.stop_failures = run.stop_failures.saturating_add(1);
+        }
         E::RunCancelAccepted { .. } => {}
         E::RunCleanupRequested { .. } => run.cleanup = Some(Cleanup::Pending),
         E::RunCleanupFailed { .. } => run.cleanup = Some(Cleanup::Blocked),
@@ -97,6 +101,7 @@ fn at(event: &E) -> chrono::DateTime<chrono::Utc> {
         | E::RunOutcomeRecorded { at, .. }
         | E::RunCancelRequested { at }
         | E::RunStopOrdered { at, .. }
+        | E::RunStopFailed { at, .. }
         | E::RunCancelAccepted { at }
         | E::RunCleanupRequested { at }
         | E::RunCleanupFailed { at, .. }

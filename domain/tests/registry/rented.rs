@@ -244,6 +244,7 @@ pub fn run_samples() -> Samples {
             at,
         },
         U::RunCancelAccepted { at },
+        U::RunStopFailed { attempt, at },
         U::RunCleanupRequested { at },
         U::RunCleanupFailed { reason: reason(), at },
         U::RunCleanupConfirmed { at },

@@ -220,6 +220,18 @@ fn cancel_before_a_launch_closes_at_once_and_after_one_stops_it() {
     check(&unstoppable, C::CancelAccepted, invalid("running", "accept a stop never ordered"));
     check(&unstoppable, cancel_unstoppable(), NoChange);
     check(&unstoppable, cancel(), Events(&["RunStopOrdered"]));
+    // A stop the node refused (or never applied) is ordered again, under a new operation.
+    let stop = leasehold_domain::values::OperationId(uuid::Uuid::from_u128(900));
+    let failed_stop = C::StopFailed { operation: stop };
+    let run = check(&cancelled, failed_stop.clone(), Events(&["RunStopFailed"]));
+    assert_eq!((run.stop, run.stop_failures, run.status), (None, 1, S::Running));
+    let other = C::StopFailed {
+        operation: leasehold_domain::values::OperationId(uuid::Uuid::from_u128(901)),
+    };
+    check(&cancelled, other, NoChange);
+    let refused_once = [cancelled.clone(), vec![(failed_stop.clone(), 6)]].concat();
+    check(&refused_once, failed_stop, NoChange);
+    check(&refused_once, cancel(), Events(&["RunStopOrdered"]));
     // A cancel while launching whose launch then fails never launched anything.
     let cancelled = [launching(), vec![(cancel(), 5)]].concat();
     let run = check(

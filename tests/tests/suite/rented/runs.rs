@@ -231,6 +231,37 @@ async fn a_cancel_after_the_node_enrolled_again_orders_the_stop_under_its_new_to
 }
 
 #[tokio::test]
+async fn a_stop_the_node_refused_is_ordered_again_under_a_new_operation_until_it_takes() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let (run, _, enrolled) = launched(&services, &db).await;
+    let session = session_of(&services, &enrolled);
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    let launch = stored.current().expect("attempt").operation;
+    let applied = (launch, leasehold_domain::node::OperationResult::Applied);
+    services.nodes.settle(&session, "launched", applied).await.expect("settled");
+    services.runs.cancel(&tenant("acme"), "cancel", run).await.expect("cancelled");
+    let stop_of = |stored: &leasehold_domain::run::Run| stored.stop.expect("a stop").operation;
+    let first = stop_of(&services.runs.owned(run).await.expect("read").1);
+    // The node refuses it (mercator's agent answers any runtime failure so).
+    let reason = leasehold_domain::values::Reason::parse("reason", "NodeRefused").expect("ok");
+    let refused = (first, leasehold_domain::node::OperationResult::Refused { reason });
+    services.nodes.settle(&session, "stop-refused", refused).await.expect("recorded");
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    assert_eq!((stored.stop, stored.stop_failures), (None, 1), "no stop ordered now");
+    // The run dispatcher's look orders another, under a new operation; applied, it cancels.
+    let again = services.runs.order_pending_stop(&provider(), &acme(), run).await.expect("ordered");
+    assert!(again.is_some(), "a second stop ordered");
+    let second = stop_of(&services.runs.owned(run).await.expect("read").1);
+    assert_ne!(second, first, "one operation per try");
+    let taken = (second, leasehold_domain::node::OperationResult::Applied);
+    services.nodes.settle(&session, "stop-applied", taken).await.expect("settled");
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    assert_eq!(stored.outcome, Some(leasehold_domain::run::Outcome::Cancelled));
+}
+
+#[tokio::test]
 async fn an_attempt_of_a_booking_the_rental_does_not_run_is_refused_and_appends_nothing() {
     let db = TestDb::migrated().await;
     let clock = ManualClock::at(start());
