@@ -177,6 +177,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_RENTAL_OBSERVE_EVERY", default_value = "15s",
           value_parser = crate::token::parse_ttl)]
     rental_observe_every: TimeDelta,
+    /// Most pooled database connections the server opens for its requests and commands
+    /// (each projection and reconciler holds one more of its own, for its lock).
+    #[arg(long, env = "LEASEHOLD_DATABASE_POOL_SIZE", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(2..=1_000))]
+    database_pool_size: u64,
     /// How long a run's launch may go unanswered by its node before it is recorded
     /// indeterminate and the node is asked for its reconciliation (looked at every
     /// `--rented-sweep-every`).
@@ -212,7 +217,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     if !report.applied.is_empty() {
         tracing::info!(applied = ?report.applied, "migrations applied");
     }
-    let store = PgEventStore::new(&url, StoreConfig::default()).context("--database-url")?;
+    let pool_size = usize::try_from(args.database_pool_size).unwrap_or(16);
+    let store = PgEventStore::new(&url, StoreConfig { pool_size, ..StoreConfig::default() })
+        .context("--database-url")?;
     let (stop, stopped) = watch::channel(false);
     let batch_events = usize::try_from(args.projection_batch).unwrap_or(1_000);
     let runner_config = RunnerConfig { batch_events, ..RunnerConfig::default() };
@@ -307,18 +314,21 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         (agent_timeout, args.vm_inventory_every),
         &stopped,
     )?);
-    reconcilers.push(crate::dispatch::start_run_dispatcher(&state.rented().runs, &stopped));
-    reconcilers.push(crate::dispatch::start_rented_expiry(
-        state.rented(),
-        args.rented_sweep_every,
-        &stopped,
-    ));
-    reconcilers.push(crate::dispatch::start_launch_reconciler(
-        state.rented(),
-        (args.launch_answer_within, args.rented_sweep_every),
-        &stopped,
-    ));
+    // Rented capacity's reconcilers run only where a provider connection is configured:
+    // without one no rental can be asked for, so there is nothing for them to do, and each
+    // holds a connection of its own (its lock) for as long as it runs.
     if !providers.is_empty() {
+        reconcilers.push(crate::dispatch::start_run_dispatcher(&state.rented().runs, &stopped));
+        reconcilers.push(crate::dispatch::start_rented_expiry(
+            state.rented(),
+            args.rented_sweep_every,
+            &stopped,
+        ));
+        reconcilers.push(crate::dispatch::start_launch_reconciler(
+            state.rented(),
+            (args.launch_answer_within, args.rented_sweep_every),
+            &stopped,
+        ));
         let providers = crate::dispatch::providers(providers)?;
         reconcilers.extend(crate::dispatch::start_rental_dispatch(
             &state.rented().rentals,

@@ -4,19 +4,16 @@
 //! themselves read from the note's table.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use leasehold_adapters::providers::wire::{
     CapacityCommand, CapacityRef, NodeBootstrap, OwnershipQuery, ProvisionCommand,
 };
 use leasehold_adapters::providers::{ProviderClient, ProviderError, config};
 use leasehold_domain::rental::{CapacityState, Resources};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
 const TOKEN: &str = "a-provider-token-of-at-least-32-bytes-0123";
-const WAIT: Duration = Duration::from_secs(30);
 
 const EVERY: &str = r#"{"stop": true, "resume": true, "persistent_disk": true, "spot": true,
     "exact_pricing": true, "idempotent_provision": "operation_key", "list_owned": true,
@@ -44,22 +41,13 @@ async fn start(capabilities: &str, extra: &[&str]) -> Sim {
     std::fs::create_dir_all(&dir).unwrap();
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
         .args(["backend-sim", "--provider", "--token-file"])
         .arg(&token_file)
         .args(["--capabilities", capabilities])
-        .args(extra)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
-    let stdout = child.stdout.take().expect("piped");
-    let mut line = String::new();
-    tokio::time::timeout(WAIT, BufReader::new(stdout).read_line(&mut line))
-        .await
-        .expect("the provider says where it listens")
-        .unwrap();
-    let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
+        .args(extra);
+    let (url, child) = leasehold_tests::spawn_listening(command).await;
     Sim { url, dir, _child: child }
 }
 

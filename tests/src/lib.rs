@@ -7,6 +7,10 @@
 
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig, migrate};
 
+mod listening;
+
+pub use listening::spawn_listening;
+
 /// The server tests run against.
 pub fn server_url() -> DatabaseUrl {
     let url = std::env::var("LEASEHOLD_TEST_DATABASE_URL")

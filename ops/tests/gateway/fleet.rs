@@ -253,29 +253,13 @@ pub(crate) async fn start_agent(extra: &[&str]) -> Agent {
 
 /// An agent wanting `token`.
 pub(crate) async fn start_agent_with(token: &str, extra: &[&str]) -> Agent {
-    use tokio::io::AsyncBufReadExt as _;
     let dir = TempDir(std::env::temp_dir().join(format!("lh-agent-{}", uuid::Uuid::now_v7())));
     std::fs::create_dir_all(&dir.0).expect("a directory");
     let token_file = dir.0.join("token");
     std::fs::write(&token_file, token).expect("written");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["backend-sim", "--host-agent", "--token-file"])
-        .arg(&token_file)
-        .args(extra)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
-    let stdout = child.stdout.take().expect("piped");
-    let mut line = String::new();
-    tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        tokio::io::BufReader::new(stdout).read_line(&mut line),
-    )
-    .await
-    .expect("the agent says where it listens")
-    .expect("a line");
-    let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command.args(["backend-sim", "--host-agent", "--token-file"]).arg(&token_file).args(extra);
+    let (url, child) = leasehold_tests::spawn_listening(command).await;
     Agent { url, token: token.to_owned(), _child: child, _dir: dir }
 }
 

@@ -39,28 +39,15 @@ struct ProviderSim {
 
 impl ProviderSim {
     async fn start(dir: &std::path::Path, capabilities: &str, extra: &[&str]) -> Self {
-        use tokio::io::AsyncBufReadExt as _;
         let token_file = dir.join("sim.token");
         std::fs::write(&token_file, TOKEN).expect("written");
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
             .args(["backend-sim", "--provider", "--token-file"])
             .arg(&token_file)
             .args(["--capabilities", capabilities])
-            .args(extra)
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the binary starts");
-        let stdout = child.stdout.take().expect("piped");
-        let mut line = String::new();
-        tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            tokio::io::BufReader::new(stdout).read_line(&mut line),
-        )
-        .await
-        .expect("the provider says where it listens")
-        .expect("a line");
-        let url = line.trim().strip_prefix("listening on ").expect("its first line").to_string();
+            .args(extra);
+        let (url, child) = leasehold_tests::spawn_listening(command).await;
         Self { url, _child: child }
     }
 
@@ -93,6 +80,16 @@ impl ProviderSim {
 /// A server renting through `sim` at `provider`'s URL with `capabilities`, looking at
 /// machines every second.
 async fn server_renting_from(provider: &ProviderSim, dir: &std::path::Path, caps: &str) -> Server {
+    server_renting_with(provider, dir, caps, &[]).await
+}
+
+/// As [`server_renting_from`], with `extra` arguments.
+async fn server_renting_with(
+    provider: &ProviderSim,
+    dir: &std::path::Path,
+    caps: &str,
+    extra: &[&str],
+) -> Server {
     let file = dir.join("providers.json");
     let text = format!(
         r#"{{"providers": [{{"connection": "sim", "url": "{}", "token_file": "sim.token",
@@ -102,15 +99,16 @@ async fn server_renting_from(provider: &ProviderSim, dir: &std::path::Path, caps
     std::fs::write(&file, text).expect("written");
     let key = dir.join("enrollment.key");
     std::fs::write(&key, ENROLLMENT_KEY).expect("written");
-    Server::start_with(&[
+    let mut args = vec![
         "--providers-file",
         file.to_str().expect("UTF-8"),
         "--enrollment-key-file",
         key.to_str().expect("UTF-8"),
         "--rental-observe-every",
         "1s",
-    ])
-    .await
+    ];
+    args.extend_from_slice(extra);
+    Server::start_with(&args).await
 }
 
 fn temp_dir() -> TempDir {
@@ -392,28 +390,8 @@ async fn a_launch_lost_on_its_way_is_relaunched_only_after_the_nodes_reconciliat
     let nodes =
         ["--nodes", "--node-beat-ms", "300", "--node-run-ms", "200", "--node-drop-first-launch"];
     let provider = ProviderSim::start(&dir.0, EVERY, &nodes).await;
-    let file = dir.0.join("providers.json");
-    let text = format!(
-        r#"{{"providers": [{{"connection": "sim", "url": "{}", "token_file": "sim.token",
-            "timeout_seconds": 5, "capabilities": {EVERY}}}]}}"#,
-        provider.url
-    );
-    std::fs::write(&file, text).expect("written");
-    let key = dir.0.join("enrollment.key");
-    std::fs::write(&key, ENROLLMENT_KEY).expect("written");
-    let server = Server::start_with(&[
-        "--providers-file",
-        file.to_str().expect("UTF-8"),
-        "--enrollment-key-file",
-        key.to_str().expect("UTF-8"),
-        "--rental-observe-every",
-        "1s",
-        "--rented-sweep-every",
-        "1s",
-        "--launch-answer-within",
-        "1s",
-    ])
-    .await;
+    let quick = ["--rented-sweep-every", "1s", "--launch-answer-within", "1s"];
+    let server = server_renting_with(&provider, &dir.0, EVERY, &quick).await;
     let acme = tenant_token("acme");
     let provisioned = server.graphql(&acme, PROVISION, provision("r-1", false)).await;
     let rental = data(&provisioned)["provisionRental"]["id"].clone();

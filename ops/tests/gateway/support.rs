@@ -136,6 +136,10 @@ async fn spawn(
         .env("LEASEHOLD_CALLBACK_SECRET", CALLBACK_SECRET)
         .env("LEASEHOLD_DATA_DIR", &data_dir.0)
         .env("LEASEHOLD_LOG", "warn")
+        // Up to three servers run at once here (two tests, one with two servers), each with
+        // a lock connection per projection and reconciler: with the default pool they came
+        // within 10 of PostgreSQL's 100 connections.
+        .env("LEASEHOLD_DATABASE_POOL_SIZE", "8")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
