@@ -118,24 +118,13 @@ async fn count(sim: &Sim, route: &str) -> u64 {
     counts[route].as_u64().unwrap_or(0)
 }
 
-/// The routes of the note's provider table.
-fn documented_routes() -> Vec<String> {
-    let note = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/mercator-protocol.md"
-    ))
-    .expect("the protocol note");
-    note.lines()
-        .filter_map(|line| line.strip_prefix("| `/v1/capacity/"))
-        .filter_map(|rest| rest.split('`').next())
-        .map(|route| format!("/v1/capacity/{route}"))
-        .collect()
-}
-
 #[tokio::test]
 async fn every_documented_route_is_served_behind_the_connections_token() {
     let sim = start(EVERY, &[]).await;
-    let routes = documented_routes();
+    let routes: Vec<String> = leasehold_tests::documented_routes("/v1/capacity/")
+        .into_iter()
+        .map(|route| format!("/v1/capacity/{route}"))
+        .collect();
     assert_eq!(routes.len(), 6, "{routes:?}");
     let http = reqwest::Client::new();
     for route in routes {

@@ -30,3 +30,20 @@ pub async fn spawn_listening(
     let url = line.trim().strip_prefix("listening on ").expect("its first line names its URL");
     (url.to_string(), child)
 }
+
+/// The routes of `docs/mercator-protocol.md`'s tables whose first cell starts with
+/// `` `prefix ``, each as the rest of that cell (so a contract test checks every documented
+/// route, and a route added to the note without a server behind it fails).
+///
+/// # Panics
+/// When the note cannot be read.
+pub fn documented_routes(prefix: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mercator-protocol.md");
+    let note = std::fs::read_to_string(path).expect("the protocol note");
+    let cell = format!("| `{prefix}");
+    note.lines()
+        .filter_map(|line| line.strip_prefix(cell.as_str()))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_string)
+        .collect()
+}

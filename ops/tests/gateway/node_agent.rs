@@ -319,24 +319,10 @@ async fn a_spool_replayed_after_a_resume_is_recorded_once_and_a_bad_event_never_
     );
 }
 
-/// The routes of the protocol note's node-agent table.
-fn documented_routes() -> Vec<String> {
-    let note = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/mercator-protocol.md"
-    ))
-    .expect("the protocol note");
-    note.lines()
-        .filter_map(|line| line.strip_prefix("| `POST /v1/node-agent"))
-        .filter_map(|rest| rest.split('`').next())
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test]
 async fn every_documented_node_agent_route_is_served_behind_its_credential() {
     let (server, _dir) = rented_server().await;
-    let routes = documented_routes();
+    let routes = leasehold_tests::documented_routes("POST /v1/node-agent");
     assert_eq!(routes.len(), 6, "{routes:?}");
     let agent =
         Agent { http: reqwest::Client::new(), base: server.base.clone(), node: Uuid::now_v7() };
