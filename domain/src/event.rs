@@ -30,7 +30,8 @@ pub struct Metadata {
     /// The caller's idempotency key for the command that produced the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation_key: Option<String>,
-    /// The generation (fencing token) the command was issued under.
+    /// The aggregate's generation (fencing token) once the command's events are applied: the
+    /// one the command was checked against, or for a resume the one it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
     /// The distributed trace the command ran in.

@@ -181,16 +181,22 @@ async fn enrolled(
     let version = wire::agent_version(request.agent_version).map_err(bad)?;
     let (node, rental) = (NodeId(request.node_id), RentalId(request.rental_id));
     let nodes = &http.state.inner.rented.nodes;
+    let generation = request.generation;
+    // Operators are told which node was turned away, never what it presented nor why.
+    let refused = || {
+        tracing::info!(node = %node.0, rental = %rental.0, generation, "an enrollment was refused");
+        Refusal::enrollment()
+    };
     let token = request.enrollment_token.as_str();
     let presented = if token.starts_with("lhn1.") {
         // A resume: the credential must be this node's, for the rental and generation named.
-        let session = nodes.verify(token).map_err(|_| Refusal::enrollment())?;
-        if (session.rental, session.generation) != (rental, request.generation) {
-            return Err(Refusal::enrollment());
+        let session = nodes.verify(token).map_err(|_| refused())?;
+        if (session.rental, session.generation) != (rental, generation) {
+            return Err(refused());
         }
         Presented::Credential(token)
     } else {
-        Presented::Token { token, rental, generation: request.generation }
+        Presented::Token { token, rental, generation }
     };
     let enrollment = match nodes.enroll(node, presented, (version, facts)).await {
         Ok(enrollment) => enrollment,
@@ -200,8 +206,14 @@ async fn enrolled(
             tracing::warn!(error = %error, "an enrollment failed");
             return Err(Refusal::internal());
         }
-        Err(_) => return Err(Refusal::enrollment()),
+        Err(_) => return Err(refused()),
     };
+    tracing::info!(
+        node = %node.0,
+        fencing_token = enrollment.fencing_token,
+        resumed = enrollment.duplicate,
+        "a node enrolled"
+    );
     Ok(EnrollResponse {
         node_id: node.0,
         session_token: enrollment.credential,

@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::backend::eventually;
-use crate::rented::{ENROLLMENT_KEY, RUN, SUBMIT, active_rental, rented_server};
+use crate::rented::{
+    ENROLLMENT_KEY, RUN, SUBMIT, active_rental, rented_server, rented_server_logging,
+};
 use crate::support::*;
 
 /// A node agent: the protocol's HTTP calls, as mercator's agent makes them.
@@ -198,6 +200,66 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
     let other = format!("/{}/events", Uuid::now_v7());
     let (status, body) = agent.post(&other, Some(current), &json!({ "events": [] })).await;
     assert_eq!((status, body["code"].as_str()), (401, Some("SESSION_REFUSED")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_or_credential_reaches_a_log_line_even_at_debug() {
+    let (server, dir) = rented_server_logging("debug").await;
+    let acme = tenant_token("acme");
+    let rental = active_rental(&server, &acme, "r-1").await;
+    let rental_text = rental.as_str().expect("an id").to_string();
+    let node = node_of(RentalId(Uuid::parse_str(&rental_text).expect("a UUID")), 1);
+    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
+    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    // Refused: another generation, then (after the first enrollment) the token used again.
+    assert_eq!(agent.enroll(&rental_text, 2, &token).await.0, 401);
+    let (status, first) = agent.enroll(&rental_text, 1, &token).await;
+    assert_eq!(status, 200, "{first}");
+    let first = first["session_token"].as_str().expect("a token").to_string();
+    assert_eq!(agent.enroll(&rental_text, 1, &token).await.0, 401, "single-use");
+    let beat = json!([{ "id": format!("{}-1", node.0), "node_id": node.0, "kind": "heartbeat",
+                         "observed_at": "2026-12-03T15:00:20Z", "facts": facts() }]);
+    assert_eq!(agent.events(&first, beat).await.0, 202);
+    // A resume with the session token, a renewal, and the closed session refused.
+    let (status, resumed) = agent.enroll(&rental_text, 1, &first).await;
+    assert_eq!(status, 200, "{resumed}");
+    let resumed = resumed["session_token"].as_str().expect("a token").to_string();
+    let (status, renewed) =
+        agent.post(&format!("/{}/renew", node.0), Some(&resumed), &json!({})).await;
+    assert_eq!(status, 200, "{renewed}");
+    let renewed = renewed["session_token"].as_str().expect("a token").to_string();
+    let late = json!([{ "id": format!("{}-2", node.0), "node_id": node.0, "kind": "heartbeat",
+                         "observed_at": "2026-12-03T15:00:40Z", "facts": facts() }]);
+    assert_eq!(agent.events(&first, late).await.0, 409, "the first session is closed");
+    assert_eq!(
+        agent.enroll(&rental_text, 1, &first).await.0,
+        401,
+        "a closed session resumes nothing"
+    );
+    // The server logged each enrollment and refusal (so its log is read here at all)...
+    let logs = eventually("the enrollments and refusals logged", || async {
+        let logs = server.logs();
+        let refused = logs.matches("an enrollment was refused").count();
+        (refused >= 3 && logs.matches("a node enrolled").count() >= 2).then_some(logs)
+    })
+    .await;
+    assert!(logs.contains(&node.0.to_string()), "the node is named");
+    // ...and no token, credential, key or secret is anywhere in it.
+    let provider_token = std::fs::read_to_string(dir.0.join("sim.token")).expect("readable");
+    let secrets = [
+        token.as_str(),
+        first.as_str(),
+        resumed.as_str(),
+        renewed.as_str(),
+        acme.as_str(),
+        provider_token.trim(),
+        ENROLLMENT_KEY,
+        SECRET,
+        CALLBACK_SECRET,
+    ];
+    for (index, secret) in secrets.into_iter().enumerate() {
+        assert!(!logs.contains(secret), "secret {index} is in a log line");
+    }
 }
 
 /// Facts as mercator's agent sends them, every field it has.

@@ -30,6 +30,11 @@ pub(crate) const ENROLLMENT_KEY: &str = "an-enrollment-key-of-at-least-32-bytes-
 
 /// A server renting through the connection `sim`, and the directory of its providers file.
 pub(crate) async fn rented_server() -> (Server, TempDir) {
+    rented_server_logging("warn").await
+}
+
+/// [`rented_server`] logging at `level`.
+pub(crate) async fn rented_server_logging(level: &str) -> (Server, TempDir) {
     let dir = TempDir(std::env::temp_dir().join(format!("lh-rent-{}", uuid::Uuid::now_v7())));
     std::fs::create_dir_all(&dir.0).expect("a directory");
     std::fs::write(dir.0.join("sim.token"), "sim-provider-token-0123456789abcdef0123")
@@ -45,7 +50,8 @@ pub(crate) async fn rented_server() -> (Server, TempDir) {
     let key = key.to_str().expect("UTF-8");
     let file = file.to_str().expect("UTF-8");
     let server =
-        Server::start_with(&["--providers-file", file, "--enrollment-key-file", key]).await;
+        Server::start_logging(&["--providers-file", file, "--enrollment-key-file", key], level)
+            .await;
     (server, dir)
 }
 

@@ -30,9 +30,16 @@ pub struct Server {
     pub db: TestDb,
     url: String,
     extra: Vec<String>,
+    /// `LEASEHOLD_LOG` for every start of this server.
+    log_level: String,
+    /// Every line the server wrote to standard error (its log), across restarts.
+    logs: Logs,
     http: reqwest::Client,
     _data_dir: TempDir,
 }
+
+/// A server's log lines, as it wrote them.
+type Logs = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// A directory removed when dropped.
 #[derive(Debug)]
@@ -52,6 +59,11 @@ impl Server {
 
     /// Starts it with extra `serve` arguments.
     pub async fn start_with(extra: &[&str]) -> Server {
+        Server::start_logging(extra, "warn").await
+    }
+
+    /// Starts it with extra `serve` arguments, logging at `level` (`LEASEHOLD_LOG`).
+    pub async fn start_logging(extra: &[&str], level: &str) -> Server {
         let db = TestDb::empty().await;
         let config = db.url.config();
         let url = format!(
@@ -61,14 +73,29 @@ impl Server {
         );
         let data_dir = TempDir(std::env::temp_dir().join(format!("lh-{}", Uuid::now_v7())));
         let extra: Vec<String> = extra.iter().map(ToString::to_string).collect();
-        let (child, base) = spawn(&url, "127.0.0.1:0", &data_dir, &extra).await;
-        Server { base, db, url, extra, child, http: reqwest::Client::new(), _data_dir: data_dir }
+        let logs = Logs::default();
+        let log_level = level.to_string();
+        let launch = Launch { url: &url, data_dir: &data_dir, extra: &extra, log_level: level };
+        let (child, base) = spawn(&launch, "127.0.0.1:0", &logs).await;
+        let http = reqwest::Client::new();
+        Server { base, db, url, extra, log_level, logs, child, http, _data_dir: data_dir }
+    }
+
+    /// Everything the server has logged so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().expect("not poisoned").clone()
     }
 
     /// Starts the binary again on the same address and database, after [`Server::terminate`].
     pub async fn start_again(&mut self) {
         let address = self.base.trim_start_matches("http://").to_string();
-        let (child, base) = spawn(&self.url, &address, &self._data_dir, &self.extra).await;
+        let launch = Launch {
+            url: &self.url,
+            data_dir: &self._data_dir,
+            extra: &self.extra,
+            log_level: &self.log_level,
+        };
+        let (child, base) = spawn(&launch, &address, &self.logs).await;
         assert_eq!(base, self.base);
         self.child = child;
     }
@@ -123,27 +150,32 @@ impl Server {
 }
 
 /// Starts `leasehold serve` and waits until it listens; the process and its base URL.
-async fn spawn(
-    url: &str,
-    listen: &str,
-    data_dir: &TempDir,
-    extra: &[String],
-) -> (tokio::process::Child, String) {
+/// What every start of one server is given.
+struct Launch<'a> {
+    url: &'a str,
+    data_dir: &'a TempDir,
+    extra: &'a [String],
+    log_level: &'a str,
+}
+
+async fn spawn(launch: &Launch<'_>, listen: &str, logs: &Logs) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["serve", "--database-url", url, "--listen", listen])
-        .args(extra)
+        .args(["serve", "--database-url", launch.url, "--listen", listen])
+        .args(launch.extra)
         .env("LEASEHOLD_JWT_SECRET", SECRET)
         .env("LEASEHOLD_CALLBACK_SECRET", CALLBACK_SECRET)
-        .env("LEASEHOLD_DATA_DIR", &data_dir.0)
-        .env("LEASEHOLD_LOG", "warn")
+        .env("LEASEHOLD_DATA_DIR", &launch.data_dir.0)
+        .env("LEASEHOLD_LOG", launch.log_level)
         // Up to three servers run at once here (two tests, one with two servers), each with
         // a lock connection per projection and reconciler: with the default pool they came
         // within 10 of PostgreSQL's 100 connections.
         .env("LEASEHOLD_DATABASE_POOL_SIZE", "8")
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("serve starts");
+    keep_logs(child.stderr.take().expect("piped"), logs.clone());
     let stdout = child.stdout.take().expect("piped");
     let mut lines = BufReader::new(stdout).lines();
     let base = tokio::time::timeout(START_WAIT, async {
@@ -160,6 +192,20 @@ async fn spawn(
     // Keep draining stdout so the server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, base)
+}
+
+/// Collects the server's log lines into `logs`, and passes them on to the test's own
+/// standard error as before, for a failing test's reader.
+fn keep_logs(stderr: tokio::process::ChildStderr, logs: Logs) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("{line}");
+            let mut logs = logs.lock().expect("not poisoned");
+            logs.push_str(&line);
+            logs.push('\n');
+        }
+    });
 }
 
 /// A token for tenant `name`.

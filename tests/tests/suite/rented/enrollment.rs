@@ -34,8 +34,7 @@ async fn an_enrollment_token_used_twice_expired_or_for_another_identity_is_refus
     let other = active_rental(&services, "acme", "r2").await;
     let node = node_of(rental, 1);
     let token = key().enrollment_token(node);
-    let stream = node.stream_id();
-    let before = events_of(&db, &stream).await.len();
+    let before = log_len(&db).await;
     let refusals = [
         // Another node's token, and this token for another rental, generation or node.
         misuse(
@@ -66,9 +65,10 @@ async fn an_enrollment_token_used_twice_expired_or_for_another_identity_is_refus
             "{refused:?}"
         );
     }
-    assert_eq!(events_of(&db, &stream).await.len(), before, "nothing appended");
+    assert_eq!(log_len(&db).await, before, "nothing appended");
     let first = enroll(&services, rental).await;
     assert_eq!(first.fencing_token, 1);
+    let enrolled = log_len(&db).await;
     let again =
         misuse(&services, node, Presented::Token { token: &token, rental, generation: 1 }).await;
     assert!(
@@ -90,6 +90,7 @@ async fn an_enrollment_token_used_twice_expired_or_for_another_identity_is_refus
         ErrorClass::NotFound,
         "one refusal that confirms nothing"
     );
+    assert_eq!(log_len(&db).await, enrolled, "neither the reuse nor the late token appended");
     let log = whole_log_text(&db).await;
     for secret in [token.as_str(), late.as_str(), first.credential.as_str()] {
         assert!(!log.contains(secret), "a token or credential in the log");
@@ -142,8 +143,10 @@ async fn a_partitioned_node_with_the_old_fencing_token_is_fenced_after_a_re_enro
     // A launch decided under the old token (before the re-enrollment) is fenced too, with
     // nothing of it on the run either.
     let run = super::runs::booked_run(&services, rental, "run-1").await;
+    let booked = log_len(&db).await;
     let launch =
         super::runs::create_attempt_under(&services, run, rental, old_session.fencing_token).await;
+    assert_eq!(log_len(&db).await, booked, "the stale launch appended nothing");
     match launch {
         Err(CommandError::LinkedRefused { kind, .. }) => assert_eq!(kind, RefusalKind::Fenced),
         other => panic!("expected a fenced launch, got {other:?}"),

@@ -84,11 +84,13 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
         async move {
             let process = services(db, &clock);
             let acme = tenant("acme");
-            let mut answers = Vec::new();
+            let (mut answers, mut stamped) = (Vec::new(), Vec::new());
             for round in 0..6i64 {
                 let (_, seen) = process.rentals.owned(rental).await.expect("read");
                 let at = start() + chrono::TimeDelta::seconds(10 + round * 16 + n);
                 let key = format!("{n}-{round}");
+                // Every command's key names the generation it is stamped with.
+                stamped.push((key.clone(), seen.generation));
                 let answer = match seen.status {
                     RentalStatus::Active => {
                         process
@@ -129,10 +131,20 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
                 };
                 answers.push(answer);
             }
-            answers
+            (answers, stamped)
         }
     });
-    let answers: Vec<_> = join_all(attempts).await.into_iter().flatten().collect();
+    let (answers, stamped): (Vec<_>, Vec<_>) = join_all(attempts).await.into_iter().unzip();
+    let answers: Vec<_> = answers.into_iter().flatten().collect();
+    // A command's events carry its key (as part of each kind's operation key).
+    let stamped: Vec<(String, u64)> = stamped.into_iter().flatten().collect();
+    let stamped_for = |operation_key: &str| {
+        let mut named =
+            stamped.iter().filter(|(key, _)| operation_key.ends_with(&format!("-{key}")));
+        let found = named.next().map(|(_, generation)| *generation);
+        assert!(named.next().is_none(), "one command per key");
+        found
+    };
     for answer in &answers {
         if let Err(error) = answer {
             // Losing to a resume is fenced; a stop or resume in the wrong state is refused.
@@ -145,11 +157,18 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
     let events = events_of(&db, &rental.stream_id()).await;
     let versions: Vec<u64> = events.iter().map(|event| event.version).collect();
     assert_eq!(versions, (1..=events.len() as u64).collect::<Vec<_>>(), "contiguous");
-    // Replayed, every command event names the generation the rental was at when it was
-    // applied, and the generation never decreases.
+    // Replayed, every command event was decided at the generation its command was stamped
+    // with (observations too: their events do not carry it, their command's key does), and
+    // the generation never decreases.
     let mut state = Rental::initial();
     let mut last_generation = 0;
+    let mut checked = 0;
     for recorded in &events {
+        let key = recorded.metadata.operation_key.as_deref().unwrap_or_default();
+        if let Some(generation) = stamped_for(key) {
+            assert_eq!(generation, state.generation, "{key} applied under a stale generation");
+            checked += 1;
+        }
         let event = RentalEvent::from_stored(recorded.event_type.as_str(), &recorded.payload)
             .expect("decodes");
         match &event {
@@ -164,14 +183,11 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
         }
         state = state.evolve(&event);
         assert!(state.generation >= last_generation, "generations never decrease");
-        let stamped = recorded.metadata.generation.unwrap_or_default();
-        assert!(
-            stamped <= state.generation,
-            "metadata generation {stamped} after {:?}",
-            recorded.event_type
-        );
+        assert_eq!(recorded.metadata.generation, Some(state.generation), "the stamp after it");
         last_generation = state.generation;
     }
+    let observed = events.iter().filter(|e| e.event_type.as_str() == "CapacityObserved").count();
+    assert!(checked > 2 && observed > 0, "the racers' events were checked ({checked})");
     // The processes raced through whole cycles, not only refusals: at least one resume
     // (each round some process acts on the state it read, and six rounds of sixteen pass
     // through stop, confirm and resume many times over).

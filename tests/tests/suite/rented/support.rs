@@ -192,6 +192,12 @@ pub async fn events_of(db: &TestDb, stream: &StreamId) -> Vec<RecordedEvent> {
     db.store().read_stream(stream, 1, 10_000).await.expect("readable")
 }
 
+/// How many events the whole log holds, counted in the table (see [`whole_log_text`]).
+pub async fn log_len(db: &TestDb) -> i64 {
+    let row = db.client().await.query_one("SELECT count(*) FROM events", &[]).await;
+    row.expect("readable").get(0)
+}
+
 /// Every event of the whole log, as JSON text (payloads and metadata).
 ///
 /// Every committed row, read from the table: the log's readers stop at the horizon, which a
