@@ -8,13 +8,13 @@
 //! a re-enrollment is `FENCED` and nothing is appended), the stop a cancel orders, and the
 //! booking's release when the run closes, all in the same append as the run's events.
 
-use leasehold_domain::node::{ManifestDigest, Node, NodeCommand, NodeOrder, NodeStatus};
+use leasehold_domain::node::{ManifestDigest, Node, NodeCommand, NodeId, NodeOrder, NodeStatus};
 use leasehold_domain::rental::{Booking, Rental, RentalCommand, RentalId, RentalStatus};
 use leasehold_domain::run::{
     AttemptId, BookingId, CANCEL_GRACE_SECONDS, Run, RunBooking, RunCommand, RunEffect, RunError,
     RunEvent, RunId, RunTerms, StopOrder, run_effects,
 };
-use leasehold_domain::values::OperationId;
+use leasehold_domain::values::{OperationId, Reason};
 use leasehold_domain::{RefusalKind, TenantId};
 use serde::Serialize;
 use uuid::Uuid;
@@ -271,6 +271,40 @@ where
         self.run(request, run).await
     }
 
+    /// `node` was retired (its machine's generation ended): `run`, of `owner`'s, ends with it
+    /// when its current attempt was launched there, and is left as it is otherwise.
+    ///
+    /// # Errors
+    /// The run's refusal; the pipeline's.
+    pub async fn node_retired(
+        &self,
+        caller: &Caller,
+        owner: &TenantId,
+        (run, node): (RunId, NodeId),
+    ) -> Result<RunOutcome> {
+        let key = format!("node-retired-{}-{}", run.0, node.0);
+        let command = RunCommand::NodeRetired { node };
+        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        self.run(request, run).await
+    }
+
+    /// No attempt of `run` (of `owner`'s) can ever be made: it fails for `reason` (its
+    /// rental is gone) and closes, its booking released.
+    ///
+    /// # Errors
+    /// The run's refusal (`INVALID_STATE` while a launch is in flight); the pipeline's.
+    pub async fn give_up(
+        &self,
+        caller: &Caller,
+        owner: &TenantId,
+        (run, reason): (RunId, Reason),
+    ) -> Result<RunOutcome> {
+        let key = format!("give-up-{}-{}", run.0, reason.as_str());
+        let command = RunCommand::GiveUp { reason };
+        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        self.run(request, run).await
+    }
+
     /// The run as stored now and its owner.
     ///
     /// # Errors
@@ -331,12 +365,8 @@ pub fn effects_follow<S: CommandStore + Send + Sync + 'static>(
             .map(|effect| -> Box<dyn Link<S>> {
                 match effect {
                     RunEffect::AdmitAttempt { booking, node, attempt } => {
-                        let command = RentalCommand::AdmitAttempt {
-                            generation: booking.generation,
-                            booking: booking.booking,
-                            node,
-                            attempt,
-                        };
+                        let command =
+                            RentalCommand::AdmitAttempt { booking: booking.booking, node, attempt };
                         Box::new(LinkedCommand::<Rental>::new(
                             booking.rental.stream_id(),
                             command,

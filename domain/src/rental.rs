@@ -37,7 +37,7 @@
 //! | terminating | NotFound(gen) | terminated | CapacityTerminated{not_found} | only when `!support.observe_after_terminate` and a receipt named the machine; otherwise — (absence is no proof) |
 //! | any other | NotFound | unchanged | — (absence is no proof) | generation |
 //! | active | Book(gen, booking, run) | active | RentalBooked{running, or queued} | generation; at most 1 running and 4 queued (`ScheduleFull`); nothing queues behind interruptible capacity (`ScheduleFull`); — when that booking is held already |
-//! | active | AdmitAttempt(gen, booking, node, attempt) | active | RentalAttemptAdmitted | generation; the booking is the running one and the node the rental's, else `InvalidState` |
+//! | active | AdmitAttempt(booking, node, attempt) | active | RentalAttemptAdmitted | the booking is the running one and the node the current generation's (a booking made before a resume runs on the resumed node), else `InvalidState` |
 //! | any but none | ReleaseBooking(booking) | unchanged | RentalBookingReleased, and RentalBookingStarted for the first queued one when the running one left; — when not held | — |
 //! | terminated | anything else | terminated | refused | `InvalidState` |
 //!
@@ -341,10 +341,11 @@ pub enum RentalCommand {
     },
     /// Admits an attempt of the running booking's run onto the rental's node: checked in
     /// the attempt's own append, so that no attempt starts on a schedule or a node that
-    /// changed after the dispatcher looked.
+    /// changed after the dispatcher looked. The node is the fence: each generation has its
+    /// own (minted from the rental and the generation), so an attempt decided before a
+    /// resume names the retired one. (Not the booking's generation: a booking queued before
+    /// a resume runs on the resumed generation's node.)
     AdmitAttempt {
-        /// The generation the attempt was decided under.
-        generation: u64,
         /// The booking it runs under.
         booking: BookingId,
         /// The node it launches on.

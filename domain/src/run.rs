@@ -45,11 +45,14 @@
 //! | running, its stop ordered | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | a stop ordered (else `InvalidState`) |
 //! | finished | ConfirmCleanup | closed | RunCleanupConfirmed, RunClosed | — |
 //! | finished | FailCleanup(reason) | finished | RunCleanupFailed (blocked) | — |
-//! | closed | Observe, LaunchAnswered (as recorded), Cancel, ConfirmCleanup | closed | — (late or repeated) | — |
+//! | launching, indeterminate, running, finished | NodeRetired(its current attempt's node) | closed | RunNodeRetired (the machine's generation ended under the attempt), RunOutcomeRecorded(failed, `NodeRetired`; cancelled when a cancel was asked) unless an outcome stands, RunCleanupConfirmed, RunClosed | — when another node, or the attempt's launch failed (its booking waits for the next generation's node) |
+//! | closed | Observe, LaunchAnswered (as recorded), Cancel, ConfirmCleanup, NodeRetired | closed | — (late or repeated) | — |
 //! | closed | anything else | closed | refused | `InvalidState` |
 //!
 //! A node lost on lease expiry leaves its runs as they are: their workloads are unobserved,
-//! not dead (the read model says so from the node's state).
+//! not dead (the read model says so from the node's state). A retired node is different: its
+//! generation ended on a confirmed stop or termination of the machine, which is positive
+//! proof that nothing launched there runs any more.
 
 mod decide;
 mod events;
@@ -341,6 +344,12 @@ pub enum RunCommand {
     FailCleanup {
         /// Why.
         reason: Reason,
+    },
+    /// A node was retired: its machine's generation ended (the run ends with it when its
+    /// current attempt was launched there).
+    NodeRetired {
+        /// The retired node.
+        node: NodeId,
     },
 }
 

@@ -8,7 +8,11 @@
 //! (the run is booked again and relaunched, on the same offer, by the run dispatcher).
 //!
 //! One lookup per attempt and node session (its key names both): a node that refuses the
-//! lookup (an agent without it) leaves the launch to its next resume's reconciliation.
+//! lookup (an agent without it) leaves the launch to its next resume's reconciliation. A
+//! node that never comes back settles it otherwise: a lost node's launch stays
+//! indeterminate (unobserved is not dead, rule 10), and once the node is retired (its
+//! machine confirmed stopped and resumed, or terminated) the run ends with it
+//! (`run_dispatch.rs`).
 
 use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_commands::CommandStore;

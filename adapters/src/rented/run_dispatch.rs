@@ -8,6 +8,12 @@
 //! while its launch was unanswered, or its node could not take orders, has its stop ordered
 //! then ([`RunService::order_pending_stop`]): once it runs and its node is ready.
 //!
+//! When a node is retired (its machine's generation ended: the rental was confirmed stopped
+//! and resumed, or confirmed terminated), the run its rental's schedule runs ends with it if
+//! its attempt was launched there ([`RunService::node_retired`]), since nothing launched
+//! there runs any more; when the rental is terminated, every run still waiting on its
+//! schedule fails as `RentalTerminated` ([`RunService::give_up`]): no attempt can be made.
+//!
 //! Repeating is safe: an attempt's id and its command's key are minted from the run and the
 //! attempt's number, so a dispatch repeated after a crash is the recorded one, and a run
 //! whose attempt is under way refuses another.
@@ -19,8 +25,9 @@ use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::run_service::RunService;
 use leasehold_domain::node::{Node, NodeId};
-use leasehold_domain::rental::{Rental, RentalId};
-use leasehold_domain::run::{Run, RunId};
+use leasehold_domain::rental::{Rental, RentalId, RentalStatus};
+use leasehold_domain::run::{Run, RunId, RunStatus};
+use leasehold_domain::values::Reason;
 use leasehold_domain::{Actor, Aggregate as _, RecordedEvent};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
@@ -79,6 +86,38 @@ where
         }
     }
 
+    /// Ends the runs a retired node leaves with nothing to run on (see the module's doc).
+    async fn end_with(&self, node: NodeId) -> Result<(), ReconcileError> {
+        let found = self.runs.pipeline().state::<Node>(&node.stream_id()).await;
+        let found = found.map_err(|error| retry("read a node", &error))?;
+        let Some(identity) = found.and_then(|(_, _, node)| node.identity) else { return Ok(()) };
+        let found = self.runs.pipeline().state::<Rental>(&identity.rental.stream_id()).await;
+        let found = found.map_err(|error| retry("read a rental", &error))?;
+        let Some((owner, _, stored)) = found else { return Ok(()) };
+        let caller = dispatcher();
+        if let Some(running) = stored.schedule.running {
+            let ended = self.runs.node_retired(&caller, &owner, (running.run, node)).await;
+            settled("end a run with its node", ended)?;
+        }
+        if stored.status != RentalStatus::Terminated {
+            return Ok(());
+        }
+        let reason = Reason::parse("reason", "RentalTerminated").expect("a valid reason");
+        for held in stored.schedule.running.iter().chain(&stored.schedule.queued) {
+            let (_, run) = match self.runs.owned(held.run).await {
+                Ok(found) => found,
+                Err(error) => return Err(retry("read a run", &error)),
+            };
+            // The run that ran there was just ended with its node (or has a launch still
+            // answering: its own answer or its node's retirement settles it).
+            if matches!(run.status, RunStatus::Requested | RunStatus::Booked) {
+                let gone = self.runs.give_up(&caller, &owner, (held.run, reason.clone())).await;
+                settled("fail a run whose rental is gone", gone)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Dispatches the run `rental`'s schedule runs now, if any.
     async fn dispatch_on(&self, rental: RentalId) -> Result<(), ReconcileError> {
         let found = self.runs.pipeline().state::<Rental>(&rental.stream_id()).await;
@@ -102,6 +141,11 @@ where
     async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
         let mut rentals = BTreeSet::new();
         for event in seen.events {
+            if event.event_type.as_str() == "NodeRetired"
+                && let Some(node) = NodeId::of_stream(&event.stream_id)
+            {
+                self.end_with(node).await?;
+            }
             if let Some(rental) = self.rental_of(event).await? {
                 rentals.insert(rental.0);
             }

@@ -98,10 +98,10 @@ fn fence(rental: &Rental, command: &RentalCommand) -> Result<(), RentalError> {
         | C::Observe { generation, .. }
         | C::Stop { generation, .. }
         | C::Terminate { generation, .. }
-        | C::Book { generation, .. }
-        | C::AdmitAttempt { generation, .. } => *generation,
+        | C::Book { generation, .. } => *generation,
         C::Resume { generation, .. } => *generation,
-        C::Provision { .. } | C::ReleaseBooking { .. } => return Ok(()),
+        // An attempt is fenced by its node, the generation's own (see `admit_attempt`).
+        C::Provision { .. } | C::ReleaseBooking { .. } | C::AdmitAttempt { .. } => return Ok(()),
     };
     if given == rental.generation {
         Ok(())

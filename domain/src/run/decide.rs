@@ -55,7 +55,8 @@ pub(super) fn decide(
         (S::Finished, C::ConfirmCleanup) => {
             Ok(vec![RunEvent::RunCleanupConfirmed { at }, closed(Cleanup::Confirmed, at)])
         }
-        (S::Closed, C::ConfirmCleanup) => Ok(Vec::new()),
+        (S::Closed, C::ConfirmCleanup | C::NodeRetired { .. }) => Ok(Vec::new()),
+        (_, C::NodeRetired { node }) => Ok(node_retired(run, *node, at)),
         (S::Finished, C::FailCleanup { reason }) => Ok(if run.cleanup == Some(Cleanup::Blocked) {
             Vec::new()
         } else {
@@ -290,6 +291,33 @@ fn stop_failed(run: &Run, operation: OperationId, at: DateTime<Utc>) -> Vec<RunE
     }
 }
 
+/// The node `node` is retired. When it is the current attempt's and that attempt's launch
+/// may have run (ordered, unanswered or accepted), the machine's generation ended under it:
+/// a positive fact that nothing of it runs any more. The first terminal fact still wins
+/// (an outcome recorded stands; else the run failed, or is cancelled when a cancel was
+/// asked), and the cleanup is confirmed by the machine's end. An attempt whose launch failed
+/// leaves nothing behind: its booking waits for the next generation's node.
+fn node_retired(run: &Run, node: NodeId, at: DateTime<Utc>) -> Vec<RunEvent> {
+    let Some(current) = run.current().filter(|current| current.node == node) else {
+        return Vec::new();
+    };
+    if current.launch == Launch::Failed {
+        return Vec::new();
+    }
+    let mut events = vec![RunEvent::RunNodeRetired { attempt: current.attempt, at }];
+    if run.outcome.is_none() {
+        events.push(if run.cancel_requested {
+            outcome(Outcome::Cancelled, None, None, at)
+        } else {
+            let reason = Reason::parse("reason", "NodeRetired").expect("a valid reason");
+            outcome(Outcome::Failed, None, Some(reason), at)
+        });
+    }
+    events.push(RunEvent::RunCleanupConfirmed { at });
+    events.push(closed(Cleanup::Confirmed, at));
+    events
+}
+
 fn name(command: &RunCommand) -> &'static str {
     match command {
         RunCommand::Submit { .. } => "submit",
@@ -303,5 +331,6 @@ fn name(command: &RunCommand) -> &'static str {
         RunCommand::StopFailed { .. } => "fail its stop",
         RunCommand::ConfirmCleanup => "confirm its cleanup",
         RunCommand::FailCleanup { .. } => "fail its cleanup",
+        RunCommand::NodeRetired { .. } => "end with its node",
     }
 }

@@ -56,6 +56,9 @@ pub enum RunEvent {
     RunCleanupFailed { reason: Reason, at: DateTime<Utc> },
     /// Its cleanup is confirmed.
     RunCleanupConfirmed { at: DateTime<Utc> },
+    /// The node its attempt was on is retired: the machine's generation ended under it
+    /// (confirmed stopped, then resumed as the next; or confirmed terminated).
+    RunNodeRetired { attempt: AttemptId, at: DateTime<Utc> },
     /// It is done (`cleanup`: confirmed, or not required).
     RunClosed { cleanup: Cleanup, at: DateTime<Utc> },
 }
@@ -79,6 +82,7 @@ crate::tagged_events!(RunEvent {
     RunCleanupRequested,
     RunCleanupFailed,
     RunCleanupConfirmed,
+    RunNodeRetired,
     RunClosed,
 });
 
@@ -138,6 +142,7 @@ pub const KIND: AggregateKind = AggregateKind {
         view("RunCleanupRequested", AT, &[]),
         view("RunCleanupFailed", &["reason", "at"], &[]),
         view("RunCleanupConfirmed", AT, &[]),
+        view("RunNodeRetired", &["attempt", "at"], &[]),
         view("RunClosed", &["cleanup", "at"], &[]),
     ],
 };

@@ -68,7 +68,7 @@ pub(super) fn evolve(mut run: Run, event: &E) -> Run {
             run.stop = None;
             run.stop_failures = run.stop_failures.saturating_add(1);
         }
-        E::RunCancelAccepted { .. } => {}
+        E::RunCancelAccepted { .. } | E::RunNodeRetired { .. } => {}
         E::RunCleanupRequested { .. } => run.cleanup = Some(Cleanup::Pending),
         E::RunCleanupFailed { .. } => run.cleanup = Some(Cleanup::Blocked),
         E::RunCleanupConfirmed { .. } => run.cleanup = Some(Cleanup::Confirmed),
@@ -106,6 +106,7 @@ fn at(event: &E) -> chrono::DateTime<chrono::Utc> {
         | E::RunCleanupRequested { at }
         | E::RunCleanupFailed { at, .. }
         | E::RunCleanupConfirmed { at }
+        | E::RunNodeRetired { at, .. }
         | E::RunClosed { at, .. } => *at,
         E::RunExternalStateObserved { received_at, .. } => *received_at,
     }

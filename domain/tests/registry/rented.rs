@@ -248,6 +248,7 @@ pub fn run_samples() -> Samples {
         U::RunCleanupRequested { at },
         U::RunCleanupFailed { reason: reason(), at },
         U::RunCleanupConfirmed { at },
+        U::RunNodeRetired { attempt, at },
         U::RunClosed { cleanup: Cleanup::Confirmed, at },
     ])
 }

@@ -329,6 +329,36 @@ fn the_schedule_holds_one_running_and_four_queued() {
 }
 
 #[test]
+fn an_attempt_is_admitted_only_for_the_running_booking_on_the_rentals_node() {
+    let admit = |n, node| C::AdmitAttempt {
+        booking: booking(n).booking,
+        node,
+        attempt: leasehold_domain::run::AttemptId(uuid::Uuid::from_u128(700 + n)),
+    };
+    let history = [active(), vec![(book(1, 1), 50), (book(1, 2), 50)]].concat();
+    let rental = check(&history, admit(1, node(1)), Events(&["RentalAttemptAdmitted"]));
+    assert_eq!(rental.schedule.running, Some(booking(1)), "the schedule is unchanged");
+    let refused = || invalid("active", "admit an attempt of a booking not running on its node");
+    // A queued booking, one never made, or another generation's node.
+    check(&history, admit(2, node(1)), refused());
+    check(&history, admit(9, node(1)), refused());
+    check(&history, admit(1, node(2)), refused());
+    // Only an active rental admits one.
+    check(&stopping(), admit(1, node(1)), invalid("stopping", "admit an attempt"));
+    // A booking made before a stop and resume runs on the resumed generation's node, and
+    // an attempt decided before the resume (on the retired node) is refused.
+    let resumed = [
+        active(),
+        vec![(book(1, 1), 11), (book(1, 2), 11), (stop(1), 20)],
+        vec![(seen(O::Stopped, 30), 30), (resume(1), 40)],
+        vec![(seen_in(2, O::Active, 50), 50)],
+    ]
+    .concat();
+    check(&resumed, admit(1, node(2)), Events(&["RentalAttemptAdmitted"]));
+    check(&resumed, admit(1, node(1)), refused());
+}
+
+#[test]
 fn nothing_queues_behind_interruptible_capacity() {
     let spot = C::Accept { generation: 1, receipt: receipt(O::Active, true) };
     let history = [requested(), vec![(spot, 1), (book(1, 1), 2)]].concat();

@@ -72,6 +72,11 @@ pub fn create(n: u128, on: &str) -> RunCommand {
     }
 }
 
+/// Node 101 (every attempt's here), or another, is retired.
+pub fn retired(node: u128) -> RunCommand {
+    RunCommand::NodeRetired { node: NodeId(Uuid::from_u128(node)) }
+}
+
 /// A cancel whose attempt's node can take the stop (fencing token 1).
 pub fn cancel() -> RunCommand {
     RunCommand::Cancel {

@@ -32,6 +32,12 @@ fn submit_and_book() {
     assert_eq!((run.status, run.booking), (S::Booked, Some(booking(1))));
     check(&booked(), book(1), NoChange);
     check(&booked(), book(2), invalid("booked", "book"));
+    // The same id with other terms is another run.
+    let mut other = submit();
+    if let C::Submit { terms } = &mut other {
+        terms.max_runtime_seconds += 1;
+    }
+    check(&booked(), other, Refused(RunError::AlreadyExists));
 }
 
 #[test]
@@ -262,6 +268,50 @@ fn a_run_closes_with_an_outcome_and_its_cleanup_settled() {
     // Closing takes the booking off the schedule.
     let before = replay(&finished());
     let events = before.decide(&C::ConfirmCleanup, &ctx_at(30)).expect("accepted");
+    assert_eq!(
+        run_effects(&before, &events),
+        vec![RunEffect::ReleaseBooking { booking: booking(1) }]
+    );
+}
+
+#[test]
+fn a_run_ends_with_the_node_its_attempt_was_launched_on() {
+    // Launched (answered or not) and the machine's generation ended: failed as NodeRetired,
+    // and cleaned up by the machine's end.
+    for history in [launching(), indeterminate(), running()] {
+        let run = check(
+            &history,
+            retired(101),
+            Events(&["RunNodeRetired", "RunOutcomeRecorded", "RunCleanupConfirmed", "RunClosed"]),
+        );
+        assert_eq!((run.status, run.outcome), (S::Closed, Some(Outcome::Failed)));
+        assert_eq!(run.failure, Some(reason("NodeRetired")));
+        assert_eq!(run.cleanup, Some(Cleanup::Confirmed));
+        // Another node's retirement is nothing to it.
+        check(&history, retired(102), NoChange);
+    }
+    // A cancel asked: cancelled. An outcome recorded: it stands, and the cleanup is done.
+    let cancelled = [running(), vec![(cancel_unstoppable(), 5)]].concat();
+    let run = check(
+        &cancelled,
+        retired(101),
+        Events(&["RunNodeRetired", "RunOutcomeRecorded", "RunCleanupConfirmed", "RunClosed"]),
+    );
+    assert_eq!(run.outcome, Some(Outcome::Cancelled));
+    let run = check(
+        &finished(),
+        retired(101),
+        Events(&["RunNodeRetired", "RunCleanupConfirmed", "RunClosed"]),
+    );
+    assert_eq!((run.outcome, run.exit_code), (Some(Outcome::Succeeded), Some(0)));
+    // Nothing launched there: the booking waits for the next generation's node.
+    let failed_launch = [launching(), vec![(failed(1), 3)]].concat();
+    check(&failed_launch, retired(101), NoChange);
+    check(&booked(), retired(101), NoChange);
+    check(&closed(), retired(101), NoChange);
+    // Closing takes the booking off the schedule.
+    let before = replay(&running());
+    let events = before.decide(&retired(101), &ctx_at(30)).expect("accepted");
     assert_eq!(
         run_effects(&before, &events),
         vec![RunEffect::ReleaseBooking { booking: booking(1) }]

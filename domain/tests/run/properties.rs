@@ -34,6 +34,7 @@ fn command() -> impl Strategy<Value = RunCommand> {
         Just(RunCommand::CancelAccepted),
         Just(RunCommand::ConfirmCleanup),
         Just(RunCommand::GiveUp { reason: reason("NoCapacity") }),
+        (101u128..103).prop_map(retired),
     ]
 }
 
