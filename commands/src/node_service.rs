@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::node::{
-    AgentVersion, EnrollProof, Node, NodeCommand, NodeError, NodeEvent, NodeFacts, NodeId,
-    NodeIdentity, NodeOrder, OperationResult,
+    AgentVersion, EnrollProof, Locality, ManifestDigest, Node, NodeCommand, NodeError, NodeEvent,
+    NodeFacts, NodeId, NodeIdentity, NodeOrder, OperationResult,
 };
 use leasehold_domain::rental::RentalId;
 use leasehold_domain::run::{LaunchAnswer, Run, RunCommand, WorkloadObservation};
@@ -252,17 +252,51 @@ where
     /// # Errors
     /// `NotFound` for no such node; the pipeline's.
     pub async fn ask_applied(&self, key: &str, node: NodeId) -> Result<Option<OperationId>> {
+        let order = |_: &Node| Some(NodeOrder::ReportApplied {});
+        self.order_as(("node-lookup", "launch-reconciler"), key, node, order).await
+    }
+
+    /// Orders `node` to fetch and unpack `manifest_digest` ahead of a run waiting for it there
+    /// (a prewarm: mercator's nodes accept preparation for a workload not yet launched), keyed
+    /// by `key`. `None` when the node cannot take orders now or already holds the image hot.
+    ///
+    /// # Errors
+    /// As [`Self::ask_applied`].
+    pub async fn prepare_image(
+        &self,
+        key: &str,
+        node: NodeId,
+        manifest_digest: &ManifestDigest,
+    ) -> Result<Option<OperationId>> {
+        let order = |stored: &Node| {
+            let images = stored.facts.iter().flat_map(|facts| &facts.images);
+            let hot = images
+                .filter(|image| image.state == Locality::Hot)
+                .any(|image| image.manifest_digest == *manifest_digest);
+            let manifest_digest = manifest_digest.clone();
+            (!hot).then_some(NodeOrder::PrepareImage { manifest_digest, unpack: true })
+        };
+        self.order_as(("node-prewarm", "run-dispatcher"), key, node, order).await
+    }
+
+    /// Orders of a ready `node` what `order` asks given its state, under its current fencing
+    /// token, as the system actor `subject`; the operation's id is minted from `purpose` and
+    /// the key, so that the order repeated is the recorded one.
+    async fn order_as(
+        &self,
+        (purpose, subject): (&str, &str),
+        key: &str,
+        node: NodeId,
+        order: impl FnOnce(&Node) -> Option<NodeOrder>,
+    ) -> Result<Option<OperationId>> {
         let (owner, stored) = self.owned(node).await?;
         if stored.status != leasehold_domain::node::NodeStatus::Ready {
             return Ok(None);
         }
-        let operation = OperationId(crate::lease_service::minted_id("node-lookup", &owner, key));
-        let command = NodeCommand::Order {
-            operation,
-            fencing_token: stored.fencing_token,
-            order: NodeOrder::ReportApplied {},
-        };
-        let actor = Actor { subject: "launch-reconciler".into(), role: "system".into() };
+        let Some(order) = order(&stored) else { return Ok(None) };
+        let operation = OperationId(crate::lease_service::minted_id(purpose, &owner, key));
+        let command = NodeCommand::Order { operation, fencing_token: stored.fencing_token, order };
+        let actor = Actor { subject: subject.into(), role: "system".into() };
         let key = crate::lease_input::operation_key(Some(key))?;
         let mut request =
             CommandRequest::<Node>::new(owner, actor, node.stream_id(), key, command, ());

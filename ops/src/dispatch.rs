@@ -280,11 +280,13 @@ pub fn start_launch_reconciler(
 /// Starts the run dispatcher: each run's attempt started when its booking runs and its
 /// rental's node is ready, its launch ordered on the node.
 pub fn start_run_dispatcher(
-    runs: &leasehold_commands::run_service::RunService<PgEventStore>,
+    rented: &leasehold_gateway::Rented,
     stopped: &watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let store = runs.pipeline().store();
-    run(leasehold_adapters::rented::RunDispatcher::new(runs.clone()), store, stopped)
+    let store = rented.runs.pipeline().store();
+    let dispatcher =
+        leasehold_adapters::rented::RunDispatcher::new((rented.runs.clone(), rented.nodes.clone()));
+    run(dispatcher, store, stopped)
 }
 
 /// Starts the rented expiry sweep: nodes whose lease passed lost, rentals past their max

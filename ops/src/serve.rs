@@ -318,7 +318,7 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     // without one no rental can be asked for, so there is nothing for them to do, and each
     // holds a connection of its own (its lock) for as long as it runs.
     if !providers.is_empty() {
-        reconcilers.push(crate::dispatch::start_run_dispatcher(&state.rented().runs, &stopped));
+        reconcilers.push(crate::dispatch::start_run_dispatcher(state.rented(), &stopped));
         reconcilers.push(crate::dispatch::start_rented_expiry(
             state.rented(),
             args.rented_sweep_every,

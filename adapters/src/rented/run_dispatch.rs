@@ -8,6 +8,10 @@
 //! while its launch was unanswered, or its node could not take orders, has its stop ordered
 //! then ([`RunService::order_pending_stop`]): once it runs and its node is ready.
 //!
+//! Runs queued behind the running one have their image prepared on the rental's node ahead
+//! of their launch (`prepare_image`, once per run and node; not when the node's facts show
+//! it hot), so that a queued run starts from a warm cache.
+//!
 //! When a node is retired (its machine's generation ended: the rental was confirmed stopped
 //! and resumed, or confirmed terminated), the run its rental's schedule runs ends with it if
 //! its attempt was launched there ([`RunService::node_retired`]), since nothing launched
@@ -23,6 +27,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use leasehold_commands::CommandStore;
 use leasehold_commands::lease_service::Caller;
+use leasehold_commands::node_service::NodeService;
 use leasehold_commands::run_service::RunService;
 use leasehold_domain::node::{Node, NodeId};
 use leasehold_domain::rental::{Rental, RentalId, RentalStatus};
@@ -37,12 +42,13 @@ use super::{retry, settled};
 #[derive(Debug)]
 pub struct RunDispatcher<S> {
     runs: RunService<S>,
+    nodes: NodeService<S>,
 }
 
 impl<S> RunDispatcher<S> {
-    /// A dispatcher acting through `runs`.
-    pub fn new(runs: RunService<S>) -> Self {
-        Self { runs }
+    /// A dispatcher acting through `runs`, preparing images through `nodes`.
+    pub fn new((runs, nodes): (RunService<S>, NodeService<S>)) -> Self {
+        Self { runs, nodes }
     }
 }
 
@@ -127,7 +133,23 @@ where
         let caller = dispatcher();
         settled("dispatch a run", self.runs.dispatch(&caller, &owner, running.run).await)?;
         let stop = self.runs.order_pending_stop(&caller, &owner, running.run).await;
-        settled("order a cancelled run's stop", stop)
+        settled("order a cancelled run's stop", stop)?;
+        let Some(node) = stored.node else { return Ok(()) };
+        for queued in &stored.schedule.queued {
+            self.prewarm(queued.run, node).await?;
+        }
+        Ok(())
+    }
+
+    /// Has `node` prepare the image of `run`, which waits on its schedule, once per run and
+    /// node (see [`NodeService::prepare_image`]).
+    async fn prewarm(&self, run: RunId, node: NodeId) -> Result<(), ReconcileError> {
+        let found = self.runs.pipeline().state::<Run>(&run.stream_id()).await;
+        let found = found.map_err(|error| retry("read a run", &error))?;
+        let Some(terms) = found.and_then(|(_, _, run)| run.terms) else { return Ok(()) };
+        let key = format!("prewarm-{}-{}", run.0, node.0);
+        let prepared = self.nodes.prepare_image(&key, node, &terms.manifest_digest).await;
+        settled("prepare a waiting run's image", prepared)
     }
 }
 

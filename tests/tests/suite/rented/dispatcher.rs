@@ -3,7 +3,8 @@
 //! stop) has its stop ordered once the node accepts the launch, without the tenant asking
 //! again; a run whose machine was stopped and resumed (or terminated) under it ends with its
 //! node, the next booking runs on the new generation's node, and a run still waiting on a
-//! terminated rental fails as `RentalTerminated`.
+//! terminated rental fails as `RentalTerminated`; and a run queued on a rental has its image
+//! prepared on the node ahead of its launch, once, unless the node holds it hot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,9 @@ use tokio::sync::watch;
 
 use leasehold_commands::enrollment::node_of;
 use leasehold_commands::node_service::Presented;
-use leasehold_domain::rental::CapacityState;
+use leasehold_commands::run_service::SubmitRun;
+use leasehold_domain::node::{ImageFact, Locality, ManifestDigest, NodeId, NodeOrder};
+use leasehold_domain::rental::{CapacityState, RentalId};
 use leasehold_domain::run::{Cleanup, Outcome, Run, RunId, RunStatus};
 
 use super::runs::{booked_run, launched};
@@ -39,7 +42,7 @@ fn dispatching(
     let mut config = ReconcilerConfig::new(Arc::new(SystemClock) as Arc<dyn Clock>);
     config.retry_interval = Duration::from_millis(50);
     config.poll_interval = Duration::from_millis(50);
-    let dispatcher = RunDispatcher::new(services.runs.clone());
+    let dispatcher = RunDispatcher::new((services.runs.clone(), services.nodes.clone()));
     let runner = ReconcilerRunner::new(dispatcher, PgProjectionStore::new(db.store()), config);
     let (stop, stopped) = watch::channel(false);
     (stop, tokio::spawn(runner.run(stopped)))
@@ -166,6 +169,75 @@ async fn a_cancel_asked_before_the_launch_was_answered_orders_its_stop_once_acce
     assert_eq!(stops, 1, "one stop order on the node");
     let (_, stored) = services.runs.owned(run).await.expect("read");
     assert_eq!(stored.stop.map(|stop| stop.fencing_token), Some(enrolled.fencing_token));
+    stop.send_replace(true);
+    let _ = tokio::time::timeout(WAIT, task).await;
+}
+
+/// A run of acme's for `manifest_digest` (sha256 of `fill` repeated) booked on `rental`.
+async fn run_of(services: &Services, rental: RentalId, key: &str, fill: &str) -> ManifestDigest {
+    let manifest_digest =
+        ManifestDigest::parse("d", format!("sha256:{}", fill.repeat(64))).expect("a valid digest");
+    let ask =
+        SubmitRun { rental, manifest_digest: manifest_digest.clone(), max_runtime_seconds: 60 };
+    services.runs.submit(&tenant("acme"), key, &ask).await.expect("booked");
+    manifest_digest
+}
+
+/// How many `prepare_image` orders of `digest` the node's stream holds.
+async fn prepared(db: &TestDb, node: NodeId, digest: &ManifestDigest) -> usize {
+    let events = events_of(db, &node.stream_id()).await;
+    let prepares = events
+        .iter()
+        .filter(|e| e.event_type.as_str() == "NodeOperationRequested")
+        .filter_map(|e| e.payload["order"].get("prepare_image").cloned());
+    prepares.filter(|order| order["manifest_digest"] == digest.as_str()).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_runs_image_is_prepared_once_on_the_node_unless_it_holds_it_hot() {
+    let db = TestDb::migrated().await;
+    let clock = leasehold_projections::ManualClock::at(start());
+    let services = services(&db, &clock);
+    let (first, _, enrolled) = launched(&services, &db).await;
+    let (_, stored) = services.runs.owned(first).await.expect("read");
+    let rental = stored.booking.expect("booked").rental;
+    let node = node1(rental);
+    let (stop, task) = dispatching(&services, &db);
+    // Queued behind the running run: its image is prepared on the node ahead of its launch.
+    let cold = run_of(&services, rental, "run-2", "a").await;
+    let once = async {
+        while prepared(&db, node, &cold).await == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, once).await.expect("the image prepared in time");
+    // The node reports another image hot: a run of it needs nothing prepared.
+    let hot = ManifestDigest::parse("d", format!("sha256:{}", "b".repeat(64))).expect("valid");
+    let mut holding = facts();
+    holding.images = vec![ImageFact { manifest_digest: hot.clone(), state: Locality::Hot }];
+    let session = session_of(&services, &enrolled);
+    services.nodes.heartbeat(&session, "beat-hot", Some(holding)).await.expect("recorded");
+    assert_eq!(run_of(&services, rental, "run-3", "b").await, hot);
+    // A third, of a cold image, booked last: once its image is ordered, the dispatcher has
+    // looked at every queued run again (the first's order is not repeated) and at the hot one.
+    let last = run_of(&services, rental, "run-4", "c").await;
+    let ordered = async {
+        while prepared(&db, node, &last).await == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, ordered).await.expect("the last image prepared in time");
+    assert_eq!(prepared(&db, node, &cold).await, 1, "once per run and node");
+    assert_eq!(prepared(&db, node, &hot).await, 0, "the node holds it hot");
+    // Each went out under the node's fencing token, pending until the node answers.
+    let (_, node_state) = services.nodes.owned(node).await.expect("read");
+    let prepares: Vec<_> = node_state
+        .operations
+        .iter()
+        .filter(|operation| matches!(operation.order, NodeOrder::PrepareImage { .. }))
+        .collect();
+    assert_eq!(prepares.len(), 2, "{prepares:?}");
+    assert!(prepares.iter().all(|operation| operation.fencing_token == enrolled.fencing_token));
     stop.send_replace(true);
     let _ = tokio::time::timeout(WAIT, task).await;
 }
