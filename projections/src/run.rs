@@ -1,19 +1,21 @@
 //! The run timeline read model: `run_timeline` (each run as its tenant sees it: its attempts,
 //! booking, outcome, exit code, cleanup, and when Leasehold last received a look at it) and
-//! its `workloads` row. A run holds no quota of its own: it runs on its rental's capacity.
+//! its `workloads` row, and its tenant's quota usage: a run is active from its submission
+//! until it closes, holding the runtime it may still use (`run.max_runtime_seconds`); the
+//! capacity it runs on is its rental's, counted there.
 //!
 //! An attempt's fencing token and operation ids are never here, nor any registry or source
 //! credential (a run's terms hold none). A run on a lost node reads as unobserved, not dead:
 //! the node's state is in `nodes`, and the gateway reads the two together.
 
 use chrono::{DateTime, Utc};
-use leasehold_domain::run::{Run, RunEvent, RunId};
+use leasehold_domain::run::{Run, RunEvent, RunId, RunStatus};
 use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::projection::{Projection, ProjectionError};
-use crate::shared::WorkloadRow;
+use crate::shared::{QuotaDelta, WorkloadRow};
 
 /// The workload kind of runs in the unified listings.
 pub const RUN_KIND: &str = "run";
@@ -34,9 +36,18 @@ pub struct RunView {
     pub last_received_at: Option<DateTime<Utc>>,
 }
 
+/// A change to the run timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunChange {
+    /// Write every row derived from one run's view.
+    Put(Box<RunRows>),
+    /// A run began or stopped counting in its tenant's quota usage.
+    Quota(QuotaDelta),
+}
+
 /// Every row derived from one run's view.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunChange {
+pub struct RunRows {
     /// The working state, kept for the next batch.
     pub view: RunView,
     /// `run_timeline`.
@@ -68,7 +79,7 @@ pub struct RunRow {
 
 /// Revisions of what the run projection derives from its view; its version adds the
 /// state's schema, so a new `Run::STATE_SCHEMA` rebuilds it.
-const ROWS_REVISION: u32 = 0;
+const ROWS_REVISION: u32 = 1;
 
 impl Projection for RunProjection {
     const NAME: &'static str = "run_views";
@@ -88,7 +99,7 @@ impl Projection for RunProjection {
         &self,
         view: Option<&RunView>,
         event: &RecordedEvent,
-        _changes: &mut Vec<RunChange>,
+        changes: &mut Vec<RunChange>,
     ) -> Result<RunView, ProjectionError> {
         let decoded = crate::projection::decoded::<RunEvent>(Self::NAME, event)?;
         let before = view.cloned().unwrap_or_else(|| RunView {
@@ -100,12 +111,32 @@ impl Projection for RunProjection {
             RunEvent::RunExternalStateObserved { received_at, .. } => Some(*received_at),
             _ => before.last_received_at,
         };
-        Ok(RunView { tenant: before.tenant, run: before.run.evolve(&decoded), last_received_at })
+        let after = RunView {
+            tenant: before.tenant.clone(),
+            run: before.run.clone().evolve(&decoded),
+            last_received_at,
+        };
+        let delta =
+            QuotaDelta::between(after.tenant.to_string(), RUN_KIND, held(&before), held(&after));
+        changes.extend(delta.map(RunChange::Quota));
+        Ok(after)
     }
 
     fn put(&self, _key: &RunId, view: &RunView) -> RunChange {
         let (row, workload) = rows_of(view);
-        RunChange { view: view.clone(), row, workload }
+        RunChange::Put(Box::new(RunRows { view: view.clone(), row, workload }))
+    }
+}
+
+/// What a run holds of its tenant's quota usage until it closes.
+fn held(view: &RunView) -> Vec<(String, i64)> {
+    let holds = !matches!(view.run.status, RunStatus::None | RunStatus::Closed);
+    match (&view.run.terms, holds) {
+        (Some(terms), true) => {
+            let seconds = i64::try_from(terms.max_runtime_seconds).unwrap_or(i64::MAX);
+            vec![("run.max_runtime_seconds".to_owned(), seconds)]
+        }
+        _ => Vec::new(),
     }
 }
 

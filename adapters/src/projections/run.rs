@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{ClientWrapper, Transaction};
 use leasehold_domain::run::RunId;
-use leasehold_projections::run::{RunChange, RunProjection, RunView};
+use leasehold_projections::run::{RunChange, RunProjection, RunRows, RunView};
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
@@ -51,40 +51,50 @@ impl PgProjected for RunProjection {
         tx: &Transaction<'_>,
         changes: Vec<RunChange>,
     ) -> Result<(), WriteError> {
-        if changes.is_empty() {
-            return Ok(());
-        }
-        let mut states = Vec::with_capacity(changes.len());
-        for change in &changes {
-            states.push(encode("run", &change.view)?);
-        }
-        let rows: Vec<_> = changes.iter().map(|change| &change.row).collect();
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.run_id).collect();
-        let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
-        execute(tx, PUT_VIEWS_SQL, &[&ids, &tenants, &states]).await?;
-        let rentals: Vec<Option<Uuid>> = rows.iter().map(|r| r.rental_id).collect();
-        let bookings: Vec<Option<Uuid>> = rows.iter().map(|r| r.booking_id).collect();
-        let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
-        let nodes: Vec<Option<Uuid>> = rows.iter().map(|r| r.node_id).collect();
-        let attempts: Vec<&serde_json::Value> = rows.iter().map(|r| &r.attempts).collect();
-        let cancels: Vec<bool> = rows.iter().map(|r| r.cancel_requested).collect();
-        let outcomes: Vec<Option<&str>> = rows.iter().map(|r| r.outcome).collect();
-        let codes: Vec<Option<i32>> = rows.iter().map(|r| r.exit_code).collect();
-        let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure.as_deref()).collect();
-        let cleanups: Vec<Option<&str>> = rows.iter().map(|r| r.cleanup).collect();
-        let received: Vec<Option<DateTime<Utc>>> =
-            rows.iter().map(|r| r.last_received_at).collect();
-        let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
-        let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
-        let params: [Param<'_>; 15] = [
-            &ids, &tenants, &rentals, &bookings, &statuses, &nodes, &attempts, &cancels, &outcomes,
-            &codes, &failures, &cleanups, &received, &created, &updated,
-        ];
-        execute(tx, PUT_RUNS_SQL, &params).await?;
+        let mut puts = Vec::new();
         let mut shared = SharedWrites::default();
         for change in changes {
-            shared.workload(change.workload);
+            match change {
+                RunChange::Put(rows) => puts.push(*rows),
+                RunChange::Quota(delta) => shared.quota(delta),
+            }
+        }
+        write_puts(tx, &puts).await?;
+        for rows in puts {
+            shared.workload(rows.workload);
         }
         shared.write(tx).await
     }
+}
+
+async fn write_puts(tx: &Transaction<'_>, puts: &[RunRows]) -> Result<(), WriteError> {
+    if puts.is_empty() {
+        return Ok(());
+    }
+    let mut states = Vec::with_capacity(puts.len());
+    for rows in puts {
+        states.push(encode("run", &rows.view)?);
+    }
+    let rows: Vec<_> = puts.iter().map(|rows| &rows.row).collect();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.run_id).collect();
+    let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
+    execute(tx, PUT_VIEWS_SQL, &[&ids, &tenants, &states]).await?;
+    let rentals: Vec<Option<Uuid>> = rows.iter().map(|r| r.rental_id).collect();
+    let bookings: Vec<Option<Uuid>> = rows.iter().map(|r| r.booking_id).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+    let nodes: Vec<Option<Uuid>> = rows.iter().map(|r| r.node_id).collect();
+    let attempts: Vec<&serde_json::Value> = rows.iter().map(|r| &r.attempts).collect();
+    let cancels: Vec<bool> = rows.iter().map(|r| r.cancel_requested).collect();
+    let outcomes: Vec<Option<&str>> = rows.iter().map(|r| r.outcome).collect();
+    let codes: Vec<Option<i32>> = rows.iter().map(|r| r.exit_code).collect();
+    let failures: Vec<Option<&str>> = rows.iter().map(|r| r.failure.as_deref()).collect();
+    let cleanups: Vec<Option<&str>> = rows.iter().map(|r| r.cleanup).collect();
+    let received: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.last_received_at).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
+    let params: [Param<'_>; 15] = [
+        &ids, &tenants, &rentals, &bookings, &statuses, &nodes, &attempts, &cancels, &outcomes,
+        &codes, &failures, &cleanups, &received, &created, &updated,
+    ];
+    execute(tx, PUT_RUNS_SQL, &params).await
 }

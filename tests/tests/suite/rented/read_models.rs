@@ -1,6 +1,6 @@
 //! The rentals read model through the real projection runner: what a tenant's rental row
 //! holds (and never holds), its workloads row, and its quota usage, charged until the
-//! termination is confirmed.
+//! termination is confirmed; a run's timeline row, and its usage, counted until it closes.
 
 use leasehold_domain::rental::{CapacityState, Rental};
 use leasehold_projections::ManualClock;
@@ -13,13 +13,31 @@ use super::support::*;
 use crate::projections::support::{last_event, quick, start_of};
 
 async fn usage(db: &TestDb, sku: &str) -> i64 {
+    usage_of(db, "rental", sku).await
+}
+
+/// acme's usage of `sku` by workloads of `kind`, and how many of them are active.
+async fn usage_of(db: &TestDb, kind: &str, sku: &str) -> i64 {
     let row = db
         .client()
         .await
         .query_opt(
-            "SELECT quantity FROM quota_usage_skus WHERE tenant_id = 'acme' AND kind = 'rental' \
-             AND sku = $1",
-            &[&sku],
+            "SELECT quantity FROM quota_usage_skus WHERE tenant_id = 'acme' AND kind = $1 \
+             AND sku = $2",
+            &[&kind, &sku],
+        )
+        .await
+        .expect("readable");
+    row.map_or(0, |row| row.get(0))
+}
+
+async fn active_of(db: &TestDb, kind: &str) -> i64 {
+    let row = db
+        .client()
+        .await
+        .query_opt(
+            "SELECT active_count FROM quota_usage WHERE tenant_id = 'acme' AND kind = $1",
+            &[&kind],
         )
         .await
         .expect("readable");
@@ -160,7 +178,7 @@ async fn a_run_timeline_row_shows_attempts_outcome_and_receipt_and_no_token() {
         exit_code: Some(2),
         oom_killed: false,
     };
-    services.nodes.observe(&session, "exit", exited).await.expect("observed");
+    services.nodes.observe(&session, "exit", exited.clone()).await.expect("observed");
     let mut running = start_of(RunProjection, &db.store(), quick());
     running.reached(last_event(&db).await).await;
     let row = db
@@ -198,6 +216,26 @@ async fn a_run_timeline_row_shows_attempts_outcome_and_receipt_and_no_token() {
         .expect("a workloads row")
         .get(0);
     assert_eq!(status, "finished");
+    // Until it closes, the run counts in its tenant's usage with the runtime it may use.
+    assert_eq!(active_of(&db, "run").await, 1);
+    assert_eq!(usage_of(&db, "run", "run.max_runtime_seconds").await, 600);
+    let absent = leasehold_domain::run::WorkloadObservation {
+        phase: leasehold_domain::run::WorkloadPhase::Absent,
+        exit_code: None,
+        ..exited
+    };
+    services.nodes.observe(&session, "absent", absent).await.expect("observed");
+    running.reached(last_event(&db).await).await;
+    let closed: String = db
+        .client()
+        .await
+        .query_one("SELECT status FROM run_timeline WHERE run_id = $1", &[&run.0])
+        .await
+        .expect("a row")
+        .get(0);
+    assert_eq!(closed, "closed");
+    assert_eq!(active_of(&db, "run").await, 0, "a closed run counts no more");
+    assert_eq!(usage_of(&db, "run", "run.max_runtime_seconds").await, 0);
     running.stop().await;
 }
 
