@@ -101,6 +101,15 @@ pub struct RunSummary {
     pub booking_state: Option<String>,
 }
 
+impl RunSummary {
+    /// Its workload is unobserved: its node was lost (its lease passed) while the run was
+    /// under way. Not a failure (rule 10): the run's outcome is only what the node reports.
+    pub fn unobserved(&self) -> bool {
+        let under_way = matches!(self.status.as_str(), "launching" | "indeterminate" | "running");
+        under_way && self.node_state.as_deref() == Some("lost")
+    }
+}
+
 /// A filter and a position for listing rentals or runs, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RentedListing {

@@ -338,6 +338,36 @@ fn only_the_attempts_own_node_reports_on_it() {
 }
 
 #[test]
+fn a_nodes_clock_orders_nothing() {
+    // The node's clock jumps back a day between its looks: what it says is taken in the
+    // order Leasehold received it, and each look keeps Leasehold's receipt time.
+    let mut exited = look(1, P::Exited, Some(0), 20);
+    if let C::Observe { observation, .. } = &mut exited {
+        observation.observed_at = t(20) - chrono::TimeDelta::days(1);
+    }
+    let seen = [running(), vec![(look(1, P::Running, None, 10), 10)]].concat();
+    let before = replay(&seen);
+    let events = before.decide(&exited, &ctx_at(20)).expect("accepted");
+    match events.first() {
+        Some(leasehold_domain::run::RunEvent::RunExternalStateObserved {
+            observation,
+            received_at,
+        }) => {
+            assert_eq!(*received_at, t(20), "Leasehold's receipt");
+            assert_eq!(observation.observed_at, t(20) - chrono::TimeDelta::days(1), "kept");
+        }
+        other => panic!("expected the look first, got {other:?}"),
+    }
+    let run = check_at(
+        &seen,
+        exited,
+        20,
+        Events(&["RunExternalStateObserved", "RunOutcomeRecorded", "RunCleanupRequested"]),
+    );
+    assert_eq!((run.outcome, run.exit_code), (Some(Outcome::Succeeded), Some(0)));
+}
+
+#[test]
 fn a_repeated_look_is_not_recorded_twice() {
     let seen = [running(), vec![(look(1, P::Running, None, 10), 10)]].concat();
     check(&seen, look(1, P::Running, None, 11), NoChange);

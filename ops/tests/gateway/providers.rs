@@ -346,7 +346,11 @@ async fn a_run_on_rented_capacity_runs_to_its_outcome_on_the_machines_node_agent
             .await
         }
     };
-    ready(1).await;
+    let enrolled = ready(1).await;
+    // Its facts came with its enrollment; their age is from Leasehold's receipt (a heartbeat
+    // with the same facts is recorded at most every 30 s).
+    let age = enrolled["factsAgeSeconds"].as_i64().expect("facts were reported");
+    assert!((0..120).contains(&age), "{enrolled}");
     let submit = json!({ "input": {
         "operationKey": "run-1", "rentalId": rental,
         "manifestDigest": format!("sha256:{}", "c".repeat(64)), "maxRuntimeSeconds": 600,
@@ -381,7 +385,8 @@ async fn a_run_on_rented_capacity_runs_to_its_outcome_on_the_machines_node_agent
     assert!(states.contains(&(json!(1), json!("retired"))), "{states:?}");
 }
 
-const NODE_STATE: &str = "query($id: ID!) { rental(id: $id) { generation nodeState } }";
+const NODE_STATE: &str =
+    "query($id: ID!) { rental(id: $id) { generation nodeState factsAgeSeconds } }";
 
 #[tokio::test]
 async fn a_launch_lost_on_its_way_is_relaunched_only_after_the_nodes_reconciliation_says_so() {

@@ -52,8 +52,7 @@ pub struct Run {
 impl From<RunSummary> for Run {
     fn from(run: RunSummary) -> Self {
         let id = |id: uuid::Uuid| ID(id.to_string());
-        let under_way = matches!(run.status.as_str(), "launching" | "indeterminate" | "running");
-        let unobserved = under_way && run.node_state.as_deref() == Some("lost");
+        let unobserved = run.unobserved();
         Self {
             id: id(run.run_id),
             rental_id: run.rental_id.map(id),

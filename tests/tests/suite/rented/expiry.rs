@@ -98,6 +98,7 @@ async fn a_silent_node_is_lost_after_its_lease_and_a_rental_ends_at_its_max_life
     let read = read.expect("readable").expect("the run");
     assert_eq!((read.status.as_str(), read.outcome.as_deref()), ("running", None));
     assert_eq!(read.node_state.as_deref(), Some("lost"));
+    assert!(read.unobserved(), "under way on a lost node: unobserved");
     let calls = stats.batches.load(Ordering::SeqCst);
     clock.advance(TimeDelta::seconds(20));
     calls_past(&stats, calls).await;
