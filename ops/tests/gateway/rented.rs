@@ -266,7 +266,10 @@ async fn another_tenants_rental_node_and_run_are_absent_everywhere() {
         .map(|edge| edge["node"]["kind"].clone())
         .collect();
     assert!(kinds.contains(&json!("rental")) && kinds.contains(&json!("run")), "{mine}");
-    // On the subscription: globex's first event is its own rental's, none of acme's before.
+    // On the subscription: globex's first event is its own rental's, none of acme's before,
+    // nor its own lease's (another stream type than the filter's).
+    let lease = request_lease(&server, &globex, "lease-1").await;
+    assert_eq!(lease["events"], json!([{ "type": "LeaseProvisionRequested" }]), "{lease}");
     let own = server.graphql(&globex, PROVISION, provision_input("g-1")).await;
     let own = data(&own)["provisionRental"]["id"].as_str().expect("an id").to_string();
     let first = socket.event("rented").await;
