@@ -252,13 +252,14 @@ where
     /// # Errors
     /// `NotFound` for no such node; the pipeline's.
     pub async fn ask_applied(&self, key: &str, node: NodeId) -> Result<Option<OperationId>> {
-        let order = |_: &Node| Some(NodeOrder::ReportApplied {});
-        self.order_as(("node-lookup", "launch-reconciler"), key, node, order).await
+        let order = |_: &Node| Some((key.to_owned(), NodeOrder::ReportApplied {}));
+        self.order_as(("node-lookup", "launch-reconciler"), node, order).await
     }
 
     /// Orders `node` to fetch and unpack `manifest_digest` ahead of a run waiting for it there
     /// (a prewarm: mercator's nodes accept preparation for a workload not yet launched), keyed
-    /// by `key`. `None` when the node cannot take orders now or already holds the image hot.
+    /// by `key` and the node's session. `None` when the node cannot take orders now, already
+    /// holds the image hot, or was ordered to prepare it in this session.
     ///
     /// # Errors
     /// As [`Self::ask_applied`].
@@ -273,31 +274,35 @@ where
             let hot = images
                 .filter(|image| image.state == Locality::Hot)
                 .any(|image| image.manifest_digest == *manifest_digest);
-            let manifest_digest = manifest_digest.clone();
-            (!hot).then_some(NodeOrder::PrepareImage { manifest_digest, unpack: true })
+            let order =
+                NodeOrder::PrepareImage { manifest_digest: manifest_digest.clone(), unpack: true };
+            // Ordered in this session already (pending, or settled): nothing to ask again.
+            let ordered = stored.operations.iter().any(|operation| {
+                operation.order == order && operation.fencing_token == stored.fencing_token
+            });
+            (!hot && !ordered).then(|| (format!("{key}-{}", stored.fencing_token), order))
         };
-        self.order_as(("node-prewarm", "run-dispatcher"), key, node, order).await
+        self.order_as(("node-prewarm", "run-dispatcher"), node, order).await
     }
 
-    /// Orders of a ready `node` what `order` asks given its state, under its current fencing
-    /// token, as the system actor `subject`; the operation's id is minted from `purpose` and
-    /// the key, so that the order repeated is the recorded one.
+    /// Orders of a ready `node` what `order` asks given its state (under which key), under
+    /// its current fencing token, as the system actor `subject`; the operation's id is minted
+    /// from `purpose` and the key, so that the order repeated is the recorded one.
     async fn order_as(
         &self,
         (purpose, subject): (&str, &str),
-        key: &str,
         node: NodeId,
-        order: impl FnOnce(&Node) -> Option<NodeOrder>,
+        order: impl FnOnce(&Node) -> Option<(String, NodeOrder)>,
     ) -> Result<Option<OperationId>> {
         let (owner, stored) = self.owned(node).await?;
         if stored.status != leasehold_domain::node::NodeStatus::Ready {
             return Ok(None);
         }
-        let Some(order) = order(&stored) else { return Ok(None) };
-        let operation = OperationId(crate::lease_service::minted_id(purpose, &owner, key));
+        let Some((key, order)) = order(&stored) else { return Ok(None) };
+        let operation = OperationId(crate::lease_service::minted_id(purpose, &owner, &key));
         let command = NodeCommand::Order { operation, fencing_token: stored.fencing_token, order };
         let actor = Actor { subject: subject.into(), role: "system".into() };
-        let key = crate::lease_input::operation_key(Some(key))?;
+        let key = crate::lease_input::operation_key(Some(&key))?;
         let mut request =
             CommandRequest::<Node>::new(owner, actor, node.stream_id(), key, command, ());
         request.correlation_id = Some(Uuid::now_v7());

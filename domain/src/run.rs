@@ -16,7 +16,10 @@
 //! changes it. An exit code counts only in phase `exited`; `absent` is never an exit. Once
 //! the outcome stands, cleanup is pending when the workload was launched (a look showing it
 //! absent, or the node applying its stop, confirms it; a failed cleanup blocks), or not
-//! required when it never was; a run closes as soon as it has an outcome and its cleanup is
+//! required when it never was; the machine's end confirms it too: when the node the attempt
+//! was launched on is retired (its machine confirmed stopped and resumed, or terminated, on
+//! the assumption that a stopped machine runs nothing), the run closes, failed as
+//! `NodeRetired` unless an outcome stands; a run closes as soon as it has an outcome and its cleanup is
 //! confirmed or not required, and its booking then leaves the rental's schedule.
 //!
 //! | from | command | to | events | guard |
@@ -45,7 +48,7 @@
 //! | running, its stop ordered | CancelAccepted | finished | RunCancelAccepted, RunOutcomeRecorded(cancelled), RunCleanupRequested | a stop ordered (else `InvalidState`) |
 //! | finished | ConfirmCleanup | closed | RunCleanupConfirmed, RunClosed | — |
 //! | finished | FailCleanup(reason) | finished | RunCleanupFailed (blocked) | — |
-//! | launching, indeterminate, running, finished | NodeRetired(its current attempt's node) | closed | RunNodeRetired (the machine's generation ended under the attempt), RunOutcomeRecorded(failed, `NodeRetired`; cancelled when a cancel was asked) unless an outcome stands, RunCleanupConfirmed, RunClosed | — when another node, or the attempt's launch failed (its booking waits for the next generation's node) |
+//! | launching, indeterminate, running, finished | NodeRetired(its current attempt's node) | closed | RunNodeRetired (the machine's generation ended under the attempt), RunOutcomeRecorded(failed, `NodeRetired`; cancelled when a cancel was asked) unless an outcome stands, RunCleanupConfirmed, RunClosed | — when another node, or the attempt's launch failed and no outcome stands (its booking waits for the next generation's node) |
 //! | closed | Observe, LaunchAnswered (as recorded), Cancel, ConfirmCleanup, NodeRetired | closed | — (late or repeated) | — |
 //! | closed | anything else | closed | refused | `InvalidState` |
 //!

@@ -1,7 +1,7 @@
 //! The run timeline read model: `run_timeline` (each run as its tenant sees it: its attempts,
 //! booking, outcome, exit code, cleanup, and when Leasehold last received a look at it) and
 //! its `workloads` row, and its tenant's quota usage: a run is active from its submission
-//! until it closes, holding the runtime it may still use (`run.max_runtime_seconds`); the
+//! until it closes, holding its maximum runtime (`run.max_runtime_seconds`); the
 //! capacity it runs on is its rental's, counted there.
 //!
 //! An attempt's fencing token and operation ids are never here, nor any registry or source

@@ -9,14 +9,16 @@
 //! then ([`RunService::order_pending_stop`]): once it runs and its node is ready.
 //!
 //! Runs queued behind the running one have their image prepared on the rental's node ahead
-//! of their launch (`prepare_image`, once per run and node; not when the node's facts show
-//! it hot), so that a queued run starts from a warm cache.
+//! of their launch (`prepare_image`, once per image and node session; not when the node's
+//! facts show it hot), so that a queued run starts from a warm cache.
 //!
 //! When a node is retired (its machine's generation ended: the rental was confirmed stopped
 //! and resumed, or confirmed terminated), the run its rental's schedule runs ends with it if
 //! its attempt was launched there ([`RunService::node_retired`]), since nothing launched
 //! there runs any more; when the rental is terminated, every run still waiting on its
 //! schedule fails as `RentalTerminated` ([`RunService::give_up`]): no attempt can be made.
+//! Both are looked at on every event of the rental (its retirement's among them), so one
+//! missed is acted on at the next.
 //!
 //! Repeating is safe: an attempt's id and its command's key are minted from the run and the
 //! attempt's number, so a dispatch repeated after a crash is the recorded one, and a run
@@ -33,7 +35,7 @@ use leasehold_domain::node::{Node, NodeId};
 use leasehold_domain::rental::{Rental, RentalId, RentalStatus};
 use leasehold_domain::run::{Run, RunId, RunStatus};
 use leasehold_domain::values::Reason;
-use leasehold_domain::{Actor, Aggregate as _, RecordedEvent};
+use leasehold_domain::{Actor, Aggregate as _, RecordedEvent, TenantId};
 use leasehold_projections::{ReconcileError, Reconciler, Seen};
 
 use super::{retry, settled};
@@ -69,7 +71,10 @@ where
     async fn rental_of(&self, event: &RecordedEvent) -> Result<Option<RentalId>, ReconcileError> {
         match event.stream_type.as_str() {
             Rental::STREAM_TYPE => Ok(RentalId::of_stream(&event.stream_id)),
-            Node::STREAM_TYPE if event.event_type.as_str() == "NodeEnrolled" => {
+            // Enrolled: its rental's run may start; retired: the run on it ends.
+            Node::STREAM_TYPE
+                if matches!(event.event_type.as_str(), "NodeEnrolled" | "NodeRetired") =>
+            {
                 let Some(node) = NodeId::of_stream(&event.stream_id) else { return Ok(None) };
                 let found = self.runs.pipeline().state::<Node>(&node.stream_id()).await;
                 let found = found.map_err(|error| retry("read a node", &error))?;
@@ -92,36 +97,45 @@ where
         }
     }
 
-    /// Ends the runs a retired node leaves with nothing to run on (see the module's doc).
-    async fn end_with(&self, node: NodeId) -> Result<(), ReconcileError> {
-        let found = self.runs.pipeline().state::<Node>(&node.stream_id()).await;
-        let found = found.map_err(|error| retry("read a node", &error))?;
-        let Some(identity) = found.and_then(|(_, _, node)| node.identity) else { return Ok(()) };
-        let found = self.runs.pipeline().state::<Rental>(&identity.rental.stream_id()).await;
-        let found = found.map_err(|error| retry("read a rental", &error))?;
-        let Some((owner, _, stored)) = found else { return Ok(()) };
+    /// Ends the runs `stored` (`owner`'s rental) leaves with nothing to run on: the running
+    /// booking's run whose attempt was launched on a retired node (an earlier generation's,
+    /// or any once the rental is terminated), and, on a terminated rental, every run still
+    /// waiting (see the module's doc). Looked at on every event of the rental, so that a
+    /// retirement missed once is acted on at the next.
+    async fn end_runs_left(&self, owner: &TenantId, stored: &Rental) -> Result<(), ReconcileError> {
         let caller = dispatcher();
+        let terminated = stored.status == RentalStatus::Terminated;
         if let Some(running) = stored.schedule.running {
-            let ended = self.runs.node_retired(&caller, &owner, (running.run, node)).await;
-            settled("end a run with its node", ended)?;
+            let run = self.run_of(running.run).await?;
+            let attempt_node = run.as_ref().and_then(Run::current).map(|attempt| attempt.node);
+            let retired = attempt_node.filter(|node| terminated || stored.node != Some(*node));
+            if let Some(node) = retired {
+                let ended = self.runs.node_retired(&caller, owner, (running.run, node)).await;
+                settled("end a run with its node", ended)?;
+            }
         }
-        if stored.status != RentalStatus::Terminated {
+        if !terminated {
             return Ok(());
         }
         let reason = Reason::parse("reason", "RentalTerminated").expect("a valid reason");
         for held in stored.schedule.running.iter().chain(&stored.schedule.queued) {
-            let (_, run) = match self.runs.owned(held.run).await {
-                Ok(found) => found,
-                Err(error) => return Err(retry("read a run", &error)),
-            };
             // The run that ran there was just ended with its node (or has a launch still
-            // answering: its own answer or its node's retirement settles it).
-            if matches!(run.status, RunStatus::Requested | RunStatus::Booked) {
-                let gone = self.runs.give_up(&caller, &owner, (held.run, reason.clone())).await;
+            // answering: its own answer, or its retirement seen again, settles it).
+            let waiting = self
+                .run_of(held.run)
+                .await?
+                .is_some_and(|run| matches!(run.status, RunStatus::Requested | RunStatus::Booked));
+            if waiting {
+                let gone = self.runs.give_up(&caller, owner, (held.run, reason.clone())).await;
                 settled("fail a run whose rental is gone", gone)?;
             }
         }
         Ok(())
+    }
+
+    async fn run_of(&self, run: RunId) -> Result<Option<Run>, ReconcileError> {
+        let found = self.runs.pipeline().state::<Run>(&run.stream_id()).await;
+        Ok(found.map_err(|error| retry("read a run", &error))?.map(|(_, _, run)| run))
     }
 
     /// Dispatches the run `rental`'s schedule runs now, if any.
@@ -129,6 +143,7 @@ where
         let found = self.runs.pipeline().state::<Rental>(&rental.stream_id()).await;
         let found = found.map_err(|error| retry("read a rental", &error))?;
         let Some((owner, _, stored)) = found else { return Ok(()) };
+        self.end_runs_left(&owner, &stored).await?;
         let Some(running) = stored.schedule.running else { return Ok(()) };
         let caller = dispatcher();
         settled("dispatch a run", self.runs.dispatch(&caller, &owner, running.run).await)?;
@@ -141,13 +156,11 @@ where
         Ok(())
     }
 
-    /// Has `node` prepare the image of `run`, which waits on its schedule, once per run and
-    /// node (see [`NodeService::prepare_image`]).
+    /// Has `node` prepare the image of `run`, which waits on its schedule (see
+    /// [`NodeService::prepare_image`]).
     async fn prewarm(&self, run: RunId, node: NodeId) -> Result<(), ReconcileError> {
-        let found = self.runs.pipeline().state::<Run>(&run.stream_id()).await;
-        let found = found.map_err(|error| retry("read a run", &error))?;
-        let Some(terms) = found.and_then(|(_, _, run)| run.terms) else { return Ok(()) };
-        let key = format!("prewarm-{}-{}", run.0, node.0);
+        let Some(terms) = self.run_of(run).await?.and_then(|run| run.terms) else { return Ok(()) };
+        let key = format!("prewarm-{}", run.0);
         let prepared = self.nodes.prepare_image(&key, node, &terms.manifest_digest).await;
         settled("prepare a waiting run's image", prepared)
     }
@@ -163,11 +176,6 @@ where
     async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
         let mut rentals = BTreeSet::new();
         for event in seen.events {
-            if event.event_type.as_str() == "NodeRetired"
-                && let Some(node) = NodeId::of_stream(&event.stream_id)
-            {
-                self.end_with(node).await?;
-            }
             if let Some(rental) = self.rental_of(event).await? {
                 rentals.insert(rental.0);
             }

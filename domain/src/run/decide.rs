@@ -296,12 +296,14 @@ fn stop_failed(run: &Run, operation: OperationId, at: DateTime<Utc>) -> Vec<RunE
 /// a positive fact that nothing of it runs any more. The first terminal fact still wins
 /// (an outcome recorded stands; else the run failed, or is cancelled when a cancel was
 /// asked), and the cleanup is confirmed by the machine's end. An attempt whose launch failed
-/// leaves nothing behind: its booking waits for the next generation's node.
+/// and that decided nothing leaves nothing behind: its booking waits for the next
+/// generation's node (one whose workload was seen exiting all the same has an outcome, and
+/// its cleanup is what the machine's end confirms).
 fn node_retired(run: &Run, node: NodeId, at: DateTime<Utc>) -> Vec<RunEvent> {
     let Some(current) = run.current().filter(|current| current.node == node) else {
         return Vec::new();
     };
-    if current.launch == Launch::Failed {
+    if current.launch == Launch::Failed && run.outcome.is_none() {
         return Vec::new();
     }
     let mut events = vec![RunEvent::RunNodeRetired { attempt: current.attempt, at }];

@@ -307,6 +307,15 @@ fn a_run_ends_with_the_node_its_attempt_was_launched_on() {
     // Nothing launched there: the booking waits for the next generation's node.
     let failed_launch = [launching(), vec![(failed(1), 3)]].concat();
     check(&failed_launch, retired(101), NoChange);
+    // Seen exiting after all: its outcome stands, and the machine's end cleans it up.
+    let exited_anyway = [failed_launch, vec![(look(1, P::Exited, Some(4), 10), 10)]].concat();
+    assert_eq!(replay(&exited_anyway).status, S::Finished);
+    let run = check(
+        &exited_anyway,
+        retired(101),
+        Events(&["RunNodeRetired", "RunCleanupConfirmed", "RunClosed"]),
+    );
+    assert_eq!((run.outcome, run.exit_code), (Some(Outcome::Failed), Some(4)));
     check(&booked(), retired(101), NoChange);
     check(&closed(), retired(101), NoChange);
     // Closing takes the booking off the schedule.

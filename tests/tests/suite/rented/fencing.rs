@@ -186,7 +186,12 @@ async fn sixteen_concurrent_commands_on_one_rental_keep_generations_honest() {
         assert_eq!(recorded.metadata.generation, Some(state.generation), "the stamp after it");
         last_generation = state.generation;
     }
-    let observed = events.iter().filter(|e| e.event_type.as_str() == "CapacityObserved").count();
+    // Among them the provider's looks (a resume needs the stop's confirmation, one).
+    let observed = events
+        .iter()
+        .filter(|e| matches!(e.event_type.as_str(), "CapacityObserved" | "CapacityStopped"))
+        .filter(|e| stamped_for(e.metadata.operation_key.as_deref().unwrap_or_default()).is_some())
+        .count();
     assert!(checked > 2 && observed > 0, "the racers' events were checked ({checked})");
     // The processes raced through whole cycles, not only refusals: at least one resume
     // (each round some process acts on the state it read, and six rounds of sixteen pass
