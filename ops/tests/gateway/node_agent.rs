@@ -5,6 +5,7 @@
 //! re-enrollment are refused (409) and append nothing; no token text reaches the log.
 
 use leasehold_commands::enrollment::{EnrollmentKey, node_of};
+use leasehold_domain::node::NodeId;
 use leasehold_domain::rental::RentalId;
 use leasehold_gateway::Role;
 use serde_json::{Value, json};
@@ -88,16 +89,23 @@ async fn next_command(stream: &mut reqwest::Response, buffer: &mut Vec<u8>) -> V
     tokio::time::timeout(std::time::Duration::from_secs(30), read).await.expect("a command in time")
 }
 
+/// acme's active rental `r-1` on `server`, and the agent of its generation-1 node with its
+/// bootstrap's enrollment token: (the rental's id as GraphQL gives it, its text, the node,
+/// the token, the agent).
+async fn rental_and_agent(server: &Server, acme: &str) -> (Value, String, NodeId, String, Agent) {
+    let rental = active_rental(server, acme, "r-1").await;
+    let rental_text = rental.as_str().expect("an id").to_string();
+    let node = node_of(RentalId(Uuid::parse_str(&rental_text).expect("a UUID")), 1);
+    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
+    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    (rental, rental_text, node, token, agent)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_protocol() {
     let (server, _dir) = rented_server().await;
     let acme = tenant_token("acme");
-    let rental = active_rental(&server, &acme, "r-1").await;
-    let rental_text = rental.as_str().expect("an id").to_string();
-    let rental_id = RentalId(Uuid::parse_str(&rental_text).expect("a UUID"));
-    let node = node_of(rental_id, 1);
-    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
-    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    let (rental, rental_text, node, token, agent) = rental_and_agent(&server, &acme).await;
     // A wrong token, or the right one for another generation: refused alike, saying nothing.
     for (generation, presented) in [(1, "0".repeat(64)), (2, token.clone())] {
         let (status, body) = agent.enroll(&rental_text, generation, &presented).await;
@@ -206,11 +214,7 @@ async fn a_node_enrolls_takes_its_launch_and_reports_fenced_over_the_agent_proto
 async fn no_token_or_credential_reaches_a_log_line_even_at_debug() {
     let (server, dir) = rented_server_logging("debug").await;
     let acme = tenant_token("acme");
-    let rental = active_rental(&server, &acme, "r-1").await;
-    let rental_text = rental.as_str().expect("an id").to_string();
-    let node = node_of(RentalId(Uuid::parse_str(&rental_text).expect("a UUID")), 1);
-    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
-    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    let (_, rental_text, node, token, agent) = rental_and_agent(&server, &acme).await;
     // Refused: another generation, then (after the first enrollment) the token used again.
     assert_eq!(agent.enroll(&rental_text, 2, &token).await.0, 401);
     let (status, first) = agent.enroll(&rental_text, 1, &token).await;
@@ -288,11 +292,7 @@ fn mercator_facts() -> Value {
 async fn a_spool_replayed_after_a_resume_is_recorded_once_and_a_bad_event_never_stalls_it() {
     let (server, _dir) = rented_server().await;
     let acme = tenant_token("acme");
-    let rental = active_rental(&server, &acme, "r-1").await;
-    let rental_text = rental.as_str().expect("an id").to_string();
-    let node = node_of(RentalId(Uuid::parse_str(&rental_text).expect("a UUID")), 1);
-    let token = EnrollmentKey::new(ENROLLMENT_KEY.as_bytes()).expect("long").enrollment_token(node);
-    let agent = Agent { http: reqwest::Client::new(), base: server.base.clone(), node: node.0 };
+    let (rental, rental_text, node, token, agent) = rental_and_agent(&server, &acme).await;
     // mercator's agent sends all its facts, and a workspace on every event: all accepted.
     let body = json!({
         "node_id": node.0, "rental_id": rental_text, "generation": 1,

@@ -28,8 +28,6 @@ use leasehold_domain::run::{Cleanup, Outcome, Run, RunId, RunStatus};
 use super::runs::{booked_run, launched};
 use super::support::*;
 
-const WAIT: Duration = Duration::from_secs(60);
-
 async fn count(db: &TestDb, stream: &StreamId, event_type: &str) -> usize {
     events_of(db, stream).await.iter().filter(|e| e.event_type.as_str() == event_type).count()
 }
@@ -55,16 +53,11 @@ async fn run_until(
     what: &str,
     done: impl Fn(&Run) -> bool,
 ) -> Run {
-    let waited = tokio::time::timeout(WAIT, async {
-        loop {
-            let (_, stored) = services.runs.owned(run).await.expect("read");
-            if done(&stored) {
-                return stored;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
-    waited.await.unwrap_or_else(|_| panic!("{what} in time"))
+    eventually(what, || async {
+        let (_, stored) = services.runs.owned(run).await.expect("read");
+        done(&stored).then_some(stored)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,12 +147,10 @@ async fn a_cancel_asked_before_the_launch_was_answered_orders_its_stop_once_acce
     let session = session_of(&services, &enrolled);
     let applied = (attempt.operation, OperationResult::Applied);
     services.nodes.settle(&session, "launch-applied", applied).await.expect("applied");
-    let ordered = async {
-        while count(&db, &run.stream_id(), "RunStopOrdered").await == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, ordered).await.expect("the stop ordered in time");
+    eventually("the stop ordered", || async {
+        (count(&db, &run.stream_id(), "RunStopOrdered").await > 0).then_some(())
+    })
+    .await;
     let node = events_of(&db, &node1(attempt.rental).stream_id()).await;
     let stops = node
         .iter()
@@ -205,12 +196,10 @@ async fn a_queued_runs_image_is_prepared_once_on_the_node_unless_it_holds_it_hot
     let (stop, task) = dispatching(&services, &db);
     // Queued behind the running run: its image is prepared on the node ahead of its launch.
     let cold = run_of(&services, rental, "run-2", "a").await;
-    let once = async {
-        while prepared(&db, node, &cold).await == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, once).await.expect("the image prepared in time");
+    eventually("the image prepared", || async {
+        (prepared(&db, node, &cold).await > 0).then_some(())
+    })
+    .await;
     // The node reports another image hot: a run of it needs nothing prepared.
     let hot = ManifestDigest::parse("d", format!("sha256:{}", "b".repeat(64))).expect("valid");
     let mut holding = facts();
@@ -221,12 +210,10 @@ async fn a_queued_runs_image_is_prepared_once_on_the_node_unless_it_holds_it_hot
     // A third, of a cold image, booked last: once its image is ordered, the dispatcher has
     // looked at every queued run again (the first's order is not repeated) and at the hot one.
     let last = run_of(&services, rental, "run-4", "c").await;
-    let ordered = async {
-        while prepared(&db, node, &last).await == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, ordered).await.expect("the last image prepared in time");
+    eventually("the last image prepared", || async {
+        (prepared(&db, node, &last).await > 0).then_some(())
+    })
+    .await;
     assert_eq!(prepared(&db, node, &cold).await, 1, "once per run and node");
     assert_eq!(prepared(&db, node, &hot).await, 0, "the node holds it hot");
     // Each went out under the node's fencing token, pending until the node answers.

@@ -25,8 +25,6 @@ use super::support::*;
 use crate::projections::support::{last_event, quick, start_of};
 use crate::reaping::calls_past;
 
-const WAIT: Duration = Duration::from_secs(60);
-
 fn expiry(
     db: &TestDb,
     services: &Services,
@@ -51,12 +49,8 @@ async fn count(db: &TestDb, stream: &leasehold_domain::StreamId, event_type: &st
 }
 
 async fn until(db: &TestDb, stream: &leasehold_domain::StreamId, event_type: &str) {
-    let reached = async {
-        while count(db, stream, event_type).await == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, reached).await.unwrap_or_else(|_| panic!("no {event_type}"));
+    eventually(event_type, || async { (count(db, stream, event_type).await > 0).then_some(()) })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

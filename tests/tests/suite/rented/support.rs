@@ -192,6 +192,26 @@ pub async fn events_of(db: &TestDb, stream: &StreamId) -> Vec<RecordedEvent> {
     db.store().read_stream(stream, 1, 10_000).await.expect("readable")
 }
 
+/// How long a rented test waits for a reconciler to act.
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits (bounded by [`WAIT`], polling every 20 ms) until `check` finds what it looks for.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some(found) = check().await {
+                return found;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    found.await.unwrap_or_else(|_| panic!("{what}: not in {WAIT:?}"))
+}
+
 /// How many events the whole log holds, counted in the table (see [`whole_log_text`]).
 pub async fn log_len(db: &TestDb) -> i64 {
     let row = db.client().await.query_one("SELECT count(*) FROM events", &[]).await;
