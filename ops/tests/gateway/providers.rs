@@ -431,3 +431,55 @@ async fn a_launch_lost_on_its_way_is_relaunched_only_after_the_nodes_reconciliat
     assert!(at("RunLaunchIndeterminate") < at("RunLaunchNotApplied"), "{types:?}");
     assert!(at("RunLaunchNotApplied") < second && second != usize::MAX, "{types:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silenced_node_is_lost_past_its_lease_and_its_run_reads_unobserved_not_failed() {
+    use crate::rented::SUBMIT;
+    const RUN_SEEN: &str =
+        "query($id: ID!) { run(id: $id) { status outcome nodeState unobserved } }";
+    let dir = temp_dir();
+    // The node's workload runs for an hour: only the node's silence can change the run.
+    let nodes = ["--nodes", "--node-beat-ms", "300", "--node-run-ms", "3600000"];
+    let provider = ProviderSim::start(&dir.0, EVERY, &nodes).await;
+    let sweep = ["--rented-sweep-every", "1s"];
+    let server = server_renting_with(&provider, &dir.0, EVERY, &sweep).await;
+    let acme = tenant_token("acme");
+    let provisioned = server.graphql(&acme, PROVISION, provision("r-1", false)).await;
+    let rental = data(&provisioned)["provisionRental"]["id"].clone();
+    rental_in(&server, &acme, &rental, "active").await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "c".repeat(64)), "maxRuntimeSeconds": 7200,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"]["id"].clone();
+    let seen = || async { server.graphql(&acme, RUN_SEEN, json!({ "id": run })).await };
+    eventually("the run running on its node", || async {
+        let read = seen().await;
+        (read["data"]["run"]["status"] == "running").then_some(())
+    })
+    .await;
+    let read = seen().await;
+    assert_eq!(data(&read)["run"]["unobserved"], false, "{read}");
+    // The node falls silent: once its 90 s lease has passed without a beat, the sweep loses
+    // it, and its run reads unobserved, not failed.
+    let native = provider.machines().await[0]["native_ref"].as_str().expect("a ref").to_string();
+    provider.poke("silence", &native).await;
+    let lost = tokio::time::timeout(std::time::Duration::from_secs(240), async {
+        loop {
+            let read = seen().await;
+            if read["data"]["run"]["nodeState"] == "lost" {
+                return read;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .expect("the node lost within its lease and a sweep");
+    let lost = data(&lost)["run"].clone();
+    assert_eq!(
+        (&lost["status"], &lost["outcome"], &lost["unobserved"]),
+        (&json!("running"), &Value::Null, &json!(true)),
+        "{lost}"
+    );
+}
