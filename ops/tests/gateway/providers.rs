@@ -108,7 +108,8 @@ async fn server_renting_with(
         "1s",
     ];
     args.extend_from_slice(extra);
-    Server::start_with(&args).await
+    // Logged at info: a failing test shows what the server did.
+    Server::start_logging(&args, "info").await
 }
 
 fn temp_dir() -> TempDir {
@@ -475,7 +476,14 @@ async fn a_silenced_node_is_lost_past_its_lease_and_its_run_reads_unobserved_not
         }
     })
     .await
-    .expect("the node lost within its lease and a sweep");
+    .unwrap_or_else(|_| {
+        let logs = server.logs();
+        let tail: Vec<&str> = logs.lines().rev().take(60).collect();
+        panic!(
+            "the node was not lost within its lease and a sweep; the server's log, last first:\n{}",
+            tail.join("\n")
+        )
+    });
     let lost = data(&lost)["run"].clone();
     assert_eq!(
         (&lost["status"], &lost["outcome"], &lost["unobserved"]),
