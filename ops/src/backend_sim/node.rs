@@ -5,8 +5,9 @@
 //! is answered `applied: false`, one it applied before `applied: true, duplicate: true`; a
 //! launch is applied and its workload reported running, then exited 0 after the run time; a
 //! stop is applied and its workload reported exited 137; a `report_applied` lookup is
-//! answered with its reconciliation naming the lookup. A silenced node stops beating (its
-//! lease then passes: it is lost); with `drop_first_launch` the first launch it is sent is
+//! answered with its reconciliation naming the lookup. A silenced node is partitioned for
+//! good: nothing it sends arrives any more — no beat, result, look, nor the enrollment it
+//! tries when its session stream ends — so its lease passes and it stays lost; with `drop_first_launch` the first launch it is sent is
 //! lost, neither applied nor answered.
 //!
 //! Its bodies are written here from the note, not from the gateway's types, so that the
@@ -42,7 +43,7 @@ pub struct NodeHandle {
 }
 
 impl NodeHandle {
-    /// Stops its heartbeats for good.
+    /// Cuts it off for good: nothing it sends arrives any more (see the module's doc).
     pub fn silence(&self) {
         self.silenced.store(true, Ordering::SeqCst);
     }
@@ -123,6 +124,10 @@ impl Node {
     }
 
     async fn post(&self, path: &str, body: &Value) -> Result<reqwest::Response, String> {
+        if self.silenced.load(Ordering::SeqCst) {
+            // Partitioned: nothing it sends arrives (no beat, result, look or enrollment).
+            return Err("silenced".to_owned());
+        }
         let mut request = self.http.post(format!("{}{path}", self.base)).json(body);
         if path != "/enroll" {
             request = request.bearer_auth(self.credential());
@@ -167,10 +172,8 @@ impl Node {
 
     async fn beat(self) {
         loop {
-            if !self.silenced.load(Ordering::SeqCst) {
-                let event = self.event("heartbeat", json!({ "facts": facts() }));
-                let _ = self.send(event).await;
-            }
+            let event = self.event("heartbeat", json!({ "facts": facts() }));
+            let _ = self.send(event).await;
             tokio::time::sleep(self.options.beat_every).await;
         }
     }

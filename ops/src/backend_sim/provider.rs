@@ -15,7 +15,8 @@
 //! interrupted); `GET /sim/machines`
 //! lists every machine with its bootstrap (as user data on the machine would hold it);
 //! with `--nodes`, each machine runs a simulated node agent (`node.rs`) from its bootstrap,
-//! and `POST /sim/silence/{native_ref}` stops its heartbeats (the node is then lost);
+//! and `POST /sim/silence/{native_ref}` cuts its node off (nothing it sends arrives: it is
+//! lost and stays so);
 //! `GET /sim/requests` counts requests per route. `--fail-provisions` answers every
 //! provision 500 (no machine), `--refuse-provisions` 400 (`NO_CAPACITY`, for good),
 //! `--lose-provision-answers` makes each rental's first machine and answers 504.
