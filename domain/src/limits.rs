@@ -100,3 +100,34 @@ pub const NODE_FACT_IMAGES_MAX: usize = 256;
 /// Most attempts whose last reported phase a node's state remembers (to record a repeated
 /// look once).
 pub const NODE_WORKLOADS_KEPT: usize = 64;
+
+/// Most arguments a runner's command may have.
+pub const RUNNER_COMMAND_ARGS_MAX: usize = 64;
+
+/// Longest argument of a runner's command, in bytes.
+pub const RUNNER_COMMAND_ARG_MAX_BYTES: usize = 4096;
+
+/// Most vCPUs one runner lease may be charged.
+pub const RUNNER_VCPU_MAX: u32 = 256;
+
+/// Most memory one runner lease may be charged, in MiB.
+pub const RUNNER_MEMORY_MB_MAX: u64 = 4 * 1024 * 1024;
+
+/// A runner lease's time to live when its request names none, in seconds (billet's): it
+/// expires unless its holder reports within this long.
+pub const RUNNER_LEASE_TTL_SECONDS: u32 = 90;
+
+/// The longest time to live a runner lease may ask for, in seconds.
+pub const RUNNER_LEASE_TTL_SECONDS_MAX: u32 = 3600;
+
+/// How long after a recorded heartbeat the next one is recorded, in seconds: beats in
+/// between are checked (fenced) and change nothing.
+pub const RUNNER_HEARTBEAT_RECORD_SECONDS: i64 = 30;
+
+/// How long a quarantined lease must have been expired before a node's inventory without
+/// it proves its compute gone, in seconds (billet's grace: an instance still being created
+/// may not be listed yet).
+pub const RUNNER_QUARANTINE_GRACE_SECONDS: i64 = 300;
+
+/// Most provider kinds a runner lease may name.
+pub const RUNNER_PROVIDERS_MAX: usize = 4;

@@ -28,11 +28,9 @@
 mod events;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};

@@ -7,7 +7,6 @@ pub mod fleet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::limits::{
     LEASE_OPERATOR_DETAIL_MAX_BYTES, LEASE_REASON_MAX_BYTES, LEASE_SKU_MAX_BYTES,
@@ -258,18 +257,45 @@ impl OperatorDetail {
     }
 }
 
-/// Declares a UUID newtype.
+/// Declares a UUID newtype; with `stream = "prefix"`, also its stream id (`prefix-<uuid>`)
+/// and the way back from one, so that a new kind's id is one declaration.
 macro_rules! uuid_type {
+    ($(#[$doc:meta])* $name:ident, stream = $prefix:literal) => {
+        $crate::values::uuid_type!($(#[$doc])* $name);
+
+        impl $name {
+            #[doc = concat!("Its stream: `", $prefix, "-<uuid>`.")]
+            pub fn stream_id(&self) -> $crate::StreamId {
+                $crate::StreamId::parse(format!(concat!($prefix, "-{}"), self.0))
+                    .expect("a UUID makes a valid stream id")
+            }
+
+            #[doc = concat!("The id of `stream`, if it is a `", $prefix, "` stream.")]
+            pub fn of_stream(stream: &$crate::StreamId) -> Option<Self> {
+                let id = stream.as_str().strip_prefix(concat!($prefix, "-"))?;
+                ::uuid::Uuid::parse_str(id).ok().map(Self)
+            }
+        }
+    };
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(
-            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            PartialOrd,
+            Ord,
+            Hash,
+            ::serde::Serialize,
+            ::serde::Deserialize,
         )]
         #[serde(transparent)]
-        pub struct $name(pub Uuid);
+        pub struct $name(pub ::uuid::Uuid);
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 self.0.fmt(f)
             }
         }

@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::StreamId;
 use crate::limits::LEASE_ITEMS_MAX;

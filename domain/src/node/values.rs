@@ -5,9 +5,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
-use crate::StreamId;
 use crate::limits::NODE_FACT_IMAGES_MAX;
 use crate::run::{AttemptId, BookingId, RunId};
 use crate::values::{FieldError, Problem, checked_string, uuid_type};
@@ -15,21 +13,9 @@ use crate::values::{FieldError, Problem, checked_string, uuid_type};
 uuid_type!(
     /// A node: the agent on one rented machine for one generation of its rental. Leasehold
     /// mints it (from the rental and the generation); the node never chooses it.
-    NodeId
+    NodeId,
+    stream = "node"
 );
-
-impl NodeId {
-    /// The node's stream: `node-<uuid>`.
-    pub fn stream_id(&self) -> StreamId {
-        StreamId::parse(format!("node-{}", self.0)).expect("a UUID makes a valid stream id")
-    }
-
-    /// The node of `stream`, if it is a node's stream.
-    pub fn of_stream(stream: &StreamId) -> Option<Self> {
-        let id = stream.as_str().strip_prefix("node-")?;
-        Uuid::parse_str(id).ok().map(Self)
-    }
-}
 
 /// The SHA-256 of a secret a node presents (its enrollment token): the secret itself is never
 /// recorded, only this, which cannot be presented in its place.

@@ -6,9 +6,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
-use crate::StreamId;
 use crate::limits::{RENTAL_MAX_LIFETIME_SECONDS_MAX, RENTAL_NATIVE_REF_MAX_BYTES};
 use crate::values::{FieldError, Problem, checked_string, uuid_type};
 
@@ -16,21 +14,9 @@ uuid_type!(
     /// A rental's id, minted by Leasehold from its tenant and the provision's operation key
     /// **before** any provider is called, so that an accepted answer that was lost can still
     /// be found again (by its id and ownership token).
-    RentalId
+    RentalId,
+    stream = "rental"
 );
-
-impl RentalId {
-    /// The rental's stream: `rental-<uuid>`.
-    pub fn stream_id(&self) -> StreamId {
-        StreamId::parse(format!("rental-{}", self.0)).expect("a UUID makes a valid stream id")
-    }
-
-    /// The rental of `stream`, if it is a rental's stream.
-    pub fn of_stream(stream: &StreamId) -> Option<Self> {
-        let id = stream.as_str().strip_prefix("rental-")?;
-        Uuid::parse_str(id).ok().map(Self)
-    }
-}
 
 /// A connection's name: lower-case letters, digits, '.', '_' and '-', from a letter or digit,
 /// 1 to 64 bytes (the fleet's token rule).

@@ -4,14 +4,13 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
-use crate::StreamId;
 use crate::values::uuid_type;
 
 uuid_type!(
     /// A run: one piece of work a tenant submits, minted from its tenant and operation key.
-    RunId
+    RunId,
+    stream = "run"
 );
 
 uuid_type!(
@@ -23,19 +22,6 @@ uuid_type!(
     /// One booking of a run on a rental's schedule.
     BookingId
 );
-
-impl RunId {
-    /// The run's stream: `run-<uuid>`.
-    pub fn stream_id(&self) -> StreamId {
-        StreamId::parse(format!("run-{}", self.0)).expect("a UUID makes a valid stream id")
-    }
-
-    /// The run of `stream`, if it is a run's stream.
-    pub fn of_stream(stream: &StreamId) -> Option<Self> {
-        let id = stream.as_str().strip_prefix("run-")?;
-        Uuid::parse_str(id).ok().map(Self)
-    }
-}
 
 /// Where a workload stands, as its node reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -3,28 +3,14 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
-use crate::StreamId;
 use crate::values::{FieldError, Problem, checked_string, uuid_type};
 
 uuid_type!(
     /// A snapshot's id, minted by Leasehold from its tenant and the create's operation key.
-    SnapshotId
+    SnapshotId,
+    stream = "snapshot"
 );
-
-impl SnapshotId {
-    /// The snapshot's stream: `snapshot-<uuid>`.
-    pub fn stream_id(&self) -> StreamId {
-        StreamId::parse(format!("snapshot-{}", self.0)).expect("a UUID makes a valid stream id")
-    }
-
-    /// The snapshot of `stream`, if it is a snapshot's stream.
-    pub fn of_stream(stream: &StreamId) -> Option<Self> {
-        let id = stream.as_str().strip_prefix("snapshot-")?;
-        Uuid::parse_str(id).ok().map(Self)
-    }
-}
 
 /// Who took a snapshot and what for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::{FieldError, Problem, checked_string, uuid_type};
 use crate::StreamId;
@@ -167,21 +166,9 @@ impl Arch {
 
 uuid_type!(
     /// A VM's id, minted from its tenant and task (one VM per task).
-    VmId
+    VmId,
+    stream = "vm"
 );
-
-impl VmId {
-    /// The VM's stream: `vm-<uuid>`.
-    pub fn stream_id(&self) -> StreamId {
-        StreamId::parse(format!("vm-{}", self.0)).expect("a UUID makes a valid stream id")
-    }
-
-    /// The VM of `stream`, if it is a VM's stream.
-    pub fn of_stream(stream: &StreamId) -> Option<Self> {
-        let id = stream.as_str().strip_prefix("vm-")?;
-        Uuid::parse_str(id).ok().map(Self)
-    }
-}
 
 /// What runs a host's VMs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,7 +4,6 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::limits::{
     VM_CPUS_MAX, VM_EXPOSED_PORTS_MAX, VM_GUEST_FILES_MAX, VM_RAM_MB_MAX, VM_RAM_MB_MIN,
