@@ -26,6 +26,7 @@ pub mod rental_service;
 mod request;
 mod routing;
 pub mod run_service;
+pub mod runner_service;
 pub mod snapshot_service;
 pub mod vm_input;
 pub mod vm_service;

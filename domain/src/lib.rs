@@ -21,6 +21,7 @@ pub mod rental;
 pub mod run;
 pub mod runner;
 pub mod runner_capacity;
+pub mod runner_job;
 pub mod runner_node;
 pub mod snapshot;
 mod store;

@@ -5,6 +5,7 @@
 
 mod capacity;
 mod fixtures;
+mod job;
 mod node;
 mod properties;
 #[path = "../common/table.rs"]

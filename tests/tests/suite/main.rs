@@ -9,4 +9,5 @@ mod projections;
 mod reaping;
 mod reconcilers;
 mod rented;
+mod runners;
 mod support;

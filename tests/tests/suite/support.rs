@@ -96,3 +96,10 @@ pub async fn until_waiting_for_a_lock(observer: &tokio_postgres::Client, pid: Op
     };
     tokio::time::timeout(Duration::from_secs(30), waiting).await.expect("it waits in time");
 }
+
+/// How many events the whole log holds, counted in the table: the log's readers stop at
+/// the horizon, which a commit a moment old may not have passed yet.
+pub async fn log_len(db: &leasehold_tests::TestDb) -> i64 {
+    let row = db.client().await.query_one("SELECT count(*) FROM events", &[]).await;
+    row.expect("readable").get(0)
+}

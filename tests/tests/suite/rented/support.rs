@@ -212,11 +212,7 @@ where
     found.await.unwrap_or_else(|_| panic!("{what}: not in {WAIT:?}"))
 }
 
-/// How many events the whole log holds, counted in the table (see [`whole_log_text`]).
-pub async fn log_len(db: &TestDb) -> i64 {
-    let row = db.client().await.query_one("SELECT count(*) FROM events", &[]).await;
-    row.expect("readable").get(0)
-}
+pub use crate::support::log_len;
 
 /// Every event of the whole log, as JSON text (payloads and metadata).
 ///
