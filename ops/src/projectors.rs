@@ -8,6 +8,8 @@ use leasehold_projections::lease::LeaseProjection;
 use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
 use leasehold_projections::run::RunProjection;
+use leasehold_projections::runner::RunnerProjection;
+use leasehold_projections::runner_job::JobProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
@@ -57,6 +59,8 @@ projections!(
     RentalProjection,
     NodeProjection,
     RunProjection,
+    RunnerProjection,
+    JobProjection,
 );
 
 impl Projectors {

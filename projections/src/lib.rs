@@ -16,6 +16,8 @@ mod projection;
 mod reconciler;
 pub mod rental;
 pub mod run;
+pub mod runner;
+pub mod runner_job;
 mod runtime;
 pub mod shared;
 pub mod snapshot;

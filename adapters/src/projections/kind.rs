@@ -116,3 +116,61 @@ impl<P: PgProjected> ProjectionSession<P> for PgProjectionSession {
         tx.commit().await.map_err(fail)
     }
 }
+
+/// A kind's working states in a table `(<key> uuid PRIMARY KEY, tenant_id text, state
+/// bytea)`: read by key, written by one multi-row statement per batch. A new kind keyed by a
+/// UUID names its table here instead of writing both statements again.
+pub(crate) struct UuidViewStates {
+    /// The table.
+    pub table: &'static str,
+    /// Its key column.
+    pub key: &'static str,
+}
+
+impl UuidViewStates {
+    /// The stored views of `ids` (absent ids have none yet).
+    pub(crate) async fn read<V: serde::de::DeserializeOwned>(
+        &self,
+        client: &ClientWrapper,
+        ids: &[uuid::Uuid],
+    ) -> Result<Vec<(uuid::Uuid, V)>, ReadError> {
+        let sql = format!(
+            "SELECT {key}, state FROM {table} WHERE {key} = ANY($1)",
+            key = self.key,
+            table = self.table
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
+        let mut views = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: uuid::Uuid = row.get(0);
+            views.push((id, decode(format!("{} {id}", self.table), row.get(1))?));
+        }
+        Ok(views)
+    }
+
+    /// Writes `views` (id, owner, view), each replacing the one stored.
+    pub(crate) async fn write<V: serde::Serialize>(
+        &self,
+        tx: &Transaction<'_>,
+        views: &[(uuid::Uuid, &str, &V)],
+    ) -> Result<(), super::WriteError> {
+        if views.is_empty() {
+            return Ok(());
+        }
+        let mut states = Vec::with_capacity(views.len());
+        for (_, _, view) in views {
+            states.push(encode(self.table, view)?);
+        }
+        let ids: Vec<uuid::Uuid> = views.iter().map(|(id, _, _)| *id).collect();
+        let tenants: Vec<&str> = views.iter().map(|(_, tenant, _)| *tenant).collect();
+        let sql = format!(
+            "INSERT INTO {table} ({key}, tenant_id, state) \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::bytea[]) \
+             ON CONFLICT ({key}) DO UPDATE SET state = excluded.state",
+            key = self.key,
+            table = self.table,
+        );
+        super::execute(tx, &sql, &[&ids, &tenants, &states]).await
+    }
+}

@@ -9,6 +9,8 @@ mod node;
 mod reconcilers;
 mod rental;
 mod run;
+mod runner;
+mod runner_job;
 mod shared;
 mod snapshot;
 mod status;

@@ -104,37 +104,45 @@ pub async fn assert_usage_never_negative(db: &TestDb) {
     assert_eq!(negative, 0, "no usage counter is negative");
 }
 
+/// The lease projection's tables, each with a stable order.
+const LEASE_TABLES: &[(&str, &str)] = &[
+    ("lease_view_states", "lease_id"),
+    ("leases", "lease_id"),
+    ("lease_diagnostics", "lease_id"),
+    ("releases", "lease_id, version"),
+    ("retained_leases", "lease_id"),
+    ("workloads", "kind, workload_id"),
+    ("quota_usage", "tenant_id, kind"),
+    ("quota_usage_skus", "tenant_id, kind, sku"),
+];
+
 /// Every read-model table's rows, as text, in a stable order.
 pub async fn dump(db: &TestDb) -> Vec<(String, Vec<String>)> {
+    dump_of(db, LEASE_TABLES).await
+}
+
+/// The rows of `tables` (each with its order), as text.
+pub async fn dump_of(db: &TestDb, tables: &[(&str, &str)]) -> Vec<(String, Vec<String>)> {
     let client = db.client().await;
-    let mut tables = Vec::new();
-    for (table, order) in [
-        ("lease_view_states", "lease_id"),
-        ("leases", "lease_id"),
-        ("lease_diagnostics", "lease_id"),
-        ("releases", "lease_id, version"),
-        ("retained_leases", "lease_id"),
-        ("workloads", "kind, workload_id"),
-        ("quota_usage", "tenant_id, kind"),
-        ("quota_usage_skus", "tenant_id, kind, sku"),
-    ] {
+    let mut dumped = Vec::new();
+    for (table, order) in tables {
         let rows = client
             .query(&format!("SELECT t::text FROM {table} t ORDER BY {order}"), &[])
             .await
             .expect("readable");
-        tables.push((table.to_owned(), rows.iter().map(|row| row.get(0)).collect()));
+        dumped.push(((*table).to_owned(), rows.iter().map(|row| row.get(0)).collect()));
     }
-    tables
+    dumped
 }
 
 /// Empties the read models and forgets the checkpoint, for a rebuild from the start.
 pub async fn reset(db: &TestDb) {
-    db.client()
-        .await
-        .batch_execute(
-            "TRUNCATE lease_view_states, leases, lease_diagnostics, releases, retained_leases, \
-             workloads, quota_usage, quota_usage_skus; DELETE FROM projection_checkpoints",
-        )
-        .await
-        .expect("reset");
+    reset_of(db, LEASE_TABLES).await;
+}
+
+/// Empties `tables` and forgets every checkpoint, for a rebuild from the start.
+pub async fn reset_of(db: &TestDb, tables: &[(&str, &str)]) {
+    let names: Vec<&str> = tables.iter().map(|(table, _)| *table).collect();
+    let sql = format!("TRUNCATE {}; DELETE FROM projection_checkpoints", names.join(", "));
+    db.client().await.batch_execute(&sql).await.expect("reset");
 }

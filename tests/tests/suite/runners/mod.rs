@@ -5,4 +5,5 @@
 
 mod capacity;
 mod leases;
+mod read_models;
 mod support;
