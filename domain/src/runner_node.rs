@@ -175,7 +175,9 @@ impl Aggregate for RunnerNode {
                         current: self.node_epoch,
                     });
                 }
+                let node = self.registration.as_ref().map(|r| r.node.clone());
                 Ok(vec![E::RunnerInventoryReported {
+                    node: node.ok_or(RunnerNodeError::NotFound)?,
                     node_epoch: *node_epoch,
                     leases: leases.clone(),
                     at,

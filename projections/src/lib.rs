@@ -27,6 +27,7 @@ pub use clock::ManualClock;
 pub use port::{ProjectionSession, ProjectionStore, ReconcilerSession, ReconcilerStore};
 pub use projection::{Projection, ProjectionError, apply_batch, keys_of};
 pub use reconciler::{
-    ReconcileError, Reconciler, ReconcilerConfig, ReconcilerRunner, Seen, operation_key,
+    ReconcileError, Reconciler, ReconcilerConfig, ReconcilerRunner, Seen, SweepSchedule,
+    operation_key,
 };
 pub use runtime::{Runner, RunnerConfig, RunnerStats};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_domain::{Clock, Cursor, OperationKey, RecordedEvent, StoreError};
 use tokio::sync::{Notify, watch};
 
@@ -204,5 +204,38 @@ impl<R: Reconciler, S: ReconcilerStore> ReconcilerRunner<R, S> {
             }
         }
         Ok(())
+    }
+}
+
+/// When a sweeping reconciler sweeps next: every `every`, and at once the first time. A
+/// reconciler is also called for its batches of events; the schedule keeps those calls from
+/// sweeping again before the sweep is due.
+#[derive(Debug)]
+pub struct SweepSchedule {
+    every: TimeDelta,
+    next: std::sync::Mutex<Option<DateTime<Utc>>>,
+}
+
+impl SweepSchedule {
+    /// A sweep every `every`.
+    pub fn every(every: TimeDelta) -> Self {
+        Self { every, next: std::sync::Mutex::new(None) }
+    }
+
+    /// `Ok(next)` when a sweep is due at `now` (the next one then scheduled at `next`), or
+    /// `Err(scheduled)` when the scheduled one is still ahead.
+    ///
+    /// # Errors
+    /// The sweep scheduled, when it is not due yet.
+    pub fn due(&self, now: DateTime<Utc>) -> Result<DateTime<Utc>, DateTime<Utc>> {
+        let mut next = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *next {
+            Some(at) if now < at => Err(at),
+            _ => {
+                let at = now + self.every;
+                *next = Some(at);
+                Ok(at)
+            }
+        }
     }
 }

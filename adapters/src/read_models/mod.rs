@@ -15,12 +15,14 @@ use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 mod artifacts;
 mod fleet;
 mod rented;
+mod runners;
 mod snapshots;
 mod workloads;
 
 pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
+pub use runners::RunnerHold;
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 
 pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};

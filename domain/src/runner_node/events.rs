@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Registration;
 use crate::registry::{AggregateKind, EventView};
-use crate::runner::RunnerLeaseId;
+use crate::runner::{RunnerLeaseId, RunnerNodeName};
 
 /// Everything that can happen to a runner node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,7 +21,12 @@ pub enum RunnerNodeEvent {
         at: DateTime<Utc>,
     },
     /// Its sweep listed the leases whose instances it runs.
-    RunnerInventoryReported { node_epoch: u64, leases: Vec<RunnerLeaseId>, at: DateTime<Utc> },
+    RunnerInventoryReported {
+        node: RunnerNodeName,
+        node_epoch: u64,
+        leases: Vec<RunnerLeaseId>,
+        at: DateTime<Utc>,
+    },
     /// An operator retired it.
     RunnerNodeRetired { at: DateTime<Utc> },
 }
@@ -44,7 +49,7 @@ pub const KIND: AggregateKind = AggregateKind {
         EventView {
             event_type: "RunnerInventoryReported",
             tenant_fields: &[],
-            withheld: &["node_epoch", "leases", "at"],
+            withheld: &["node", "node_epoch", "leases", "at"],
         },
         EventView { event_type: "RunnerNodeRetired", tenant_fields: &[], withheld: &["at"] },
     ],

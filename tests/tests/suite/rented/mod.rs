@@ -8,4 +8,4 @@ mod expiry;
 mod fencing;
 mod read_models;
 mod runs;
-mod support;
+pub(crate) mod support;

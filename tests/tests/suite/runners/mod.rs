@@ -6,4 +6,5 @@
 mod capacity;
 mod leases;
 mod read_models;
+mod reconcilers;
 mod support;

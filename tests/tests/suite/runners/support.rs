@@ -106,16 +106,14 @@ pub async fn requested(service: &Service, key: &str) -> RunnerLeaseId {
     service.request(&tenant("acme"), key, &ask()).await.expect("requested").lease
 }
 
-/// A lease of acme's assigned job `n`, launched on the registered node, online, then busy.
+/// A lease of acme's assigned job `n`, launched on the node (registered first if it is not),
+/// online, then busy.
 pub async fn busy(service: &Service, key: &str, n: u128) -> RunnerLeaseId {
-    service
-        .register_node(
-            &machine("node:docker-1"),
-            &format!("{key}-register"),
-            (registration(), None),
-        )
-        .await
-        .expect("registered");
+    if service.node(&node_name()).await.expect("readable").is_none() {
+        let register = (registration(), None);
+        let node = machine("node:docker-1");
+        service.register_node(&node, "register", register).await.expect("registered");
+    }
     let lease = requested(service, key).await;
     service
         .assign(&tenant("acme"), &format!("{key}-assign"), (lease, 1, job(n)))
