@@ -66,6 +66,10 @@ pub const KINDS: &[&AggregateKind] = &[
     &crate::rental::KIND,
     &crate::node::KIND,
     &crate::run::KIND,
+    &crate::runner::KIND,
+    &crate::runner_capacity::KIND,
+    &crate::runner_job::KIND,
+    &crate::runner_node::KIND,
 ];
 
 /// The kind whose streams have type `stream_type`.

@@ -11,6 +11,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use leasehold_domain::TenantId;
 use leasehold_domain::lease::ProviderId;
 use leasehold_domain::rental::ConnectionId;
+use leasehold_domain::runner::RunnerNodeName;
 use leasehold_domain::values::fleet::HostId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -86,6 +87,10 @@ pub struct Claims {
     /// may report on (receipts and observations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<String>,
+    /// For a runner node's agent token: the only runner node it registers, whose inventory
+    /// it reports and whose leases' phases, heartbeats and teardowns it reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_node: Option<String>,
     /// Expiry, seconds since the Unix epoch.
     pub exp: i64,
     /// Issued at, seconds since the Unix epoch.
@@ -109,6 +114,8 @@ pub struct Principal {
     pub host: Option<HostId>,
     /// The provider connection a rental provider's agent is bound to.
     pub connection: Option<ConnectionId>,
+    /// The runner node a runner node's agent is bound to.
+    pub runner_node: Option<RunnerNodeName>,
     /// When the token stops being valid.
     pub expires_at: DateTime<Utc>,
 }
@@ -204,6 +211,7 @@ impl JwtSecret {
             all_providers: false,
             host: None,
             connection: None,
+            runner_node: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -220,6 +228,7 @@ impl JwtSecret {
             all_providers: false,
             host: Some(host.to_string()),
             connection: None,
+            runner_node: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -242,6 +251,30 @@ impl JwtSecret {
             all_providers: false,
             host: None,
             connection: Some(connection.to_string()),
+            runner_node: None,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        })
+    }
+
+    /// A token for the agent of the runner node `node`, valid for `ttl`: it registers that
+    /// node, reports its inventory, and reports on the runner leases bound to it only.
+    pub fn mint_runner_node_agent(
+        &self,
+        sub: &str,
+        node: &RunnerNodeName,
+        ttl: TimeDelta,
+    ) -> String {
+        let now = Utc::now();
+        self.mint(&Claims {
+            sub: sub.to_string(),
+            role: Role::Agent,
+            tenant: None,
+            provider: None,
+            all_providers: false,
+            host: None,
+            connection: None,
+            runner_node: Some(node.to_string()),
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -259,6 +292,7 @@ impl JwtSecret {
             all_providers: true,
             host: None,
             connection: None,
+            runner_node: None,
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         })
@@ -322,19 +356,40 @@ fn principal_of(claims: Claims) -> Result<Principal, AuthError> {
         (_, Some(_)) => return Err(AuthError::Invalid),
         _ => None,
     };
-    // An agent is bound to exactly one of: a provider, every provider, a host, a connection.
-    let bound = (claims.provider, claims.all_providers, host.is_some(), connection.is_some());
-    let provider = match (claims.role, bound) {
-        (Role::Agent, (Some(provider), false, false, false)) => Some(ProviderId(provider)),
-        (Role::Agent, (None, true, false, false) | (None, false, true, false)) => None,
-        (Role::Agent, (None, false, false, true)) => None,
-        (Role::Agent, (None, false, false, false)) => return Err(AuthError::ProviderMissing),
-        (Role::Agent, _) => return Err(AuthError::Invalid),
+    let runner_node = match (claims.role, claims.runner_node.as_deref()) {
+        (Role::Agent, Some(raw)) => {
+            Some(RunnerNodeName::parse("runnerNode", raw).map_err(|_| AuthError::Invalid)?)
+        }
+        (_, Some(_)) => return Err(AuthError::Invalid),
         _ => None,
     };
+    let provider =
+        provider_of(&claims, [host.is_some(), connection.is_some(), runner_node.is_some()])?;
     let expires_at = DateTime::from_timestamp(claims.exp, 0).ok_or(AuthError::Invalid)?;
     let subject = claims.sub;
-    Ok(Principal { subject, role: claims.role, tenant, provider, host, connection, expires_at })
+    Ok(Principal {
+        subject,
+        role: claims.role,
+        tenant,
+        provider,
+        host,
+        connection,
+        runner_node,
+        expires_at,
+    })
+}
+
+/// An agent's provider: an agent is bound to exactly one of a provider, every provider, a
+/// host, a rental connection or a runner node (`bindings`: the last three, present or not).
+fn provider_of(claims: &Claims, bindings: [bool; 3]) -> Result<Option<ProviderId>, AuthError> {
+    let others = bindings.iter().filter(|bound| **bound).count();
+    match (claims.role, claims.provider, claims.all_providers, others) {
+        (Role::Agent, Some(provider), false, 0) => Ok(Some(ProviderId(provider))),
+        (Role::Agent, None, true, 0) | (Role::Agent, None, false, 1) => Ok(None),
+        (Role::Agent, None, false, 0) => Err(AuthError::ProviderMissing),
+        (Role::Agent, _, _, _) => Err(AuthError::Invalid),
+        _ => Ok(None),
+    }
 }
 
 /// A fresh random secret, hex-encoded (64 characters), for a data directory's secret file.
@@ -397,6 +452,7 @@ mod tests {
             all_providers: true,
             host: None,
             connection: None,
+            runner_node: None,
             exp: Utc::now().timestamp() + 60,
             iat: Utc::now().timestamp(),
         });
@@ -420,6 +476,7 @@ mod tests {
             all_providers: false,
             host: None,
             connection: Some("sim".into()),
+            runner_node: None,
             exp: Utc::now().timestamp() + 60,
             iat: Utc::now().timestamp(),
         };
@@ -427,5 +484,35 @@ mod tests {
         assert_eq!(secret().verify(&with_provider), Err(AuthError::Invalid));
         let on_a_tenant = secret().mint(&claims(None, Role::Tenant));
         assert_eq!(secret().verify(&on_a_tenant), Err(AuthError::Invalid));
+    }
+
+    #[test]
+    fn a_runner_node_agent_is_bound_to_its_node_and_nothing_else() {
+        let node = RunnerNodeName::parse("node", "docker-1").expect("valid");
+        let token = secret().mint_runner_node_agent("runner-docker-1", &node, TimeDelta::hours(1));
+        let principal = secret().verify(&token).expect("valid");
+        assert_eq!(
+            (principal.runner_node, principal.provider, principal.host, principal.connection),
+            (Some(node), None, None, None)
+        );
+        let claims = |connection: Option<&str>, role: Role, name: &str| Claims {
+            sub: "agent".into(),
+            role,
+            tenant: (role == Role::Tenant).then(|| "acme".into()),
+            provider: None,
+            all_providers: false,
+            host: None,
+            connection: connection.map(str::to_string),
+            runner_node: Some(name.into()),
+            exp: Utc::now().timestamp() + 60,
+            iat: Utc::now().timestamp(),
+        };
+        for refused in [
+            claims(Some("sim"), Role::Agent, "docker-1"),
+            claims(None, Role::Tenant, "docker-1"),
+            claims(None, Role::Agent, "not a node name"),
+        ] {
+            assert_eq!(secret().verify(&secret().mint(&refused)), Err(AuthError::Invalid));
+        }
     }
 }

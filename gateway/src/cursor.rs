@@ -45,6 +45,10 @@ pub enum CursorKind {
     Rentals,
     /// A position in the `runs` list.
     Runs,
+    /// A position in the `runnerLeases` list.
+    RunnerLeases,
+    /// A position in the `runnerJobs` list.
+    RunnerJobs,
 }
 
 impl CursorKind {
@@ -57,6 +61,8 @@ impl CursorKind {
             Self::Snapshots => b"snapshots",
             Self::Rentals => b"rentals",
             Self::Runs => b"runs",
+            Self::RunnerLeases => b"runner-leases",
+            Self::RunnerJobs => b"runner-jobs",
         }
     }
 }

@@ -11,6 +11,7 @@ use leasehold_commands::lease_service::LeaseService;
 use leasehold_commands::node_service::NodeService;
 use leasehold_commands::rental_service::{Connections, RentalConfig, RentalService};
 use leasehold_commands::run_service::RunService;
+use leasehold_commands::runner_service::RunnerService;
 use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::lease::BackendName;
 use leasehold_domain::{Cursor, EventStore as _};
@@ -124,6 +125,10 @@ pub struct Rented {
     pub nodes: NodeService<PgEventStore>,
     /// Runs: tenants' submissions and cancels, the run dispatcher's attempts.
     pub runs: RunService<PgEventStore>,
+    /// Runner leases: tenants' requests, assignments and releases; runner nodes'
+    /// registrations and reports; the runner dispatcher's launches; operators' forces and
+    /// limits.
+    pub runners: RunnerService<PgEventStore>,
 }
 
 impl Rented {
@@ -132,6 +137,7 @@ impl Rented {
         Self {
             nodes: NodeService::new(pipeline.clone(), config.key.clone()),
             runs: RunService::new(pipeline.clone()),
+            runners: RunnerService::new(pipeline.clone()),
             rentals: RentalService::new(pipeline.clone(), config),
         }
     }

@@ -305,6 +305,26 @@ pub fn start_rented_expiry(
     run(expiry, store, stopped)
 }
 
+/// Starts the runner lease reconcilers: the `runner-reaper` (expired leases quarantined or
+/// failed, sweeping every `every`) and `runner-inventory` (a node's re-registration moves its
+/// leases to a new epoch; an inventory lacking a quarantined lease settles it).
+pub fn start_runner_reconcilers(
+    rented: &leasehold_gateway::Rented,
+    every: chrono::TimeDelta,
+    stopped: &watch::Receiver<bool>,
+) -> [JoinHandle<()>; 2] {
+    let store = rented.runners.pipeline().store();
+    let read_models = leasehold_adapters::PgReadModels::of(store);
+    let reaper = leasehold_adapters::runners::RunnerReaper::new(
+        rented.runners.clone(),
+        read_models.clone(),
+        every,
+    );
+    let inventory =
+        leasehold_adapters::runners::RunnerInventory::new(rented.runners.clone(), read_models);
+    [run(reaper, store, stopped), run(inventory, store, stopped)]
+}
+
 /// Starts snapshot retention GC: snapshots past their retention deleted, each tenant's
 /// layers past `layer_cap` evicted, and creations or restores stuck past `stuck_after` given
 /// up on, sweeping every `every`.

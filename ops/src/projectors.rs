@@ -9,6 +9,7 @@ use leasehold_projections::node::NodeProjection;
 use leasehold_projections::rental::RentalProjection;
 use leasehold_projections::run::RunProjection;
 use leasehold_projections::runner::RunnerProjection;
+use leasehold_projections::runner_fleet::RunnerFleetProjection;
 use leasehold_projections::runner_job::JobProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
@@ -61,6 +62,7 @@ projections!(
     RunProjection,
     RunnerProjection,
     JobProjection,
+    RunnerFleetProjection,
 );
 
 impl Projectors {

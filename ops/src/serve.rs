@@ -188,6 +188,11 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_LAUNCH_ANSWER_WITHIN", default_value = "2m",
           value_parser = crate::token::parse_ttl)]
     launch_answer_within: TimeDelta,
+    /// How often runner leases whose holders stopped reporting are reaped (quarantined when
+    /// they may hold compute, failed otherwise).
+    #[arg(long, env = "LEASEHOLD_RUNNER_REAP_EVERY", default_value = "10s",
+          value_parser = crate::token::parse_ttl)]
+    runner_reap_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -337,6 +342,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
             &stopped,
         ));
     }
+    reconcilers.extend(crate::dispatch::start_runner_reconcilers(
+        state.rented(),
+        args.runner_reap_every,
+        &stopped,
+    ));
     reconcilers.extend(crate::dispatch::start_reaper(
         state.pipeline(),
         placement(args)?,

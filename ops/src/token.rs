@@ -33,6 +33,10 @@ pub struct TokenArgs {
     /// file) whose rentals the token may report on (receipts, observations).
     #[arg(long, conflicts_with_all = ["provider", "host", "all_providers"])]
     connection: Option<String>,
+    /// For a runner node's agent: the runner node (its registered name) the token registers,
+    /// whose inventory it reports and whose bound runner leases it reports on.
+    #[arg(long, conflicts_with_all = ["provider", "host", "all_providers", "connection"])]
+    runner_node: Option<String>,
     /// The subject (default: the role, or the tenant's name with `-user`).
     #[arg(long)]
     sub: Option<String>,
@@ -72,10 +76,17 @@ pub fn run(args: &TokenArgs) -> anyhow::Result<()> {
         println!("{}", secret.mint_connection_agent(&sub, &connection, args.ttl));
         return Ok(());
     }
+    if let Some(node) = &args.runner_node {
+        anyhow::ensure!(args.role == Role::Agent, "--runner-node is only for --role agent");
+        let node = leasehold_domain::runner::RunnerNodeName::parse("--runner-node", node)?;
+        let sub = args.sub.clone().unwrap_or_else(|| format!("runner-node-{node}"));
+        println!("{}", secret.mint_runner_node_agent(&sub, &node, args.ttl));
+        return Ok(());
+    }
     let token = match (args.role, args.provider, args.all_providers) {
         (Role::Agent, None, false) => anyhow::bail!(
-            "--role agent needs --provider UUID, --host ID, --connection NAME (or the \
-             explicit --all-providers)"
+            "--role agent needs --provider UUID, --host ID, --connection NAME, --runner-node \
+             NAME (or the explicit --all-providers)"
         ),
         (Role::Agent, None, true) => secret.mint_agent_for_all_providers(&sub, args.ttl),
         (_, _, true) => anyhow::bail!("--all-providers is only for --role agent"),

@@ -17,6 +17,7 @@ mod reconciler;
 pub mod rental;
 pub mod run;
 pub mod runner;
+pub mod runner_fleet;
 pub mod runner_job;
 mod runtime;
 pub mod shared;

@@ -112,7 +112,7 @@ pub struct UsageDelta {
 
 /// Revisions of what the runner projection derives from its view; its version adds the
 /// state's schema, so a new `RunnerLease::STATE_SCHEMA` rebuilds it.
-const ROWS_REVISION: u32 = 0;
+const ROWS_REVISION: u32 = 1;
 
 impl Projection for RunnerProjection {
     const NAME: &'static str = "runner_views";
@@ -244,7 +244,11 @@ pub fn rows_of(view: &RunnerView) -> RunnerRows {
         tenant_id: view.tenant.to_string(),
         status: phase,
         backend_name: None,
-        items: serde_json::json!([]),
+        // What it is charged, named as its quota usage names it.
+        items: serde_json::json!([
+            {"sku": "runner.vcpu", "quantity": terms.resources.vcpu},
+            {"sku": "runner.memory_mb", "quantity": terms.resources.memory_mb},
+        ]),
         created_at,
         updated_at,
     };

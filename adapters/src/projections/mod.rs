@@ -10,6 +10,7 @@ mod reconcilers;
 mod rental;
 mod run;
 mod runner;
+mod runner_fleet;
 mod runner_job;
 mod shared;
 mod snapshot;

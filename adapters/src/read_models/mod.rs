@@ -15,6 +15,7 @@ use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 mod artifacts;
 mod fleet;
 mod rented;
+mod runner_views;
 mod runners;
 mod snapshots;
 mod workloads;
@@ -22,6 +23,7 @@ mod workloads;
 pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
+pub use runner_views::{HoldFacts, JobSummary, RunnerLeaseSummary, RunnerUsageRow};
 pub use runners::RunnerHold;
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 

@@ -21,7 +21,7 @@ pub enum Scope<'a> {
 
 impl<'a> Scope<'a> {
     /// The tenant to filter by (none: every tenant).
-    fn param(self) -> Option<&'a str> {
+    pub(super) fn param(self) -> Option<&'a str> {
         match self {
             Scope::Tenant(tenant) => Some(tenant.as_str()),
             Scope::Every => None,
@@ -348,7 +348,7 @@ impl PgReadModels {
     }
 }
 
-fn page_of(listing: &RentedListing) -> (i64, Option<DateTime<Utc>>, Option<Uuid>) {
+pub(super) fn page_of(listing: &RentedListing) -> (i64, Option<DateTime<Utc>>, Option<Uuid>) {
     let limit = i64::try_from(listing.first.clamp(1, PAGE_ROWS_MAX + 1)).unwrap_or(1);
     let (at, id) = listing.after.map_or((None, None), |(at, id)| (Some(at), Some(id)));
     (limit, at, id)

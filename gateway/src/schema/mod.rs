@@ -13,6 +13,7 @@ mod query;
 pub(crate) mod rental;
 mod rented;
 pub(crate) mod run;
+pub(crate) mod runner;
 pub(crate) mod snapshot;
 mod subscription;
 pub(crate) mod vm;
@@ -56,6 +57,7 @@ kinds!(
     snapshot::{SnapshotQuery, SnapshotMutation} + QUOTA_READS,
     rental::{RentalQuery, RentalMutation} + NODE_READS,
     run::{RunQuery, RunMutation},
+    runner::{RunnerQuery, RunnerMutation} + JOB_READS + CAPACITY_READS + NODE_READS,
 );
 
 // Every subscription.
@@ -109,16 +111,18 @@ pub(crate) fn tenant_of<'a>(ctx: &Context<'a>, what: &str) -> ApiResult<&'a Tena
     }
 }
 
-/// Refuses callers outside `roles`, and host and rental-connection agents: their tokens
-/// report on their host's VMs or their connection's rentals only, never on leases (their
-/// `provider` is none, which on a lease agent would be the all-providers grant).
+/// Refuses callers outside `roles`, and host, rental-connection and runner-node agents: their
+/// tokens report on their host's VMs, their connection's rentals or their node's runner
+/// leases only, never on leases (their `provider` is none, which on a lease agent would be
+/// the all-providers grant).
 pub(crate) fn require_lease<'a>(
     ctx: &Context<'a>,
     roles: &[Role],
     what: &str,
 ) -> ApiResult<&'a Principal> {
     let principal = require(ctx, roles, what)?;
-    if principal.host.is_some() || principal.connection.is_some() {
+    if principal.host.is_some() || principal.connection.is_some() || principal.runner_node.is_some()
+    {
         return Err(ApiError::forbidden(what));
     }
     Ok(principal)

@@ -29,6 +29,7 @@ async fn tokens_that_are_missing_forged_or_expired_are_unauthenticated() {
         all_providers: false,
         host: None,
         connection: None,
+        runner_node: None,
         exp: (Utc::now() - TimeDelta::minutes(10)).timestamp(),
         iat: (Utc::now() - TimeDelta::hours(1)).timestamp(),
     });

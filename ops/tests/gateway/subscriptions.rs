@@ -164,6 +164,7 @@ async fn the_protocol_closes_with_the_codes_clients_expect() {
         all_providers: false,
         host: None,
         connection: None,
+        runner_node: None,
         exp: chrono::Utc::now().timestamp() + 1,
         iat: chrono::Utc::now().timestamp(),
     });

@@ -4,7 +4,7 @@
 pub(crate) mod backend;
 mod mutation;
 mod query;
-mod types;
+pub(crate) mod types;
 mod work;
 
 pub use backend::LeaseBackendQuery;

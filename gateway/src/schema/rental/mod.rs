@@ -6,7 +6,7 @@
 
 mod mutation;
 mod query;
-mod types;
+pub(crate) mod types;
 
 pub use mutation::RentalMutation;
 pub use query::RentalQuery;

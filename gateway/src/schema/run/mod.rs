@@ -5,7 +5,7 @@
 
 mod mutation;
 mod query;
-mod types;
+pub(crate) mod types;
 
 pub use mutation::RunMutation;
 pub use query::RunQuery;

@@ -5,7 +5,7 @@
 
 mod mutation;
 mod query;
-mod types;
+pub(crate) mod types;
 mod work;
 
 pub use mutation::VmMutation;

@@ -1,0 +1,112 @@
+//! One workload list across every kind, through a real `leasehold serve`: a tenant with a
+//! lease, a VM, a rental, a run and a runner lease sees all five in `workloads` in one shape,
+//! each with its kind's own detail, in pages, filtered by kind and by state, and none of
+//! another tenant's.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::backend::eventually;
+use crate::fleet::{CREATE, create_input, register, wait_for_host};
+use crate::rented::{SUBMIT, active_rental, rented_server};
+use crate::runners::{ASSIGN, request};
+use crate::support::*;
+
+const PAGE: &str = "query($after: String, $filter: WorkloadFilter) {
+    workloads(first: 2, after: $after, filter: $filter) {
+        edges { node { id kind state resources { sku quantity } createdAt
+            detail { __typename ... on RunnerLease { phase tier } ... on Rental { offerId }
+                     ... on Run { rentalId } ... on Vm { taskId } ... on Lease { status } } } }
+        pageInfo { hasNextPage endCursor } } }";
+
+/// Every workload `token` sees under `filter`, page by page (2 a page), newest first.
+async fn every_page(server: &Server, token: &str, filter: Value) -> Vec<Value> {
+    let mut nodes = Vec::new();
+    let mut after = Value::Null;
+    loop {
+        let variables = json!({ "after": after, "filter": filter });
+        let page = server.graphql(token, PAGE, variables).await;
+        let workloads = data(&page)["workloads"].clone();
+        let edges = workloads["edges"].as_array().cloned().unwrap_or_default();
+        nodes.extend(edges.into_iter().map(|edge| edge["node"].clone()));
+        if workloads["pageInfo"]["hasNextPage"] != true {
+            return nodes;
+        }
+        after = workloads["pageInfo"]["endCursor"].clone();
+    }
+}
+
+fn kinds(nodes: &[Value]) -> BTreeSet<String> {
+    nodes.iter().map(|node| node["kind"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_sees_a_workload_of_every_kind_in_one_list() {
+    let (server, _dir) = rented_server().await;
+    register(&server, "agent-1", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    let theirs = request_lease(&server, &globex, "g-lease").await;
+    request_lease(&server, &acme, "lease-1").await;
+    data(&server.graphql(&acme, CREATE, create_input("vm-1", "build-1")).await);
+    let rental = active_rental(&server, &acme, "rental-1").await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "a".repeat(64)), "maxRuntimeSeconds": 3600,
+    }});
+    data(&server.graphql(&acme, SUBMIT, submit).await);
+    let runner = request(&server, &acme, "runner-1").await;
+    let job = uuid::Uuid::from_u128(1).to_string();
+    let assign = json!({ "input": {
+        "leaseId": runner, "operationKey": "a-1", "requestId": job, "runId": 1 } });
+    data(&server.graphql(&acme, ASSIGN, assign).await);
+    let every = ["lease", "rental", "run", "runner", "vm"].map(String::from);
+    let nodes = eventually("acme's five workloads listed, the runner assigned", || async {
+        let nodes = every_page(&server, &acme, Value::Null).await;
+        let runner_assigned =
+            nodes.iter().any(|n| n["kind"] == "runner" && n["state"] == "assigned");
+        (nodes.len() == 5 && runner_assigned).then_some(nodes)
+    })
+    .await;
+    assert_eq!(kinds(&nodes), BTreeSet::from(every.clone()), "{nodes:?}");
+    // Newest first, each once, and each with its own kind's detail.
+    let created: Vec<&str> = nodes.iter().filter_map(|n| n["createdAt"].as_str()).collect();
+    assert!(created.windows(2).all(|pair| pair[0] >= pair[1]), "newest first: {created:?}");
+    for node in &nodes {
+        let typename = match node["kind"].as_str() {
+            Some("lease") => "Lease",
+            Some("vm") => "Vm",
+            Some("rental") => "Rental",
+            Some("run") => "Run",
+            _ => "RunnerLease",
+        };
+        assert_eq!(node["detail"]["__typename"], typename, "{node}");
+        assert_ne!(node["id"], theirs["id"], "another tenant's lease is not listed");
+    }
+    let listed = nodes.iter().find(|n| n["kind"] == "runner").expect("the runner lease");
+    assert_eq!(listed["id"], runner);
+    assert_eq!(
+        listed["resources"],
+        json!([{ "sku": "runner.vcpu", "quantity": 4 }, { "sku": "runner.memory_mb", "quantity": 8192 }])
+    );
+    assert_eq!(
+        listed["detail"],
+        json!({ "__typename": "RunnerLease", "phase": "assigned", "tier": "linux-4x" })
+    );
+    // Filtered by kind, and by kind and state.
+    for kind in &every {
+        let only = every_page(&server, &acme, json!({ "kind": kind })).await;
+        assert_eq!(kinds(&only), BTreeSet::from([kind.clone()]), "{kind}: {only:?}");
+        assert_eq!(only.len(), 1, "{kind}");
+        let state = only[0]["state"].clone();
+        let same = every_page(&server, &acme, json!({ "kind": kind, "state": state })).await;
+        assert_eq!(same, only, "{kind} in its state");
+    }
+    let none = every_page(&server, &acme, json!({ "kind": "runner", "state": "busy" })).await;
+    assert_eq!(none, Vec::<Value>::new());
+    // The other tenant sees its own lease only.
+    let others = every_page(&server, &globex, Value::Null).await;
+    let ids: Vec<&Value> = others.iter().map(|node| &node["id"]).collect();
+    assert_eq!(ids, [&theirs["id"]], "{others:?}");
+}
