@@ -18,6 +18,7 @@ pub mod providers;
 pub mod read_models;
 pub mod rented;
 pub mod retention;
+pub mod runner_providers;
 pub mod runners;
 pub mod snapshot_gc;
 pub mod snapshots;

@@ -261,6 +261,28 @@ pub fn start_rental_dispatch(
     [run_dispatcher(kind, store, stopped), run(observer, store, stopped)]
 }
 
+/// Starts the runner dispatcher: assigned runner leases launched on the nodes of `file` (in
+/// its order), released and quarantined ones destroyed, with registrations from its issuer.
+///
+/// # Errors
+/// An agent's HTTP client cannot be built.
+pub fn start_runner_dispatcher(
+    rented: &leasehold_gateway::Rented,
+    file: leasehold_adapters::runner_providers::RunnerNodesFile,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    use leasehold_adapters::runner_providers::{JitIssuer, RunnerProviderClient};
+    let clients: Result<Vec<_>, _> =
+        file.nodes.into_iter().map(RunnerProviderClient::new).collect();
+    let issuer = JitIssuer::new(file.issuer).context("the issuer's HTTP client")?;
+    let nodes = leasehold_adapters::dispatch::RunnerNodes::new(
+        clients.context("a runner node's HTTP client")?,
+        issuer,
+    );
+    let kind = leasehold_adapters::dispatch::RunnerDispatch::new(rented.runners.clone(), nodes);
+    Ok(run_dispatcher(kind, rented.runners.pipeline().store(), stopped))
+}
+
 /// Starts the launch reconciler: a launch unanswered for `answer_within` is recorded
 /// indeterminate and its node asked for its reconciliation, looked at every `every`.
 pub fn start_launch_reconciler(

@@ -193,6 +193,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_RUNNER_REAP_EVERY", default_value = "10s",
           value_parser = crate::token::parse_ttl)]
     runner_reap_every: TimeDelta,
+    /// The runner nodes whose provider agents launch CI runner instances, and the issuer
+    /// their registrations are minted from, in a JSON file (see
+    /// `adapters/src/runner_providers/config.rs`). Without it, runner leases are never
+    /// launched.
+    #[arg(long, env = "LEASEHOLD_RUNNER_NODES_FILE")]
+    runner_nodes_file: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -242,6 +248,10 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let providers = match &args.providers_file {
         Some(file) => leasehold_adapters::providers::config::load(file)?,
         None => Vec::new(),
+    };
+    let runner_nodes = match &args.runner_nodes_file {
+        Some(file) => Some(leasehold_adapters::runner_providers::config::load(file)?),
+        None => None,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -341,6 +351,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
             args.rental_observe_every,
             &stopped,
         ));
+    }
+    if let Some(file) = runner_nodes {
+        reconcilers.push(crate::dispatch::start_runner_dispatcher(state.rented(), file, &stopped)?);
     }
     reconcilers.extend(crate::dispatch::start_runner_reconcilers(
         state.rented(),

@@ -9,7 +9,7 @@ use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig, migrate};
 
 mod listening;
 
-pub use listening::{documented_routes, spawn_listening};
+pub use listening::{documented_routes, routes_in, spawn_listening};
 
 /// The server tests run against.
 pub fn server_url() -> DatabaseUrl {

@@ -38,7 +38,17 @@ pub async fn spawn_listening(
 /// # Panics
 /// When the note cannot be read.
 pub fn documented_routes(prefix: &str) -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mercator-protocol.md");
+    routes_in("mercator-protocol.md", prefix)
+}
+
+/// The routes of the tables of `docs/<note>` whose first cell starts with `` `prefix ``,
+/// each as the rest of that cell (`documented_routes("GET ")` of the billet note: `/kind`,
+/// ...).
+///
+/// # Panics
+/// When the note cannot be read.
+pub fn routes_in(note: &str, prefix: &str) -> Vec<String> {
+    let path = format!("{}/../docs/{note}", env!("CARGO_MANIFEST_DIR"));
     let note = std::fs::read_to_string(path).expect("the protocol note");
     let cell = format!("| `{prefix}");
     note.lines()

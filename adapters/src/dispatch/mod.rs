@@ -31,6 +31,7 @@ pub mod lease;
 mod manifests;
 mod outbox;
 pub mod rental;
+pub mod runner;
 pub mod snapshot;
 pub mod vm;
 
@@ -48,6 +49,7 @@ pub use lease::{Backends, CALLBACK_DEADLINE, CallbackUrls, LeaseDispatch};
 pub use manifests::ManifestVault;
 pub use outbox::{OutboxRow, PgOutbox};
 pub use rental::{Providers, RentalDispatch};
+pub use runner::{RunnerDispatch, RunnerNodes};
 pub use snapshot::SnapshotDispatch;
 pub use vm::VmDispatch;
 

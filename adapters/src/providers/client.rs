@@ -17,7 +17,7 @@ use super::wire::{
 };
 
 /// Largest answer read, in bytes.
-const ANSWER_BYTES_MAX: usize = 1024 * 1024;
+pub(crate) const ANSWER_BYTES_MAX: usize = 1024 * 1024;
 
 /// Longest refusal code kept, in bytes.
 const CODE_BYTES_MAX: usize = 64;
@@ -190,7 +190,7 @@ impl ProviderClient {
 }
 
 /// What an unsuccessful answer means, from its status and its refusal's code only.
-fn refusal(status: StatusCode, body: &[u8]) -> ProviderError {
+pub(crate) fn refusal(status: StatusCode, body: &[u8]) -> ProviderError {
     let refusal: Option<ProviderRefusal> = serde_json::from_slice(body).ok();
     let code = refusal.map(|refusal| refusal.code).filter(|code| is_code(code)).unwrap_or_default();
     match status {
@@ -215,7 +215,7 @@ fn is_code(code: &str) -> bool {
         && code.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
-async fn capped(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderError> {
+pub(crate) async fn capped(mut response: reqwest::Response) -> Result<Vec<u8>, ProviderError> {
     let mut body = Vec::new();
     while let Some(chunk) =
         response.chunk().await.map_err(|error| ProviderError::Failed(error.to_string()))?

@@ -142,22 +142,11 @@ pub fn load(path: &Path) -> Result<Vec<ProviderConfig>, ConfigError> {
         if !(1..=TIMEOUT_SECONDS_MAX).contains(&timeout) {
             return Err(invalid(format!("timeout_seconds must be 1 to {TIMEOUT_SECONDS_MAX}")));
         }
-        let token_path = base.join(&entry.token_file);
-        let bytes = std::fs::read(&token_path).map_err(|error| unreadable(&token_path, error))?;
-        let token = String::from_utf8(bytes.trim_ascii().to_vec())
-            .ok()
-            .filter(|token| {
-                token.len() >= TOKEN_BYTES_MIN && token.bytes().all(|b| b.is_ascii_graphic())
-            })
-            .ok_or_else(|| {
-                invalid(format!(
-                    "its token file must hold at least {TOKEN_BYTES_MIN} printable bytes"
-                ))
-            })?;
+        let token = read_token(&base.join(&entry.token_file), &name)?;
         configs.push(ProviderConfig {
             connection,
             url: entry.url,
-            token: ProviderToken(token),
+            token,
             timeout: Duration::from_secs(timeout),
             support: entry.capabilities,
         });
@@ -165,8 +154,30 @@ pub fn load(path: &Path) -> Result<Vec<ProviderConfig>, ConfigError> {
     Ok(configs)
 }
 
+/// The bearer token in the file at `path`, for the agent named `name`: at least
+/// [`TOKEN_BYTES_MIN`] printable bytes (surrounding whitespace cut).
+///
+/// # Errors
+/// [`ConfigError`]: unreadable, or not such a token (its text is never quoted).
+pub(crate) fn read_token(path: &Path, name: &str) -> Result<ProviderToken, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|error| ConfigError::Unreadable {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
+    })?;
+    String::from_utf8(bytes.trim_ascii().to_vec())
+        .ok()
+        .filter(|token| {
+            token.len() >= TOKEN_BYTES_MIN && token.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .map(ProviderToken)
+        .ok_or_else(|| ConfigError::Invalid {
+            name: name.to_owned(),
+            reason: format!("its token file must hold at least {TOKEN_BYTES_MIN} printable bytes"),
+        })
+}
+
 /// `http://` or `https://`, and no user or password in it (secrets go in files).
-fn check_url(url: &str) -> Result<(), &'static str> {
+pub(crate) fn check_url(url: &str) -> Result<(), &'static str> {
     let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
         return Err("url must start with http:// or https://");
     };

@@ -19,6 +19,7 @@ mod maintenance;
 pub mod node;
 pub mod provider;
 mod routes;
+pub mod runner_provider;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -41,8 +42,30 @@ pub struct SimArgs {
     pub listen: SocketAddr,
     /// File holding the secret shared with the control plane (at least 32 bytes): requests
     /// must be signed with it, callbacks are. (Not for `--host-agent` or `--provider`.)
-    #[arg(long, required_unless_present_any = ["host_agent", "provider"])]
+    #[arg(long, required_unless_present_any = ["host_agent", "provider", "runner_provider"])]
     pub secret_file: Option<PathBuf>,
+    /// Be a runner node's provider agent instead (billet's provider interface over HTTP,
+    /// `docs/billet-protocol.md` §1), with a registration issuer (GitHub's
+    /// `generate-jitconfig`) beside it, wanting the bearer token in `--token-file` on both.
+    #[arg(long, requires = "token_file", conflicts_with_all = ["host_agent", "provider"])]
+    pub runner_provider: bool,
+    /// For `--runner-provider`: the backend kind it reports.
+    #[arg(long, default_value = "docker")]
+    pub runner_kind: String,
+    /// For `--runner-provider`: a trust class it refuses (it always refuses `unknown`).
+    #[arg(long)]
+    pub refuse_trust: Option<String>,
+    /// For `--runner-provider`: each instance's first launch makes it and answers 504, as a
+    /// proxy that lost the answer.
+    #[arg(long)]
+    pub lose_launch_answers: bool,
+    /// For `--runner-provider`: every launch is refused for good (400 `NO_CAPACITY`).
+    #[arg(long)]
+    pub refuse_launches: bool,
+    /// For `--runner-provider`: an instance's first destroy answers `requested`, the next
+    /// `stopped`.
+    #[arg(long)]
+    pub teardown_requested_first: bool,
     /// Be a rental provider's agent instead (Leasehold's provider protocol,
     /// `docs/mercator-protocol.md` §1), wanting the bearer token in `--token-file`.
     #[arg(long, requires = "token_file", conflicts_with = "host_agent")]
@@ -237,6 +260,9 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     if args.provider {
         return run_provider(args).await;
     }
+    if args.runner_provider {
+        return run_runner_provider(args).await;
+    }
     let secret_file = args.secret_file.as_ref().context("--secret-file is required")?;
     let bytes = std::fs::read(secret_file)
         .with_context(|| format!("reading --secret-file {}", secret_file.display()))?;
@@ -272,38 +298,21 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
 
 /// `--host-agent`: serves fuse's host agent contract until SIGINT or SIGTERM.
 async fn run_host_agent(args: &SimArgs) -> anyhow::Result<()> {
-    let file = args.token_file.as_ref().context("--host-agent needs --token-file")?;
-    let token = std::fs::read_to_string(file)
-        .with_context(|| format!("reading --token-file {}", file.display()))?;
-    let token = token.trim();
-    anyhow::ensure!(!token.is_empty(), "--token-file is empty");
+    let token = token_of(args, "--host-agent")?;
+    let token = token.as_str();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        host_agent::router(
-            host_agent::HostAgent::new(token, (args.fail_boots, args.fail_deletes))
-                .exporting_later(args.export_later),
-        ),
-    )
-    .with_graceful_shutdown(async {
-        if let Err(error) = crate::serve::stop_signal().await {
-            tracing::warn!(%error, "backend-sim stops");
-        }
-    })
-    .await
-    .context("serving")
+    let agent = host_agent::HostAgent::new(token, (args.fail_boots, args.fail_deletes))
+        .exporting_later(args.export_later);
+    serve_until_stopped(listener, host_agent::router(agent)).await
 }
 
 /// `--provider`: serves the provider protocol until SIGINT or SIGTERM.
 async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
-    let file = args.token_file.as_ref().context("--provider needs --token-file")?;
-    let token = std::fs::read_to_string(file)
-        .with_context(|| format!("reading --token-file {}", file.display()))?;
-    let token = token.trim();
-    anyhow::ensure!(!token.is_empty(), "--token-file is empty");
+    let token = token_of(args, "--provider")?;
+    let token = token.as_str();
     let support = match &args.capabilities {
         Some(json) => {
             let support: leasehold_domain::rental::CapacitySupport =
@@ -330,7 +339,25 @@ async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
             drop_first_launch: args.node_drop_first_launch,
         });
     }
-    axum::serve(listener, provider::router(provider))
+    serve_until_stopped(listener, provider::router(provider)).await
+}
+
+/// The bearer token in `--token-file`, which `flag` needs.
+fn token_of(args: &SimArgs, flag: &str) -> anyhow::Result<String> {
+    let file = args.token_file.as_ref().with_context(|| format!("{flag} needs --token-file"))?;
+    let token = std::fs::read_to_string(file)
+        .with_context(|| format!("reading --token-file {}", file.display()))?;
+    let token = token.trim();
+    anyhow::ensure!(!token.is_empty(), "--token-file is empty");
+    Ok(token.to_owned())
+}
+
+/// Serves `router` on `listener` until SIGINT or SIGTERM.
+async fn serve_until_stopped(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router)
         .with_graceful_shutdown(async {
             if let Err(error) = crate::serve::stop_signal().await {
                 tracing::warn!(%error, "backend-sim stops");
@@ -338,6 +365,31 @@ async fn run_provider(args: &SimArgs) -> anyhow::Result<()> {
         })
         .await
         .context("serving")
+}
+
+/// `--runner-provider`: serves the runner provider protocol and the issuer until SIGINT or
+/// SIGTERM.
+async fn run_runner_provider(args: &SimArgs) -> anyhow::Result<()> {
+    let token = token_of(args, "--runner-provider")?;
+    let token = token.as_str();
+    let refuse_trust = args
+        .refuse_trust
+        .as_deref()
+        .map(|trust| leasehold_domain::runner::TrustClass::parse("--refuse-trust", trust))
+        .transpose()?;
+    let faults = runner_provider::RunnerFaults {
+        kind: args.runner_kind.clone(),
+        refuse_trust,
+        lose_launch_answers: args.lose_launch_answers,
+        refuse_launches: args.refuse_launches,
+        teardown_requested_first: args.teardown_requested_first,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    let provider = runner_provider::RunnerProvider::new(token, faults);
+    serve_until_stopped(listener, runner_provider::router(provider)).await
 }
 
 /// Serves a well-behaved simulator named `name` on `listener` inside this process until the

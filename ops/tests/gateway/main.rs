@@ -15,6 +15,7 @@ mod node_agent;
 mod operations;
 mod providers;
 mod rented;
+mod runner_dispatch;
 mod runners;
 mod setup;
 mod snapshots;

@@ -1,0 +1,248 @@
+//! Runner leases launched and torn down through a real `leasehold serve` and `leasehold
+//! backend-sim --runner-provider` (a runner node's provider agent and a registration issuer),
+//! each a separate process: an assigned lease is launched on a node that accepts its trust
+//! class, its node's agent reports it online and busy under its epoch, its release destroys
+//! its instance and gives its capacity back once confirmed; a lost launch answer is found by
+//! name before anything is launched again; no registration is minted for a trust class no
+//! node accepts; and no byte of a runner's registration is anywhere but in the launch.
+
+use std::path::Path;
+
+use chrono::TimeDelta;
+use leasehold_domain::runner::RunnerNodeName;
+use leasehold_gateway::Role;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::backend::eventually;
+use crate::runners::ASSIGN;
+use crate::support::*;
+
+const TOKEN: &str = "a-runner-agent-token-of-at-least-32-bytes";
+const LEASE: &str = "query($id: ID!) { runnerLease(id: $id) { id phase outcome teardown node epoch instanceId failureReason } }";
+const REGISTER: &str =
+    "mutation($input: RegisterRunnerNodeInput!) { registerRunnerNode(input: $input) { id } }";
+const NODE_LEASES: &str = "{ nodeRunnerLeases { id instanceName epoch phase } }";
+const PHASE: &str = "mutation($input: RunnerReportInput!, $phase: String!) { reportRunnerPhase(input: $input, phase: $phase) { id events { type } } }";
+const RELEASE: &str =
+    "mutation($input: ReleaseRunnerLeaseInput!) { releaseRunnerLease(input: $input) { id } }";
+
+/// The simulated runner provider and issuer, running until dropped.
+struct RunnerSim {
+    url: String,
+    http: reqwest::Client,
+    _child: Child,
+}
+
+impl RunnerSim {
+    async fn start(dir: &Path, faults: &[&str]) -> RunnerSim {
+        let token_file = dir.join("runner.token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).expect("written");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command.args(["backend-sim", "--runner-provider", "--token-file"]).arg(&token_file);
+        command.args(faults);
+        let (url, child) = leasehold_tests::spawn_listening(command).await;
+        RunnerSim { url, http: reqwest::Client::new(), _child: child }
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let answer = self.http.get(format!("{}{path}", self.url)).send().await.expect("answered");
+        answer.json().await.expect("JSON")
+    }
+}
+
+/// A server launching runner leases on `sim` as the node `docker-1`, and the sim.
+async fn dispatching(faults: &[&str]) -> (Server, RunnerSim, TempDir) {
+    let dir = TempDir(std::env::temp_dir().join(format!("lh-runners-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0).expect("a directory");
+    let sim = RunnerSim::start(&dir.0, faults).await;
+    let file = dir.0.join("runner-nodes.json");
+    let text = json!({
+        "issuer": { "url": format!("{}/orgs/acme/actions/runners/generate-jitconfig", sim.url),
+                    "token_file": "runner.token", "runner_group_id": 1, "timeout_seconds": 5 },
+        "nodes": [{ "node": "docker-1", "url": sim.url, "token_file": "runner.token",
+                    "timeout_seconds": 5 }],
+    });
+    std::fs::write(&file, text.to_string()).expect("written");
+    let file = file.to_str().expect("UTF-8");
+    let server = Server::start_with(&["--runner-nodes-file", file]).await;
+    let agent = node_agent();
+    let register = json!({ "input": {
+        "operationKey": "reg-1", "provider": "docker", "guestOs": ["linux"],
+        "accepts": ["trusted", "untrusted"], "vcpu": 64, "memoryMb": 262144, "inventory": [] } });
+    data(&server.graphql(&agent, REGISTER, register).await);
+    (server, sim, dir)
+}
+
+fn node_agent() -> String {
+    let node = RunnerNodeName::parse("node", "docker-1").expect("valid");
+    secret().mint_runner_node_agent("runner-docker-1", &node, TimeDelta::hours(1))
+}
+
+/// `token`'s lease `key`, assigned a job.
+async fn assigned(server: &Server, token: &str, key: &str, trust: &str) -> Value {
+    let mut input = crate::runners::request_input(key, 600);
+    input["input"]["trust"] = json!(trust);
+    let requested = server.graphql(token, crate::runners::REQUEST, input).await;
+    let lease = data(&requested)["requestRunnerLease"]["id"].clone();
+    let job = uuid::Uuid::now_v7().to_string();
+    let assign = json!({ "input": {
+        "leaseId": lease, "operationKey": format!("{key}-assign"), "requestId": job, "runId": 1 } });
+    data(&server.graphql(token, ASSIGN, assign).await);
+    lease
+}
+
+/// The lease as the operator reads it once `ready` holds of it.
+async fn operator_reads(
+    server: &Server,
+    lease: &Value,
+    what: &str,
+    ready: fn(&Value) -> bool,
+) -> Value {
+    let operator = role_token(Role::Operator, None);
+    eventually(&format!("runner lease {lease}: {what}"), || async {
+        let read = server.graphql(&operator, LEASE, json!({ "id": lease })).await;
+        let read = read["data"]["runnerLease"].clone();
+        ready(&read).then_some(read)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_lease_is_launched_reported_and_torn_down_without_its_registration_kept() {
+    let (server, sim, _dir) = dispatching(&["--teardown-requested-first"]).await;
+    let acme = tenant_token("acme");
+    let lease = assigned(&server, &acme, "r-1", "trusted").await;
+    let launched =
+        operator_reads(&server, &lease, "launched", |read| !read["instanceId"].is_null()).await;
+    assert_eq!(
+        (launched["phase"].as_str(), launched["node"].as_str()),
+        (Some("launching"), Some("docker-1"))
+    );
+    // The node's agent reads its lease's epoch and reports it online, then busy.
+    let agent = node_agent();
+    let mine = eventually("the node's agent sees its lease", || async {
+        let mine = server.graphql(&agent, NODE_LEASES, json!({})).await;
+        let leases = mine["data"]["nodeRunnerLeases"].as_array().cloned().unwrap_or_default();
+        leases.into_iter().find(|held| held["id"] == lease)
+    })
+    .await;
+    assert_eq!(
+        mine["instanceName"],
+        format!("billet-{}", lease.as_str().unwrap().replace('-', ""))
+    );
+    for phase in ["online", "busy"] {
+        let input = json!({ "input": { "leaseId": lease, "epoch": mine["epoch"], "operationKey": format!("p-{phase}") }, "phase": phase });
+        let reported = server.graphql(&agent, PHASE, input).await;
+        assert_eq!(
+            data(&reported)["reportRunnerPhase"]["events"],
+            json!([{ "type": "RunnerAdvanced" }])
+        );
+    }
+    let stale = json!({ "input": { "leaseId": lease, "epoch": 99, "operationKey": "p-stale" }, "phase": "custody" });
+    assert_eq!(code(&server.graphql(&agent, PHASE, stale).await), Some("FENCED"));
+    // Released: its instance destroyed, charged until the destroy is confirmed.
+    let release =
+        json!({ "input": { "leaseId": lease, "operationKey": "x-1", "outcome": "done" } });
+    data(&server.graphql(&acme, RELEASE, release).await);
+    let done = operator_reads(&server, &lease, "torn down", |read| read["phase"] == "done").await;
+    assert_eq!(
+        (done["outcome"].as_str(), done["teardown"].as_str()),
+        (Some("done"), Some("stopped"))
+    );
+    let capacity = server.graphql(&acme, "{ runnerCapacity { vcpu } }", json!({})).await;
+    assert_eq!(data(&capacity)["runnerCapacity"]["vcpu"], 0);
+    let instances = sim.get("/sim/instances").await;
+    assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
+    assert_eq!(
+        (instances[0]["launches"].as_u64(), instances[0]["terminal"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(instances[0]["destroys"], 2, "requested first, then stopped: {instances}");
+    // No byte of the registration anywhere but in the launch: events, rows, logs, answers.
+    let registrations = sim.get("/sim/registrations").await;
+    let registration = registrations[0].as_str().expect("one minted").to_string();
+    let auditor = role_token(Role::Auditor, None);
+    let events = server
+        .graphql(&auditor, "{ events(first: 100) { edges { node { type payload } } } }", json!({}))
+        .await;
+    let answers = [events.to_string(), launched.to_string(), done.to_string(), mine.to_string()];
+    for (what, text) in [("the log's events", &answers[0]), ("the reads", &answers[1..].concat())] {
+        assert!(!text.contains(&registration), "{what} hold the registration");
+    }
+    assert!(!every_row(&server).await.contains(&registration), "a row holds the registration");
+    assert!(!server.logs().contains(&registration), "a log line holds the registration");
+}
+
+/// Every row of every table of the server's database, as text.
+async fn every_row(server: &Server) -> String {
+    let client = server.db.client().await;
+    let tables = client
+        .query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'", &[])
+        .await
+        .expect("tables");
+    let mut text = String::new();
+    for table in tables {
+        let name: String = table.get(0);
+        let sql = format!("SELECT coalesce(string_agg(t::text, ''), '') FROM \"{name}\" t");
+        let rows: String = client.query_one(&sql, &[]).await.expect("rows").get(0);
+        text.push_str(&rows);
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_launch_answer_is_found_by_name_before_anything_is_launched_again() {
+    let (server, sim, _dir) = dispatching(&["--lose-launch-answers"]).await;
+    let acme = tenant_token("acme");
+    let lease = assigned(&server, &acme, "r-lost", "trusted").await;
+    let launched =
+        operator_reads(&server, &lease, "its instance found", |read| !read["instanceId"].is_null())
+            .await;
+    let instances = sim.get("/sim/instances").await;
+    assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
+    assert_eq!(instances[0]["launches"], 1, "never launched twice: {instances}");
+    assert_eq!(launched["instanceId"], instances[0]["id"]);
+    let requests = sim.get("/sim/requests").await;
+    assert!(requests["find"].as_u64() >= Some(1), "found by name: {requests}");
+    assert_eq!(requests["mint"], 1, "one registration for one launch: {requests}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_registration_is_minted_for_a_trust_class_no_node_accepts() {
+    let (server, sim, _dir) = dispatching(&["--refuse-trust", "untrusted"]).await;
+    let acme = tenant_token("acme");
+    let refused = assigned(&server, &acme, "r-fork", "untrusted").await;
+    let accepted = assigned(&server, &acme, "r-own", "trusted").await;
+    operator_reads(&server, &accepted, "launched", |read| !read["instanceId"].is_null()).await;
+    // The dispatcher asked about the refused one first (its work is older) and went on.
+    let requests = sim.get("/sim/requests").await;
+    assert!(requests["accepts"].as_u64() >= Some(2), "{requests}");
+    assert_eq!(requests["mint"], 1, "only the accepted lease's registration: {requests}");
+    let operator = role_token(Role::Operator, None);
+    let read = server.graphql(&operator, LEASE, json!({ "id": refused })).await;
+    assert_eq!(data(&read)["runnerLease"]["phase"], "assigned", "never bound: {read}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_refused_for_good_fails_the_lease_and_keeps_nothing_of_the_refusal() {
+    // The simulated backend echoes the registration in its refusal, as careless ones do.
+    let (server, sim, _dir) = dispatching(&["--refuse-launches"]).await;
+    let acme = tenant_token("acme");
+    let lease = assigned(&server, &acme, "r-refused", "trusted").await;
+    let failed =
+        operator_reads(&server, &lease, "released", |read| read["phase"] == "teardown").await;
+    assert_eq!(
+        (failed["outcome"].as_str(), failed["failureReason"].as_str()),
+        (Some("failed"), Some("LaunchRefused")),
+        "{failed}"
+    );
+    // No instance was made, and none is declared gone on the strength of an absence: it
+    // stays charged until its reap and its node's inventory prove it.
+    let capacity = server.graphql(&acme, "{ runnerCapacity { vcpu } }", json!({})).await;
+    assert_eq!(data(&capacity)["runnerCapacity"]["vcpu"], 4);
+    let registrations = sim.get("/sim/registrations").await;
+    let registration = registrations[0].as_str().expect("one minted").to_string();
+    assert!(!server.logs().contains(&registration), "a log line holds the registration");
+    assert!(!every_row(&server).await.contains(&registration), "a row holds the registration");
+}
