@@ -1,7 +1,9 @@
-//! One workload list across every kind, through a real `leasehold serve`: a tenant with a
-//! lease, a VM, a rental, a run and a runner lease sees all five in `workloads` in one shape,
-//! each with its kind's own detail, in pages, filtered by kind and by state, and none of
-//! another tenant's.
+//! One workload list and one event feed across every kind, through a real `leasehold serve`:
+//! a tenant with a lease, a VM, a rental, a run and a runner lease sees all five in
+//! `workloads` in one shape, each with its kind's own detail, in pages, filtered by kind and
+//! by state, and none of another tenant's; and their events in `events` and on a
+//! `lifecycleEvents` subscription, filtered by kind, stream and event type, each through its
+//! tenant view.
 
 use std::collections::BTreeSet;
 
@@ -11,6 +13,7 @@ use crate::backend::eventually;
 use crate::fleet::{CREATE, create_input, register, wait_for_host};
 use crate::rented::{SUBMIT, active_rental, rented_server};
 use crate::runners::{ASSIGN, request};
+use crate::socket::{LIFECYCLE, Socket};
 use crate::support::*;
 
 const PAGE: &str = "query($after: String, $filter: WorkloadFilter) {
@@ -41,8 +44,10 @@ fn kinds(nodes: &[Value]) -> BTreeSet<String> {
     nodes.iter().map(|node| node["kind"].as_str().unwrap_or_default().to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenant_sees_a_workload_of_every_kind_in_one_list() {
+/// A server where acme holds one workload of each kind (its runner lease assigned) and
+/// globex one lease: the server, its providers file's directory, globex's lease and acme's
+/// runner lease.
+async fn five_kinds() -> (Server, TempDir, Value, Value) {
     let (server, _dir) = rented_server().await;
     register(&server, "agent-1", 4).await;
     wait_for_host(&server, "agent-1").await;
@@ -61,6 +66,13 @@ async fn a_tenant_sees_a_workload_of_every_kind_in_one_list() {
     let assign = json!({ "input": {
         "leaseId": runner, "operationKey": "a-1", "requestId": job, "runId": 1 } });
     data(&server.graphql(&acme, ASSIGN, assign).await);
+    (server, _dir, theirs, runner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_sees_a_workload_of_every_kind_in_one_list() {
+    let (server, _dir, theirs, runner) = five_kinds().await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
     let every = ["lease", "rental", "run", "runner", "vm"].map(String::from);
     let nodes = eventually("acme's five workloads listed, the runner assigned", || async {
         let nodes = every_page(&server, &acme, Value::Null).await;
@@ -109,4 +121,77 @@ async fn a_tenant_sees_a_workload_of_every_kind_in_one_list() {
     let others = every_page(&server, &globex, Value::Null).await;
     let ids: Vec<&Value> = others.iter().map(|node| &node["id"]).collect();
     assert_eq!(ids, [&theirs["id"]], "{others:?}");
+}
+
+const EVENTS: &str = "query($filter: EventFilter) { events(first: 100, filter: $filter) {
+    edges { cursor node { streamId streamType type payload tenantId } } } }";
+
+/// `token`'s events under `filter`, as (stream type, event type, stream id, payload).
+async fn events(
+    server: &Server,
+    token: &str,
+    filter: Value,
+) -> Vec<(String, String, String, Value)> {
+    let answer = server.graphql(token, EVENTS, json!({ "filter": filter })).await;
+    let edges = data(&answer)["events"]["edges"].as_array().cloned().unwrap_or_default();
+    edges
+        .iter()
+        .map(|edge| {
+            let node = &edge["node"];
+            let text = |field: &str| node[field].as_str().unwrap_or_default().to_string();
+            (text("streamType"), text("type"), text("streamId"), node["payload"].clone())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_follows_every_kind_in_one_event_feed() {
+    let (server, _dir, _theirs, runner) = five_kinds().await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    // One feed across every kind, each event through its tenant view.
+    let all = events(&server, &acme, Value::Null).await;
+    let kinds: BTreeSet<&str> = all.iter().map(|(kind, ..)| kind.as_str()).collect();
+    for kind in ["lease", "vm", "rental", "run", "runner-lease", "runner-job"] {
+        assert!(kinds.contains(kind), "{kind} in {kinds:?}");
+    }
+    let runner_stream = format!("runner-lease-{}", runner.as_str().expect("an id"));
+    let requested = all
+        .iter()
+        .find(|(_, kind, stream, _)| kind == "RunnerLeaseRequested" && *stream == runner_stream);
+    let payload = &requested.expect("the runner lease's request").3;
+    assert_eq!(payload["terms"]["tier"], "linux-4x", "{payload}");
+    assert!(
+        payload.get("epoch").is_none() && payload["terms"].get("command").is_none(),
+        "{payload}"
+    );
+    assert!(all.iter().all(|(.., payload)| payload.get("tenantId").is_none()));
+    // Filtered by kind, by stream and by event type, across kinds.
+    let by_kind = events(&server, &acme, json!({ "streamTypes": ["vm", "runner-lease"] })).await;
+    let kinds: BTreeSet<&str> = by_kind.iter().map(|(kind, ..)| kind.as_str()).collect();
+    assert_eq!(kinds, BTreeSet::from(["runner-lease", "vm"]));
+    let by_stream = events(&server, &acme, json!({ "streamIds": [runner_stream] })).await;
+    let types: Vec<&str> = by_stream.iter().map(|(_, kind, ..)| kind.as_str()).collect();
+    assert_eq!(types, ["RunnerLeaseRequested", "RunnerJobAssigned"]);
+    let filter =
+        json!({ "eventTypes": ["RunnerJobAssigned", "VmProvisioning", "CapacityRequested"] });
+    let by_type = events(&server, &acme, filter).await;
+    let types: BTreeSet<&str> = by_type.iter().map(|(_, kind, ..)| kind.as_str()).collect();
+    assert_eq!(types, BTreeSet::from(["CapacityRequested", "RunnerJobAssigned", "VmProvisioning"]));
+    // The other tenant's feed holds its own lease only.
+    let theirs = events(&server, &globex, Value::Null).await;
+    assert!(theirs.iter().all(|(kind, ..)| kind == "lease"), "{theirs:?}");
+    // A subscription after the first of them, filtered across kinds, replays the rest.
+    let filter = json!({ "streamTypes": ["vm", "runner-lease"] });
+    let answer = server.graphql(&acme, EVENTS, json!({ "filter": filter })).await;
+    let first = data(&answer)["events"]["edges"][0]["cursor"].clone();
+    let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    socket.subscribe("feed", LIFECYCLE, json!({ "filter": filter, "after": first })).await;
+    for (kind, event_type, stream, payload) in &by_kind[1..] {
+        let event = socket.event("feed").await;
+        assert_eq!(
+            (event["streamType"].as_str(), event["type"].as_str(), event["streamId"].as_str()),
+            (Some(kind.as_str()), Some(event_type.as_str()), Some(stream.as_str()))
+        );
+        assert_eq!(&event["payload"], payload, "the same tenant view");
+    }
 }

@@ -2,6 +2,8 @@
 //! PostgreSQL baseline taken in the same run:
 //! - `leases_page_*`: a page of 50 leases with a status filter, over HTTP, at 1,000,000 leases,
 //!   beside the same keyset SELECT sent straight to PostgreSQL;
+//! - `workloads_page_*`: a page of 50 workloads filtered by kind and state, over HTTP, at
+//!   1,000,000 workloads across the five kinds, beside the same keyset SELECT;
 //! - `delivery_*`: commit-to-delivery latency with 1,000 subscriptions on one gateway while
 //!   writers append, beside LISTEN/NOTIFY's commit-to-notification latency; gaps and
 //!   duplicates are counted (both must be 0).
@@ -28,6 +30,9 @@ pub struct GatewayBenchArgs {
     /// Leases in the read model the page queries run against.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
     leases: u64,
+    /// Workloads (of the five kinds) in the read model the workloads page runs against.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
+    workloads: u64,
     /// Concurrent subscriptions (one WebSocket each).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     subscriptions: u64,
@@ -96,7 +101,16 @@ async fn measure_all(url: &DatabaseUrl, args: &GatewayBenchArgs) -> anyhow::Resu
         common.progress(&format!("filling {} leases", args.leases));
         pages::fill(url, args.leases).await?;
         common.progress("pages of 50 leases with a status filter");
-        for measure in pages::measure(url, &gateway, common.duration()).await? {
+        for measure in pages::measure(url, &gateway, (&pages::LEASES, common.duration())).await? {
+            report(&measure, common.json);
+        }
+    }
+    if common.wants("workloads_page") {
+        common.progress(&format!("filling {} workloads of five kinds", args.workloads));
+        pages::fill_workloads(url, args.workloads).await?;
+        common.progress("pages of 50 workloads filtered by kind and state");
+        let walk = (&pages::WORKLOADS, common.duration());
+        for measure in pages::measure(url, &gateway, walk).await? {
             report(&measure, common.json);
         }
     }

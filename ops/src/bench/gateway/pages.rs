@@ -1,5 +1,6 @@
-//! Pages of 50 leases with a status filter, walking `endCursor`s, over HTTP, at a million
-//! leases; the baseline sends the same keyset SELECT straight to PostgreSQL.
+//! Pages of 50 with a filter, walking `endCursor`s, over HTTP, at a million rows: leases by
+//! status, and workloads of every kind by kind and state; the baseline sends the same keyset
+//! SELECT straight to PostgreSQL.
 
 use std::time::{Duration, Instant};
 
@@ -15,15 +16,53 @@ use crate::bench::Measure;
 /// Pages walked before starting again from the first (a mix of first and deep pages).
 const PAGES_PER_WALK: usize = 20;
 
-const PAGE_QUERY: &str = "query($after: String) { leases(first: 50, after: $after, \
-     filter: { status: READY }) { edges { node { id status items { sku quantity } createdAt } } \
-     pageInfo { hasNextPage endCursor } } }";
+/// One paged list: its GraphQL query and root field, and the raw keyset SELECT it makes.
+pub struct Walk {
+    /// The measures' prefix (`leases_page`).
+    pub name: &'static str,
+    /// The query, with `$after`.
+    pub query: &'static str,
+    /// Its root field.
+    pub field: &'static str,
+    /// The raw SELECT: `$1` the tenant, then `filter`, then the position (created, id).
+    pub raw_sql: &'static str,
+    /// The raw SELECT's filter values.
+    pub filter: &'static [&'static str],
+    /// The columns of the position in the raw rows (created, id).
+    pub position: (usize, usize),
+}
 
-const RAW_PAGE_SQL: &str = "SELECT lease_id, provider_id, status, chain_state, reason, message, \
-     items, fail_count, created_at, updated_at, retained_until, restored_from FROM leases \
-     WHERE tenant_id = $1 AND status = $2 \
-     AND ($3::timestamptz IS NULL OR (created_at, lease_id) < ($3, $4::uuid)) \
-     ORDER BY created_at DESC, lease_id DESC LIMIT 51";
+/// Ready leases, 50 a page.
+pub const LEASES: Walk = Walk {
+    name: "leases_page",
+    query: "query($after: String) { leases(first: 50, after: $after, \
+        filter: { status: READY }) { edges { node { id status items { sku quantity } createdAt } } \
+        pageInfo { hasNextPage endCursor } } }",
+    field: "leases",
+    raw_sql: "SELECT lease_id, provider_id, status, chain_state, reason, message, \
+        items, fail_count, created_at, updated_at, retained_until, restored_from FROM leases \
+        WHERE tenant_id = $1 AND status = $2 \
+        AND ($3::timestamptz IS NULL OR (created_at, lease_id) < ($3, $4::uuid)) \
+        ORDER BY created_at DESC, lease_id DESC LIMIT 51",
+    filter: &["ready"],
+    position: (8, 0),
+};
+
+/// Busy runner leases among workloads of every kind, 50 a page.
+pub const WORKLOADS: Walk = Walk {
+    name: "workloads_page",
+    query: "query($after: String) { workloads(first: 50, after: $after, \
+        filter: { kind: \"runner\", state: \"busy\" }) { edges { node { id kind state \
+        resources { sku quantity } createdAt updatedAt } } pageInfo { hasNextPage endCursor } } }",
+    field: "workloads",
+    raw_sql: "SELECT kind, workload_id, status, backend_name, items, created_at, updated_at \
+        FROM workloads WHERE tenant_id = $1 AND ($2::text IS NULL OR kind = $2) \
+        AND ($3::text IS NULL OR status = $3) \
+        AND ($4::timestamptz IS NULL OR (created_at, workload_id) < ($4, $5::uuid)) \
+        ORDER BY created_at DESC, workload_id DESC LIMIT 51",
+    filter: &["runner", "busy"],
+    position: (5, 1),
+};
 
 /// Writes `count` leases of the bench tenant straight into the read model, a fifth of them
 /// ready, one second apart.
@@ -46,25 +85,56 @@ pub async fn fill(url: &DatabaseUrl, count: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// p50/p99 of a page over HTTP, beside the raw SELECT's.
+/// Writes `count` workloads of the bench tenant straight into `workloads`, the five kinds in
+/// turn, each in one of five states of its own, one second apart (so a kind and state is a
+/// 25th of the rows, as `WORKLOADS` filters).
+pub async fn fill_workloads(url: &DatabaseUrl, count: u64) -> anyhow::Result<()> {
+    let client = url.connect().await?;
+    let count = i64::try_from(count)?;
+    client
+        .execute(
+            "INSERT INTO workloads (kind, workload_id, tenant_id, status, backend_name, items, \
+             created_at, updated_at) \
+             SELECT (ARRAY['lease','vm','rental','run','runner'])[1 + n % 5], \
+             gen_random_uuid(), $1, \
+             (ARRAY[ARRAY['provisioning','ready','failed','deprovisioned','retained'], \
+                    ARRAY['provisioning','scheduled','running','destroying','destroyed'], \
+                    ARRAY['requested','active','stopped','terminating','terminated'], \
+                    ARRAY['booked','launching','running','succeeded','failed'], \
+                    ARRAY['assigned','launching','busy','teardown','done']])[1 + n % 5][1 + (n / 5) % 5], \
+             NULL, '[{\"sku\":\"runner.vcpu\",\"quantity\":4}]', \
+             now() - n * interval '1 second', now() FROM generate_series(1::bigint, $2::bigint) AS n",
+            &[&TENANT, &count],
+        )
+        .await
+        .context("filling workloads")?;
+    client.batch_execute("ANALYZE workloads").await?;
+    Ok(())
+}
+
+/// p50/p99 of `walk`'s page over HTTP, beside the raw SELECT's.
 pub async fn measure(
     url: &DatabaseUrl,
     gateway: &Gateway,
-    duration: Duration,
+    (walk, duration): (&Walk, Duration),
 ) -> anyhow::Result<Vec<Measure>> {
-    let raw = raw_pages(url, duration).await?;
-    let served = served_pages(gateway, duration).await?;
-    Ok(latency_measures("leases_page", served, raw))
+    let raw = raw_pages(url, walk, duration).await?;
+    let served = served_pages(gateway, walk, duration).await?;
+    Ok(latency_measures(walk.name, served, raw))
 }
 
-async fn served_pages(gateway: &Gateway, duration: Duration) -> anyhow::Result<Vec<Duration>> {
+async fn served_pages(
+    gateway: &Gateway,
+    walk: &Walk,
+    duration: Duration,
+) -> anyhow::Result<Vec<Duration>> {
     let http = reqwest::Client::new();
     let endpoint = format!("{}/graphql", gateway.base);
     let deadline = Instant::now() + duration;
     let mut samples = Vec::new();
     let mut after = Value::Null;
     while Instant::now() < deadline {
-        let body = json!({ "query": PAGE_QUERY, "variables": { "after": after } });
+        let body = json!({ "query": walk.query, "variables": { "after": after } });
         let started = Instant::now();
         let answer: Value = http
             .post(&endpoint)
@@ -75,7 +145,7 @@ async fn served_pages(gateway: &Gateway, duration: Duration) -> anyhow::Result<V
             .json()
             .await?;
         samples.push(started.elapsed());
-        let page = &answer["data"]["leases"];
+        let page = &answer["data"][walk.field];
         anyhow::ensure!(
             page["edges"].as_array().is_some_and(|edges| edges.len() == 50),
             "a full page: {answer}"
@@ -89,21 +159,30 @@ async fn served_pages(gateway: &Gateway, duration: Duration) -> anyhow::Result<V
     Ok(samples)
 }
 
-async fn raw_pages(url: &DatabaseUrl, duration: Duration) -> anyhow::Result<Vec<Duration>> {
+async fn raw_pages(
+    url: &DatabaseUrl,
+    walk: &Walk,
+    duration: Duration,
+) -> anyhow::Result<Vec<Duration>> {
     let client = url.connect().await?;
-    let statement = client.prepare(RAW_PAGE_SQL).await?;
+    let statement = client.prepare(walk.raw_sql).await?;
     let deadline = Instant::now() + duration;
     let mut samples = Vec::new();
     let mut after: (Option<DateTime<Utc>>, Option<Uuid>) = (None, None);
     while Instant::now() < deadline {
         let started = Instant::now();
-        let rows = client.query(&statement, &[&TENANT, &"ready", &after.0, &after.1]).await?;
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&TENANT];
+        params.extend(
+            walk.filter.iter().map(|value| value as &(dyn tokio_postgres::types::ToSql + Sync)),
+        );
+        params.extend([&after.0 as &(dyn tokio_postgres::types::ToSql + Sync), &after.1]);
+        let rows = client.query(&statement, &params).await?;
         samples.push(started.elapsed());
         let last = rows.get(49).context("a full page")?;
         after = if samples.len() % PAGES_PER_WALK == 0 {
             (None, None)
         } else {
-            (Some(last.get(8)), Some(last.get(0)))
+            (Some(last.get(walk.position.0)), Some(last.get(walk.position.1)))
         };
     }
     Ok(samples)
