@@ -24,6 +24,7 @@ pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
 pub use runner_views::{HoldFacts, JobSummary, RunnerLeaseSummary, RunnerUsageRow};
+
 pub use runners::RunnerHold;
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 
@@ -125,6 +126,19 @@ pub struct QuotaUsage {
     pub skus: Vec<(String, u64)>,
     /// Snapshots only: their bytes, and the quota's limits (0: none).
     pub snapshot: Option<SnapshotLimits>,
+    /// Each limit an operator set on this kind (events), beside what is used against it.
+    pub limits: Vec<QuotaLimit>,
+}
+
+/// One limit of a tenant's, beside its usage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaLimit {
+    /// What it limits (`runner.vcpu`, `runner.tier.linux-4x`, `snapshot.count`, ...).
+    pub resource: String,
+    /// What is used against it now.
+    pub used: u64,
+    /// The most allowed (0: no limit).
+    pub max: u64,
 }
 
 /// A tenant's snapshot usage in bytes and its quota's limits, beside its count.
@@ -299,8 +313,13 @@ impl PgReadModels {
     /// When the database cannot be read.
     pub async fn quota_usage(&self, tenant: &TenantId) -> Result<Vec<QuotaUsage>, StoreError> {
         let mut usage = self.workload_usage(tenant).await?;
+        let unsigned = |value: i64| u64::try_from(value).unwrap_or_default();
         if let Some(snapshots) = self.snapshot_quota_usage(tenant).await? {
-            let unsigned = |value: i64| u64::try_from(value).unwrap_or_default();
+            let limit = |resource: &str, used: i64, max: i64| QuotaLimit {
+                resource: resource.into(),
+                used: unsigned(used),
+                max: unsigned(max),
+            };
             usage.push(QuotaUsage {
                 kind: "snapshot".into(),
                 active_count: unsigned(snapshots.count),
@@ -310,9 +329,25 @@ impl PgReadModels {
                     max_count: unsigned(snapshots.max_count),
                     max_bytes: unsigned(snapshots.max_bytes),
                 }),
+                limits: vec![
+                    limit("snapshot.count", snapshots.count, snapshots.max_count),
+                    limit("snapshot.bytes", snapshots.bytes, snapshots.max_bytes),
+                ],
             });
-            usage.sort_by(|a, b| a.kind.cmp(&b.kind));
         }
+        if let Some(limits) = self.runner_limits(tenant).await? {
+            match usage.iter_mut().find(|kind| kind.kind == "runner") {
+                Some(runner) => runner.limits = limits,
+                None => usage.push(QuotaUsage {
+                    kind: "runner".into(),
+                    active_count: 0,
+                    skus: Vec::new(),
+                    snapshot: None,
+                    limits,
+                }),
+            }
+        }
+        usage.sort_by(|a, b| a.kind.cmp(&b.kind));
         Ok(usage)
     }
 
@@ -341,6 +376,7 @@ impl PgReadModels {
                         .zip(quantities.into_iter().map(|q| u64::try_from(q).unwrap_or_default()))
                         .collect(),
                     snapshot: None,
+                    limits: Vec::new(),
                 }
             })
             .collect())

@@ -8,8 +8,8 @@ use leasehold_domain::StoreError;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::PgReadModels;
 use super::rented::{RentedListing, Scope, page_of};
+use super::{PgReadModels, QuotaLimit};
 
 /// A runner lease as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,4 +214,65 @@ impl PgReadModels {
             })
             .collect())
     }
+
+    /// `tenant`'s runner capacity as limits beside their usage (none before its first
+    /// assignment or limits): vCPUs, memory, macOS runners and each tier's leases.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn runner_limits(
+        &self,
+        tenant: &leasehold_domain::TenantId,
+    ) -> Result<Option<Vec<QuotaLimit>>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT max_vcpu, vcpu, max_memory_mb, memory_mb, max_macos_slots, macos, \
+                 tier_limits, tiers FROM runner_capacities WHERE tenant_id = $1",
+                &[&tenant.as_str()],
+            )
+            .await?;
+        Ok(rows.first().map(capacity_limits))
+    }
+}
+
+fn capacity_limits(row: &Row) -> Vec<QuotaLimit> {
+    let unsigned = |value: i64| u64::try_from(value).unwrap_or_default();
+    let limit = |resource: &str, max: i64, used: i64| QuotaLimit {
+        resource: resource.into(),
+        used: unsigned(used),
+        max: unsigned(max),
+    };
+    let mut limits = vec![
+        limit("runner.vcpu", row.get(0), row.get(1)),
+        limit("runner.memory_mb", row.get(2), row.get(3)),
+        limit("runner.macos", i64::from(row.get::<_, i32>(4)), i64::from(row.get::<_, i32>(5))),
+    ];
+    let (tier_limits, tiers): (serde_json::Value, serde_json::Value) = (row.get(6), row.get(7));
+    let entries = |value: &serde_json::Value, field: &str| -> Vec<(String, u64)> {
+        value
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|entry| {
+                let tier = entry["tier"].as_str().unwrap_or_default().to_string();
+                (tier, entry[field].as_u64().unwrap_or_default())
+            })
+            .collect()
+    };
+    let (maxima, used) = (entries(&tier_limits, "max"), entries(&tiers, "leases"));
+    let mut names: Vec<&String> = maxima.iter().chain(&used).map(|(tier, _)| tier).collect();
+    names.sort();
+    names.dedup();
+    for tier in names {
+        let find = |list: &[(String, u64)]| {
+            list.iter().find(|(name, _)| name == tier).map_or(0, |(_, value)| *value)
+        };
+        limits.push(QuotaLimit {
+            resource: format!("runner.tier.{tier}"),
+            used: find(&used),
+            max: find(&maxima),
+        });
+    }
+    limits
 }

@@ -155,6 +155,28 @@ async fn a_tenant_leases_runners_within_the_capacity_an_operator_set() {
         &cursor,
     )
     .await;
+    // The one quota view shows the runner kind against the limits the operator set.
+    let quota = server
+        .graphql(
+            &acme,
+            "{ quotaUsage { kind skus { sku quantity } limits { resource used max } } }",
+            json!({}),
+        )
+        .await;
+    let runner = data(&quota)["quotaUsage"]
+        .as_array()
+        .and_then(|kinds| kinds.iter().find(|kind| kind["kind"] == "runner").cloned())
+        .expect("the runner kind");
+    assert_eq!(
+        runner["limits"],
+        json!([
+            { "resource": "runner.vcpu", "used": 8, "max": 8 },
+            { "resource": "runner.memory_mb", "used": 16384, "max": 65536 },
+            { "resource": "runner.macos", "used": 0, "max": 0 },
+            { "resource": "runner.tier.linux-4x", "used": 2, "max": 2 },
+        ]),
+        "{quota}"
+    );
     let leases = &data(&page)["runnerLeases"]["edges"];
     assert_eq!(leases.as_array().map(Vec::len), Some(2), "{page}");
     let jobs = &data(&page)["runnerJobs"]["edges"];

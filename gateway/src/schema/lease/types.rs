@@ -285,6 +285,22 @@ pub struct QuotaUsageView {
     pub max_count: Option<u64>,
     /// Snapshots: the most bytes your quota allows (0: no limit).
     pub max_bytes: Option<u64>,
+    /// Each limit an operator set on this kind (as events: `setSnapshotQuota`,
+    /// `setRunnerLimits`), beside what is used against it; empty where none is set.
+    pub limits: Vec<QuotaLimitView>,
+}
+
+/// One limit beside its usage.
+#[derive(Debug, Clone, SimpleObject)]
+#[graphql(name = "QuotaLimit")]
+pub struct QuotaLimitView {
+    /// What it limits (`runner.vcpu`, `runner.memory_mb`, `runner.macos`,
+    /// `runner.tier.<tier>`, `snapshot.count`, `snapshot.bytes`).
+    pub resource: String,
+    /// What is used against it now.
+    pub used: u64,
+    /// The most allowed (0: no limit).
+    pub max: u64,
 }
 
 impl From<QuotaUsage> for QuotaUsageView {
@@ -298,6 +314,15 @@ impl From<QuotaUsage> for QuotaUsageView {
             bytes: limits.map(|limits| limits.bytes),
             max_count: limits.map(|limits| limits.max_count),
             max_bytes: limits.map(|limits| limits.max_bytes),
+            limits: usage
+                .limits
+                .into_iter()
+                .map(|limit| QuotaLimitView {
+                    resource: limit.resource,
+                    used: limit.used,
+                    max: limit.max,
+                })
+                .collect(),
         }
     }
 }

@@ -12,4 +12,4 @@ mod secrets;
 mod snapshot_gc;
 mod snapshot_quota;
 mod snapshots;
-mod support;
+pub(crate) mod support;

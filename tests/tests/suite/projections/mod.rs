@@ -1,5 +1,6 @@
 //! The projection runtime and the lease read models against a real PostgreSQL.
 
+mod every_kind;
 mod lease;
 mod runtime;
 pub(crate) mod support;

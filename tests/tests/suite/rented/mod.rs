@@ -7,5 +7,5 @@ mod enrollment;
 mod expiry;
 mod fencing;
 mod read_models;
-mod runs;
+pub(crate) mod runs;
 pub(crate) mod support;

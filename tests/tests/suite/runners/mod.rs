@@ -7,4 +7,4 @@ mod capacity;
 mod leases;
 mod read_models;
 mod reconcilers;
-mod support;
+pub(crate) mod support;
