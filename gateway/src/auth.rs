@@ -98,6 +98,27 @@ pub struct Claims {
     pub iat: i64,
 }
 
+impl Claims {
+    /// An agent's claims for `sub`, valid for `ttl` from now, bound to nothing yet (a token
+    /// of these alone is refused: the caller binds it to a provider, host, connection or
+    /// runner node).
+    fn agent(sub: &str, ttl: TimeDelta) -> Self {
+        let now = Utc::now();
+        Self {
+            sub: sub.to_string(),
+            role: Role::Agent,
+            tenant: None,
+            provider: None,
+            all_providers: false,
+            host: None,
+            connection: None,
+            runner_node: None,
+            exp: (now + ttl).timestamp(),
+            iat: now.timestamp(),
+        }
+    }
+}
+
 /// A verified caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
@@ -219,19 +240,7 @@ impl JwtSecret {
 
     /// A token for the agent of `host`, valid for `ttl`: it reports on that host's VMs only.
     pub fn mint_host_agent(&self, sub: &str, host: &HostId, ttl: TimeDelta) -> String {
-        let now = Utc::now();
-        self.mint(&Claims {
-            sub: sub.to_string(),
-            role: Role::Agent,
-            tenant: None,
-            provider: None,
-            all_providers: false,
-            host: Some(host.to_string()),
-            connection: None,
-            runner_node: None,
-            exp: (now + ttl).timestamp(),
-            iat: now.timestamp(),
-        })
+        self.mint(&Claims { host: Some(host.to_string()), ..Claims::agent(sub, ttl) })
     }
 
     /// A token for the agent of the rental provider connection `connection`, valid for `ttl`:
@@ -242,19 +251,8 @@ impl JwtSecret {
         connection: &ConnectionId,
         ttl: TimeDelta,
     ) -> String {
-        let now = Utc::now();
-        self.mint(&Claims {
-            sub: sub.to_string(),
-            role: Role::Agent,
-            tenant: None,
-            provider: None,
-            all_providers: false,
-            host: None,
-            connection: Some(connection.to_string()),
-            runner_node: None,
-            exp: (now + ttl).timestamp(),
-            iat: now.timestamp(),
-        })
+        let connection = Some(connection.to_string());
+        self.mint(&Claims { connection, ..Claims::agent(sub, ttl) })
     }
 
     /// A token for the agent of the runner node `node`, valid for `ttl`: it registers that
@@ -265,37 +263,13 @@ impl JwtSecret {
         node: &RunnerNodeName,
         ttl: TimeDelta,
     ) -> String {
-        let now = Utc::now();
-        self.mint(&Claims {
-            sub: sub.to_string(),
-            role: Role::Agent,
-            tenant: None,
-            provider: None,
-            all_providers: false,
-            host: None,
-            connection: None,
-            runner_node: Some(node.to_string()),
-            exp: (now + ttl).timestamp(),
-            iat: now.timestamp(),
-        })
+        self.mint(&Claims { runner_node: Some(node.to_string()), ..Claims::agent(sub, ttl) })
     }
 
     /// An agent token for `sub` that may report on every provider's leases, valid for `ttl`:
     /// a separate, explicit grant (an agent token without a provider is refused).
     pub fn mint_agent_for_all_providers(&self, sub: &str, ttl: TimeDelta) -> String {
-        let now = Utc::now();
-        self.mint(&Claims {
-            sub: sub.to_string(),
-            role: Role::Agent,
-            tenant: None,
-            provider: None,
-            all_providers: true,
-            host: None,
-            connection: None,
-            runner_node: None,
-            exp: (now + ttl).timestamp(),
-            iat: now.timestamp(),
-        })
+        self.mint(&Claims { all_providers: true, ..Claims::agent(sub, ttl) })
     }
 
     /// The caller a token names, if its signature and claims hold now.

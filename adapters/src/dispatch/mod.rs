@@ -80,6 +80,26 @@ pub struct Intent {
     pub request: serde_json::Value,
 }
 
+impl Intent {
+    /// The work `event` starts on its stream: `action` on `target`, asking `request`. One
+    /// piece of work per event: its version names it on the stream.
+    pub fn of(
+        event: &RecordedEvent,
+        (target, action): (String, &'static str),
+        request: serde_json::Value,
+    ) -> Self {
+        Self {
+            stream: event.stream_id.clone(),
+            generation: event.version,
+            event_id: event.event_id,
+            tenant: event.tenant_id.clone(),
+            target,
+            action,
+            request,
+        }
+    }
+}
+
 /// Work due, with the attempt number claimed for this send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Work {

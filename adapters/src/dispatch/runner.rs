@@ -5,7 +5,7 @@
 //! | event | action | sent | answer recorded |
 //! |---|---|---|---|
 //! | RunnerJobAssigned | `launch` | a node whose backend accepts the lease's trust class (`GET /accepts`) is bound (`Launch`, decided on its current policy); then `GET /instances?name=` whenever an earlier attempt may have launched, else a registration minted and `POST /instances` | the instance (`RecordInstance`); a launch refused for good releases the lease `failed` (`LaunchRefused`) |
-//! | RunnerReleased into teardown, RunnerReaped into quarantine | `destroy` | `DELETE /instances/{id}` (the instance recorded, or found by name) | `RecordTeardown`: `requested` (tried again until confirmed) or `stopped` |
+//! | RunnerReleased into teardown, RunnerReaped into quarantine, an instance recorded on a lease in either | `destroy` | `DELETE /instances/{id}` (the instance recorded, or found by name) | `RecordTeardown`: `requested` (tried again until confirmed) or `stopped` |
 //!
 //! The registration (JIT config) is minted only after the backend accepted the trust class,
 //! travels in the launch's body only and is never kept: not in the outbox, an event, a log
@@ -81,8 +81,11 @@ impl<S> RunnerDispatch<S> {
 pub fn started_work(event: &RunnerEvent) -> Option<&'static str> {
     match event {
         RunnerEvent::RunnerJobAssigned { .. } => Some("launch"),
+        // An instance recorded after its lease was released or reaped (a late answer) must
+        // go too: `awaits` says whether the lease still holds it.
         RunnerEvent::RunnerReleased { phase: Phase::Teardown, .. }
-        | RunnerEvent::RunnerReaped { phase: Phase::Quarantine, .. } => Some("destroy"),
+        | RunnerEvent::RunnerReaped { phase: Phase::Quarantine, .. }
+        | RunnerEvent::RunnerInstanceLaunched { .. } => Some("destroy"),
         _ => None,
     }
 }
@@ -116,17 +119,17 @@ fn retry(action: &str, error: &impl std::fmt::Display) -> ReconcileError {
     ReconcileError::Retry { action: action.to_owned(), reason: error.to_string() }
 }
 
-/// A lease command's result: a refusal of the lease (it moved on: fenced, reaped, ...) is
-/// moot; a store failure is tried again.
-fn recorded(
-    what: &str,
-    result: Result<impl Sized, CommandError<RunnerError>>,
-) -> Result<bool, ReconcileError> {
-    match result {
-        Ok(_) => Ok(true),
-        Err(CommandError::Refused(_) | CommandError::NotFound) => Ok(false),
-        Err(error) => Err(retry(what, &error)),
-    }
+/// Whether `lease` still needs its instance recorded: it may hold compute and names none.
+fn needs_instance(lease: &RunnerLease) -> bool {
+    lease.instance.is_none() && (Phase::Launching..=Phase::Quarantine).contains(&lease.phase)
+}
+
+/// How a record of a provider's answer went.
+enum Recorded {
+    /// Recorded (or already so).
+    Done,
+    /// The lease no longer needs it.
+    Moot,
 }
 
 impl<S> RunnerDispatch<S>
@@ -183,20 +186,20 @@ where
         work: &Work,
         (owner, lease): (&TenantId, RunnerLeaseId),
     ) -> Result<Sent, ReconcileError> {
-        let Some((_, mut stored)) = self.lease(lease).await? else { return Ok(Sent::Moot) };
-        let mut bound_before = true;
-        if stored.phase == Phase::Assigned {
-            bound_before = false;
-            if self.bind(work, (owner, lease, &stored)).await?.is_none() {
-                let detail = "no runner node can take the lease now".into();
-                return Ok(Sent::NotSent { detail, wait: NO_NODE_WAIT });
-            }
-            let Some((_, now_stored)) = self.lease(lease).await? else { return Ok(Sent::Moot) };
-            stored = now_stored;
+        let Some((_, stored)) = self.lease(lease).await? else { return Ok(Sent::Moot) };
+        let bound_before = stored.phase != Phase::Assigned;
+        if !bound_before && self.bind(work, (owner, lease, &stored)).await?.is_none() {
+            let detail = "no runner node can take the lease now".into();
+            return Ok(Sent::NotSent { detail, wait: NO_NODE_WAIT });
         }
+        // Read again: bound now, or released or reaped meanwhile (then nothing is launched).
+        let Some((_, stored)) = self.lease(lease).await? else { return Ok(Sent::Moot) };
         let (Some(node), Some(terms)) = (stored.node.clone(), stored.terms.clone()) else {
             return Ok(Sent::Moot);
         };
+        if !awaits(&stored, "launch") {
+            return Ok(Sent::Moot);
+        }
         let Some(client) = self.nodes.get(&node) else {
             let detail = format!("no settings for runner node {node}");
             return Ok(Sent::NotSent { detail, wait: NO_NODE_WAIT });
@@ -206,17 +209,19 @@ where
         // it: what the backend has under its name comes first.
         if bound_before || work.attempt > 1 {
             match client.find(&name).await {
-                Ok(Some(found)) => {
-                    return self.record_instance(work, (owner, lease, &stored), &found).await;
-                }
+                Ok(Some(found)) => return self.record_instance(work, (owner, lease), &found).await,
                 Ok(None) => {}
                 Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
             }
         }
-        match client.accepts(terms.trust).await {
-            Ok(true) => {}
-            Ok(false) => return self.refuse(work, (owner, lease, &stored), "TrustRefused").await,
-            Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
+        // The node as it stands now must still admit the lease (a retry may come after it
+        // retired or registered otherwise), and its backend must take the trust class: both
+        // before a registration is minted.
+        if let Some(reason) = self.refusal_of(client, &node, &terms).await? {
+            return match reason {
+                Ok(reason) => self.refuse(work, (owner, lease, &stored), reason).await,
+                Err(detail) => Ok(Sent::Failed { detail }),
+            };
         }
         let jit_config = match self.nodes.issuer.mint(&name, terms.tier.as_str()).await {
             Ok(registration) => registration,
@@ -224,6 +229,11 @@ where
                 return Ok(Sent::Failed { detail: format!("minting a registration: {error}") });
             }
         };
+        // Released or reaped while the registration was minted: nothing is launched.
+        match self.lease(lease).await? {
+            Some((_, now)) if awaits(&now, "launch") => {}
+            _ => return Ok(Sent::Moot),
+        }
         let spec = LaunchSpec {
             name,
             lease: lease.0,
@@ -236,7 +246,17 @@ where
             jit_config,
         };
         match client.launch(&spec).await {
-            Ok(instance) => self.record_instance(work, (owner, lease, &stored), &instance).await,
+            Ok(instance) => self.record_instance(work, (owner, lease), &instance).await,
+            // The backend holds an instance of that name: it is this lease's.
+            Err(ProviderError::Refused { status: 409, .. }) => {
+                match client.find(&spec.name).await {
+                    Ok(Some(found)) => self.record_instance(work, (owner, lease), &found).await,
+                    Ok(None) => {
+                        Ok(Sent::Failed { detail: "a launch found taken, then absent".into() })
+                    }
+                    Err(error) => Ok(Sent::Failed { detail: error.to_string() }),
+                }
+            }
             Err(ProviderError::Refused { status, code }) => {
                 tracing::warn!(dispatcher = "runner-dispatcher", lease = %lease.0, status, %code, "the runner provider refused the launch");
                 self.refuse(work, (owner, lease, &stored), "LaunchRefused").await
@@ -245,19 +265,72 @@ where
         }
     }
 
+    /// Why `node` must not launch a lease of `terms` now: `Ok(reason)` for good (the node's
+    /// current policy refuses it, or its backend refuses the trust class), `Err(detail)` when
+    /// it could not be asked.
+    async fn refusal_of(
+        &self,
+        client: &RunnerProviderClient,
+        node: &RunnerNodeName,
+        terms: &leasehold_domain::runner::RunnerTerms,
+    ) -> Result<Option<Result<&'static str, String>>, ReconcileError> {
+        let stored = self.runners.node(node).await.map_err(|e| retry("read a runner node", &e))?;
+        let policy = stored.and_then(|node| node.policy());
+        if policy.is_none_or(|policy| policy.refuses(terms).is_some()) {
+            return Ok(Some(Ok("PolicyRefused")));
+        }
+        Ok(match client.accepts(terms.trust).await {
+            Ok(true) => None,
+            Ok(false) => Some(Ok("TrustRefused")),
+            Err(error) => Some(Err(error.to_string())),
+        })
+    }
+
     async fn record_instance(
         &self,
         work: &Work,
-        (owner, lease, stored): (&TenantId, RunnerLeaseId, &RunnerLease),
+        (owner, lease): (&TenantId, RunnerLeaseId),
         found: &InstanceWire,
     ) -> Result<Sent, ReconcileError> {
         let Ok(instance) = InstanceRef::parse("instance", found.id.as_str()) else {
             return Ok(Sent::Failed { detail: "an instance id out of the protocol".into() });
         };
         let key = format!("runner-dispatch:{}:{}:instance", lease.0, work.generation);
-        let report = HolderReport::Instance { epoch: stored.epoch, instance };
-        let done = self.runners.report(&dispatcher(), &key, (owner.clone(), lease), report).await;
-        Ok(if recorded("record an instance", done)? { Sent::Delivered } else { Sent::Moot })
+        let report = |epoch| HolderReport::Instance { epoch, instance: instance.clone() };
+        let recorded = self.record((owner, lease), (&key, needs_instance), report).await?;
+        Ok(match recorded {
+            Recorded::Done => Sent::Delivered,
+            Recorded::Moot => Sent::Moot,
+        })
+    }
+
+    /// Records a provider's answer on the lease under its epoch as it is now: the answer is
+    /// the provider's, not a holder's claim, so a reap or a node's re-registration since the
+    /// send does not make it stale. Moot once the lease no longer `needs` it.
+    async fn record(
+        &self,
+        (owner, lease): (&TenantId, RunnerLeaseId),
+        (key, needs): (&str, fn(&RunnerLease) -> bool),
+        report: impl Fn(u64) -> HolderReport,
+    ) -> Result<Recorded, ReconcileError> {
+        // At most one epoch move between the read and the record is waited out here; another
+        // is tried again by the outbox.
+        for _ in 0..2 {
+            let Some((_, stored)) = self.lease(lease).await? else { return Ok(Recorded::Moot) };
+            if !needs(&stored) {
+                return Ok(Recorded::Moot);
+            }
+            let owned = (owner.clone(), lease);
+            match self.runners.report(&dispatcher(), key, owned, report(stored.epoch)).await {
+                Ok(_) => return Ok(Recorded::Done),
+                Err(CommandError::Refused(RunnerError::Fenced { .. })) => continue,
+                Err(CommandError::Refused(_) | CommandError::NotFound) => {
+                    return Ok(Recorded::Moot);
+                }
+                Err(error) => return Err(retry("record a provider's answer", &error)),
+            }
+        }
+        Err(retry("record a provider's answer", &"the lease's epoch kept moving"))
     }
 
     /// The launch cannot be done on this lease: it is released `failed` with `reason`.
@@ -278,8 +351,11 @@ where
                 (Outcome::Failed, reason),
             )
             .await;
-        recorded("release a refused launch", released)?;
-        Ok(Sent::Refused)
+        match released {
+            // Released, or it moved on (released or reaped otherwise): nothing to launch.
+            Ok(_) | Err(CommandError::Refused(_) | CommandError::NotFound) => Ok(Sent::Refused),
+            Err(error) => Err(retry("release a refused launch", &error)),
+        }
     }
 
     async fn destroy(
@@ -297,8 +373,9 @@ where
             Some(instance) => instance.to_string(),
             None => match client.find(&lease.instance_name()).await {
                 Ok(Some(found)) => found.id,
-                // Absence is not proof: the reap and the node's inventory settle it.
-                Ok(None) => return Ok(Sent::Delivered),
+                // Absence is not proof (a launch in flight may still make it): looked for
+                // again until the lease's reap and its node's inventory settle it.
+                Ok(None) => return Ok(Sent::Failed { detail: "no instance found yet".into() }),
                 Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
             },
         };
@@ -307,14 +384,17 @@ where
             Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
         };
         // A quarantined lease records only the proof; a requested teardown is its phase's.
-        if teardown == Teardown::Stopped || stored.phase == Phase::Teardown {
-            let key = format!("runner-dispatch:{}:{}:{teardown}", lease.0, work.generation);
-            let report = HolderReport::Teardown { epoch: stored.epoch, teardown };
-            let done =
-                self.runners.report(&dispatcher(), &key, (owner.clone(), lease), report).await;
-            if !recorded("record a teardown", done)? {
-                return Ok(Sent::Moot);
-            }
+        let key = format!("runner-dispatch:{}:{}:{teardown}", lease.0, work.generation);
+        let report = |epoch| HolderReport::Teardown { epoch, teardown };
+        let needs: fn(&RunnerLease) -> bool = match teardown {
+            Teardown::Stopped => |lease| awaits(lease, "destroy"),
+            Teardown::Requested => |lease| {
+                lease.phase == Phase::Teardown && lease.teardown != Some(Teardown::Requested)
+            },
+        };
+        let recorded = self.record((owner, lease), (&key, needs), report).await?;
+        if matches!(recorded, Recorded::Moot) && teardown == Teardown::Stopped {
+            return Ok(Sent::Moot);
         }
         Ok(match teardown {
             Teardown::Stopped => Sent::Delivered,
@@ -347,15 +427,7 @@ where
         if !awaits(&stored, action) {
             return Ok(None);
         }
-        Ok(Some(Intent {
-            stream: event.stream_id.clone(),
-            generation: event.version,
-            event_id: event.event_id,
-            tenant: event.tenant_id.clone(),
-            target: "runner-nodes".into(),
-            action,
-            request: serde_json::json!({}),
-        }))
+        Ok(Some(Intent::of(event, ("runner-nodes".into(), action), serde_json::json!({}))))
     }
 
     async fn send(&self, work: &Work, _now: DateTime<Utc>) -> Result<Sent, ReconcileError> {
@@ -371,10 +443,12 @@ where
         }
     }
 
-    /// A send is at most every node's acceptance, a find, a registration and a launch.
+    /// A send is at most every node's acceptance, a find, an acceptance, a registration, a
+    /// launch and a find, with the commands recording them.
     fn claim_hold(&self) -> Duration {
         let longest = self.nodes.all().map(|c| c.config().timeout).max();
         let nodes = u32::try_from(self.nodes.all().count()).unwrap_or(u32::MAX);
-        longest.unwrap_or(Duration::from_secs(30)) * (nodes + 4) + Duration::from_secs(10)
+        let exchanges = longest.unwrap_or(Duration::from_secs(30)) * nodes.saturating_add(4);
+        exchanges + self.nodes.issuer.timeout() + Duration::from_secs(30)
     }
 }

@@ -112,10 +112,14 @@ impl RunnerProviderClient {
     pub async fn accepts(&self, trust: TrustClass) -> Result<bool, ProviderError> {
         let path = format!("/accepts?trust={trust}");
         let (status, body) = self.call::<()>(Method::GET, &path, None).await?;
-        match status {
-            StatusCode::NO_CONTENT => Ok(true),
-            StatusCode::FORBIDDEN => Ok(false),
-            status => Err(refusal(status, &body)),
+        match (status, refusal(status, &body)) {
+            (StatusCode::NO_CONTENT, _) => Ok(true),
+            // Only the protocol's refusal: a 403 of another kind (a token refused) is not an
+            // answer about the trust class.
+            (StatusCode::FORBIDDEN, ProviderError::Refused { code, .. }) if code == "REFUSED" => {
+                Ok(false)
+            }
+            (_, error) => Err(error),
         }
     }
 
@@ -180,6 +184,11 @@ impl JitIssuer {
     /// When the HTTP client cannot be built.
     pub fn new(config: IssuerConfig) -> Result<Self, ProviderError> {
         Ok(Self { http: http(config.timeout)?, config })
+    }
+
+    /// One exchange's timeout.
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
     }
 
     /// A new registration for the runner `name` labelled `tier`.

@@ -14,6 +14,7 @@
 //! budget, list without tenants, never complete a listing); `--orphan` holds a provision
 //! nobody asked for. Logs, releases and custom domains follow.
 
+mod gate;
 pub mod host_agent;
 mod maintenance;
 pub mod node;
@@ -66,6 +67,10 @@ pub struct SimArgs {
     /// `stopped`.
     #[arg(long)]
     pub teardown_requested_first: bool,
+    /// For `--runner-provider`: the first `Find` of each name answers not found, as a
+    /// backend whose listing lags.
+    #[arg(long)]
+    pub find_misses_once: bool,
     /// Be a rental provider's agent instead (Leasehold's provider protocol,
     /// `docs/mercator-protocol.md` §1), wanting the bearer token in `--token-file`.
     #[arg(long, requires = "token_file", conflicts_with = "host_agent")]
@@ -383,6 +388,7 @@ async fn run_runner_provider(args: &SimArgs) -> anyhow::Result<()> {
         lose_launch_answers: args.lose_launch_answers,
         refuse_launches: args.refuse_launches,
         teardown_requested_first: args.teardown_requested_first,
+        find_misses_once: args.find_misses_once,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

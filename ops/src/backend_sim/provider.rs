@@ -93,13 +93,12 @@ struct Machine {
 /// The provider's state.
 #[derive(Debug, Clone)]
 pub struct Provider {
-    token: Arc<String>,
+    gate: super::gate::Gate,
     support: CapacitySupport,
     faults: ProviderFaults,
     machines: Arc<Mutex<BTreeMap<String, Machine>>>,
     /// Each operation key's request hash and the receipt it was answered with.
     keys: Arc<Mutex<BTreeMap<String, (String, ReceiptWire)>>>,
-    requests: Arc<Mutex<BTreeMap<String, u64>>>,
     /// With `--nodes`: how each machine's node agent behaves.
     nodes: Option<NodeOptions>,
     /// Each machine's running node agent, by native ref.
@@ -134,12 +133,11 @@ impl Provider {
     /// A provider wanting `token`, declaring `support`.
     pub fn new(token: &str, support: CapacitySupport, faults: ProviderFaults) -> Self {
         Self {
-            token: Arc::new(token.to_owned()),
+            gate: super::gate::Gate::new(token),
             support,
             faults,
             machines: Arc::default(),
             keys: Arc::default(),
-            requests: Arc::default(),
             nodes: None,
             agents: Arc::default(),
         }
@@ -155,15 +153,7 @@ impl Provider {
 
     /// Counts the request under `route` and says whether it carries the token.
     fn allows(&self, headers: &HeaderMap, route: &str) -> bool {
-        *self
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(route.into())
-            .or_default() += 1;
-        let expected = format!("Bearer {}", self.token);
-        headers.get("authorization").and_then(|value| value.to_str().ok())
-            == Some(expected.as_str())
+        self.gate.allows(headers, route)
     }
 
     /// The receipt of a key used before with the same request, or the refusal of one used
@@ -517,6 +507,6 @@ async fn machines(State(provider): State<Provider>) -> Response {
 }
 
 async fn requests(State(provider): State<Provider>) -> Response {
-    let requests = provider.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let requests = provider.gate.counts();
     ok(&requests)
 }

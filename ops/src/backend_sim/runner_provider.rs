@@ -10,7 +10,8 @@
 //! Faults: `--lose-launch-answers` (each name's first launch makes the instance and answers
 //! 504, as a proxy that lost the answer), `--refuse-launches` (400 `NO_CAPACITY`, echoing the
 //! registration as a careless backend would), `--teardown-requested-first` (an instance's
-//! first destroy answers `requested`, the next `stopped`). Its own routes, for tests: `GET
+//! first destroy answers `requested`, the next `stopped`), `--find-misses-once` (the first
+//! `Find` of each name answers not found, as a backend whose listing lags). Its own routes, for tests: `GET
 //! /sim/instances` (each with how often it was launched), `GET /sim/registrations` (every
 //! registration minted, so a test can look for its bytes elsewhere), `POST
 //! /sim/orphan/{name}` (an instance nobody launched), `GET /sim/requests`.
@@ -43,6 +44,8 @@ pub struct RunnerFaults {
     pub refuse_launches: bool,
     /// An instance's first destroy answers `requested`.
     pub teardown_requested_first: bool,
+    /// The first `Find` of each name answers not found, as a backend whose listing lags.
+    pub find_misses_once: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -50,27 +53,26 @@ struct Instance {
     wire: InstanceWire,
     launches: u32,
     destroys: u32,
+    finds: u32,
 }
 
 /// The simulated agent's state, shared by its handlers.
 #[derive(Debug, Clone)]
 pub struct RunnerProvider {
-    token: Arc<String>,
+    gate: super::gate::Gate,
     faults: Arc<RunnerFaults>,
     instances: Arc<Mutex<BTreeMap<String, Instance>>>,
     registrations: Arc<Mutex<Vec<String>>>,
-    requests: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl RunnerProvider {
     /// An agent wanting `token`, behaving as `faults` says.
     pub fn new(token: &str, faults: RunnerFaults) -> Self {
         Self {
-            token: Arc::new(token.to_owned()),
+            gate: super::gate::Gate::new(token),
             faults: Arc::new(faults),
             instances: Arc::default(),
             registrations: Arc::default(),
-            requests: Arc::default(),
         }
     }
 
@@ -80,15 +82,7 @@ impl RunnerProvider {
 
     /// Counts the request under `route` and says whether it carries the token.
     fn allows(&self, headers: &HeaderMap, route: &str) -> bool {
-        *self
-            .requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(route.into())
-            .or_default() += 1;
-        let expected = format!("Bearer {}", self.token);
-        headers.get("authorization").and_then(|value| value.to_str().ok())
-            == Some(expected.as_str())
+        self.gate.allows(headers, route)
     }
 }
 
@@ -142,10 +136,10 @@ async fn accepts(
     }
     // billet: every backend refuses the zero value, `unknown`; so does anything unnamed.
     let Ok(trust) = TrustClass::parse("trust", &query.trust) else {
-        return refused(StatusCode::FORBIDDEN, "refused", "an unclassified job is refused");
+        return refused(StatusCode::FORBIDDEN, "REFUSED", "an unclassified job is refused");
     };
     if provider.faults.refuse_trust == Some(trust) {
-        return refused(StatusCode::FORBIDDEN, "refused", "this backend refuses that trust class");
+        return refused(StatusCode::FORBIDDEN, "REFUSED", "this backend refuses that trust class");
     }
     StatusCode::NO_CONTENT.into_response()
 }
@@ -182,7 +176,10 @@ async fn launch(
         running: true,
         terminal: false,
     };
-    instances.insert(spec.name.clone(), Instance { wire: wire.clone(), launches: 1, destroys: 0 });
+    instances.insert(
+        spec.name.clone(),
+        Instance { wire: wire.clone(), launches: 1, destroys: 0, finds: 0 },
+    );
     if provider.faults.lose_launch_answers {
         return refused(StatusCode::GATEWAY_TIMEOUT, "TIMEOUT", "the answer was lost");
     }
@@ -203,10 +200,14 @@ async fn instances(
     if !provider.allows(&headers, route) {
         return unauthorized();
     }
-    let instances = provider.instances();
+    let mut instances = provider.instances();
     match query.name {
         Some(name) => {
-            let instance = instances.get(&name).map(|held| held.wire.clone());
+            let lagging = provider.faults.find_misses_once;
+            let instance = instances.get_mut(&name).and_then(|held| {
+                held.finds += 1;
+                (!lagging || held.finds > 1).then(|| held.wire.clone())
+            });
             ok(StatusCode::OK, &FindAnswer { found: instance.is_some(), instance })
         }
         None => {
@@ -290,11 +291,13 @@ async fn orphan(State(provider): State<RunnerProvider>, Path(name): Path<String>
         running: true,
         terminal: false,
     };
-    provider.instances().insert(name, Instance { wire: wire.clone(), launches: 0, destroys: 0 });
+    provider
+        .instances()
+        .insert(name, Instance { wire: wire.clone(), launches: 0, destroys: 0, finds: 0 });
     ok(StatusCode::OK, &wire)
 }
 
 async fn requests(State(provider): State<RunnerProvider>) -> Response {
-    let counts = provider.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let counts = provider.gate.counts();
     ok(StatusCode::OK, &counts)
 }

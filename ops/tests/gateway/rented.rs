@@ -96,7 +96,7 @@ pub(crate) async fn active_rental(server: &Server, token: &str, key: &str) -> Va
 }
 
 /// `query` read once the projections reached `cursor`.
-async fn read_at(
+pub(crate) async fn read_at(
     server: &Server,
     token: &str,
     (query, variables): (&str, Value),

@@ -53,6 +53,11 @@ impl RunnerSim {
 
 /// A server launching runner leases on `sim` as the node `docker-1`, and the sim.
 async fn dispatching(faults: &[&str]) -> (Server, RunnerSim, TempDir) {
+    dispatching_logging(faults, "warn").await
+}
+
+/// [`dispatching`], the server logging at `level`.
+async fn dispatching_logging(faults: &[&str], level: &str) -> (Server, RunnerSim, TempDir) {
     let dir = TempDir(std::env::temp_dir().join(format!("lh-runners-{}", uuid::Uuid::now_v7())));
     std::fs::create_dir_all(&dir.0).expect("a directory");
     let sim = RunnerSim::start(&dir.0, faults).await;
@@ -65,7 +70,7 @@ async fn dispatching(faults: &[&str]) -> (Server, RunnerSim, TempDir) {
     });
     std::fs::write(&file, text.to_string()).expect("written");
     let file = file.to_str().expect("UTF-8");
-    let server = Server::start_with(&["--runner-nodes-file", file]).await;
+    let server = Server::start_logging(&["--runner-nodes-file", file], level).await;
     let agent = node_agent();
     let register = json!({ "input": {
         "operationKey": "reg-1", "provider": "docker", "guestOs": ["linux"],
@@ -110,7 +115,8 @@ async fn operator_reads(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_lease_is_launched_reported_and_torn_down_without_its_registration_kept() {
-    let (server, sim, _dir) = dispatching(&["--teardown-requested-first"]).await;
+    // Every log line, down to trace, is looked through for the registration.
+    let (server, sim, _dir) = dispatching_logging(&["--teardown-requested-first"], "trace").await;
     let acme = tenant_token("acme");
     let lease = assigned(&server, &acme, "r-1", "trusted").await;
     let launched =
@@ -227,7 +233,7 @@ async fn no_registration_is_minted_for_a_trust_class_no_node_accepts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_refused_for_good_fails_the_lease_and_keeps_nothing_of_the_refusal() {
     // The simulated backend echoes the registration in its refusal, as careless ones do.
-    let (server, sim, _dir) = dispatching(&["--refuse-launches"]).await;
+    let (server, sim, _dir) = dispatching_logging(&["--refuse-launches"], "trace").await;
     let acme = tenant_token("acme");
     let lease = assigned(&server, &acme, "r-refused", "trusted").await;
     let failed =
@@ -245,4 +251,21 @@ async fn a_launch_refused_for_good_fails_the_lease_and_keeps_nothing_of_the_refu
     let registration = registrations[0].as_str().expect("one minted").to_string();
     assert!(!server.logs().contains(&registration), "a log line holds the registration");
     assert!(!every_row(&server).await.contains(&registration), "a row holds the registration");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_answered_taken_is_the_leases_own_instance_not_a_refusal() {
+    // The first launch's answer is lost and the backend's listing lags: the retry's Find
+    // misses the instance, its launch is answered 409, and that instance is the lease's.
+    let (server, sim, _dir) = dispatching(&["--lose-launch-answers", "--find-misses-once"]).await;
+    let acme = tenant_token("acme");
+    let lease = assigned(&server, &acme, "r-taken", "trusted").await;
+    let launched = operator_reads(&server, &lease, "its instance recorded", |read| {
+        !read["instanceId"].is_null()
+    })
+    .await;
+    assert_eq!(launched["phase"], "launching", "not failed: {launched}");
+    let instances = sim.get("/sim/instances").await;
+    assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
+    assert_eq!(launched["instanceId"], instances[0]["id"]);
 }

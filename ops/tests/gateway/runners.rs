@@ -11,6 +11,7 @@ use leasehold_gateway::Role;
 use serde_json::{Value, json};
 
 use crate::backend::eventually;
+use crate::rented::read_at;
 use crate::support::*;
 
 pub(crate) const REQUEST: &str = "mutation($input: RequestRunnerLeaseInput!) { requestRunnerLease(input: $input) { id version cursor duplicate events { type } } }";
@@ -98,7 +99,7 @@ async fn a_tenant_leases_runners_within_the_capacity_an_operator_set() {
         json!({ "vcpu": 8, "maxVcpu": 8, "memoryMb": 16384, "maxMemoryMb": 65536, "macos": 0,
                 "maxMacosSlots": 0, "tiers": [{ "tier": "linux-4x", "leases": 2, "max": 2 }] })
     );
-    // Another lease with a job the second holds: CONFLICT, nothing charged.
+    // Another lease with a job the second holds: no room is checked first, nothing charged.
     let taken = server.graphql(&acme, ASSIGN, assign_input(&third, 2, "a-3b")).await;
     assert_eq!(code(&taken), Some("QUOTA_EXCEEDED"), "no room is checked first: {taken}");
     let released = server.graphql(&acme, RELEASE, release_input(&first, "done", "x-1")).await;
@@ -181,21 +182,6 @@ async fn a_tenant_leases_runners_within_the_capacity_an_operator_set() {
     assert_eq!(leases.as_array().map(Vec::len), Some(2), "{page}");
     let jobs = &data(&page)["runnerJobs"]["edges"];
     assert_eq!(jobs.as_array().map(Vec::len), Some(3), "{page}");
-}
-
-/// `query` read once the projections reached `cursor`.
-async fn read_at(
-    server: &Server,
-    token: &str,
-    (query, variables): (&str, Value),
-    cursor: &Value,
-) -> Value {
-    server
-        .graphql_with(
-            token,
-            json!({ "query": query, "variables": variables, "extensions": { "minCursor": cursor } }),
-        )
-        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

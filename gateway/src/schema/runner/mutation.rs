@@ -94,6 +94,24 @@ fn ask_of(input: RequestRunnerLeaseInput) -> ApiResult<RequestRunner> {
     })
 }
 
+/// A tenant's command on its lease, stamped with the epoch the gateway read: a reap or a
+/// node's re-registration in between is `FENCED` without the epochs, which tenants never see.
+async fn tenant_answer(
+    ctx: &Context<'_>,
+    lease: RunnerLeaseId,
+    run: impl std::future::Future<Output = Result<RunnerOutcome, CommandError<RunnerError>>>,
+) -> ApiResult<CommandResult> {
+    let outcome = Box::pin(run).await;
+    if let Err(CommandError::Refused(RunnerError::Fenced { .. })) = &outcome {
+        return Err(ApiError::new(
+            crate::errors::Code::Fenced,
+            "the lease moved on while this was decided (it was reaped, or its node registered \
+             again): read it and try again",
+        ));
+    }
+    answer(ctx, lease, async { outcome }).await
+}
+
 /// The caller's own lease as stored now (another tenant's is `NOT_FOUND`).
 async fn own_lease(
     ctx: &Context<'_>,
@@ -160,7 +178,7 @@ impl RunnerMutation {
         let epoch = own_lease(ctx, tenant, lease).await?.epoch;
         let caller = caller_of(principal, None);
         let key = input.operation_key.as_str();
-        answer(ctx, lease, runners(ctx).assign(&caller, key, (lease, epoch, job))).await
+        tenant_answer(ctx, lease, runners(ctx).assign(&caller, key, (lease, epoch, job))).await
     }
 
     /// Releases one of your leases with its outcome: the same outcome again is success,
@@ -179,7 +197,7 @@ impl RunnerMutation {
         let caller = caller_of(principal, None);
         let key = input.operation_key.as_str();
         let run = runners(ctx).release(&caller, key, (tenant.clone(), lease, epoch), released);
-        answer(ctx, lease, run).await
+        tenant_answer(ctx, lease, run).await
     }
 
     /// Your node registers (again): a new node epoch, and every lease bound to it moves to a

@@ -1,7 +1,7 @@
 //! Every projection rebuilt from scratch over a log holding a workload of every kind (a
 //! lease, a VM, a rental with its node and a run, a runner lease with its job and capacity):
 //! the shared `workloads` and `quota_usage` tables, and every kind's own, equal the live
-//! tables row for row.
+//! tables — written batch by batch while the commands were decided — row for row.
 
 use leasehold_commands::PipelineConfig;
 use leasehold_commands::lease_input::{ItemInput, LeaseInputLimits, RequestLeaseInput};
@@ -58,11 +58,10 @@ const TABLES: &[(&str, &str)] = &[
     ("runner_nodes", "node"),
 ];
 
-/// Runs every projection `serve` runs up to the log's last event.
-async fn project_all(db: &TestDb) {
-    let last = last_event(db).await;
+/// A runner of every projection `serve` runs.
+fn start_all(db: &TestDb) -> Vec<super::support::Running> {
     let store = db.store();
-    let running = [
+    vec![
         start_of(LeaseProjection, &store, quick()),
         start_of(VmProjection, &store, quick()),
         start_of(HostProjection, &store, quick()),
@@ -73,7 +72,12 @@ async fn project_all(db: &TestDb) {
         start_of(RunnerProjection, &store, quick()),
         start_of(JobProjection, &store, quick()),
         start_of(RunnerFleetProjection, &store, quick()),
-    ];
+    ]
+}
+
+/// Lets `running` reach the log's last event, then stops them.
+async fn finish(db: &TestDb, running: Vec<super::support::Running>) {
+    let last = last_event(db).await;
     for mut runner in running {
         runner.reached(last).await;
         runner.stop().await;
@@ -112,8 +116,10 @@ async fn one_of_each_kind(db: &TestDb) {
 #[tokio::test]
 async fn every_projection_rebuilt_from_scratch_equals_the_live_tables() {
     let db = TestDb::migrated().await;
+    // Live: every projection follows the log while the commands are decided, batch by batch.
+    let running = start_all(&db);
     one_of_each_kind(&db).await;
-    project_all(&db).await;
+    finish(&db, running).await;
     let live = dump_of(&db, TABLES).await;
     let kinds: Vec<&str> =
         live[0].1.iter().map(|row| row.split(',').next().unwrap_or("")).collect();
@@ -123,7 +129,7 @@ async fn every_projection_rebuilt_from_scratch_equals_the_live_tables() {
     assert!(!live[1].1.is_empty() && !live[2].1.is_empty(), "quota usage to compare");
     reset_of(&db, TABLES).await;
     assert!(dump_of(&db, TABLES).await.iter().all(|(_, rows)| rows.is_empty()), "from scratch");
-    project_all(&db).await;
+    finish(&db, start_all(&db)).await;
     let rebuilt = dump_of(&db, TABLES).await;
     for ((table, live_rows), (_, rebuilt_rows)) in live.iter().zip(&rebuilt) {
         assert_eq!(rebuilt_rows, live_rows, "{table}: a rebuild equals the live table");
