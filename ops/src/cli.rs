@@ -96,8 +96,9 @@ enum BenchCommand {
     /// Commands/s through the command pipeline and the lease projection's catch-up, each
     /// beside a raw baseline.
     Pipeline(bench::pipeline::PipelineBenchArgs),
-    /// Page latency over HTTP at a million leases, and delivery latency with 1,000
-    /// subscriptions (gaps and duplicates counted), each beside a raw baseline.
+    /// Page latency over HTTP at a million leases and at a million workloads of five kinds,
+    /// and delivery latency with 1,000 subscriptions (gaps and duplicates counted), each
+    /// beside a raw baseline.
     Gateway(bench::gateway::GatewayBenchArgs),
     /// Leases from request to ready per second through the dispatcher, an in-process
     /// backend-sim and the gateway's callbacks at 16 clients, beside the pipeline's

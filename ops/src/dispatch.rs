@@ -261,16 +261,17 @@ pub fn start_rental_dispatch(
     [run_dispatcher(kind, store, stopped), run(observer, store, stopped)]
 }
 
-/// Starts the runner dispatcher: assigned runner leases launched on the nodes of `file` (in
-/// its order), released and quarantined ones destroyed, with registrations from its issuer.
+/// Starts the runner dispatcher (assigned runner leases launched on the nodes of `file`, in
+/// its order, released and quarantined ones destroyed, with registrations from its issuer)
+/// and the orphan sweep listing those nodes' instances every `every`.
 ///
 /// # Errors
 /// An agent's HTTP client cannot be built.
 pub fn start_runner_dispatcher(
     rented: &leasehold_gateway::Rented,
-    file: leasehold_adapters::runner_providers::RunnerNodesFile,
+    (file, every): (leasehold_adapters::runner_providers::RunnerNodesFile, chrono::TimeDelta),
     stopped: &watch::Receiver<bool>,
-) -> anyhow::Result<JoinHandle<()>> {
+) -> anyhow::Result<[JoinHandle<()>; 2]> {
     use leasehold_adapters::runner_providers::{JitIssuer, RunnerProviderClient};
     let clients: Result<Vec<_>, _> =
         file.nodes.into_iter().map(RunnerProviderClient::new).collect();
@@ -279,8 +280,14 @@ pub fn start_runner_dispatcher(
         clients.context("a runner node's HTTP client")?,
         issuer,
     );
+    let store = rented.runners.pipeline().store();
+    let orphans = leasehold_adapters::runners::RunnerOrphans::new(
+        rented.runners.clone(),
+        nodes.clone(),
+        every,
+    );
     let kind = leasehold_adapters::dispatch::RunnerDispatch::new(rented.runners.clone(), nodes);
-    Ok(run_dispatcher(kind, rented.runners.pipeline().store(), stopped))
+    Ok([run_dispatcher(kind, store, stopped), run(orphans, store, stopped)])
 }
 
 /// Starts the launch reconciler: a launch unanswered for `answer_within` is recorded

@@ -199,6 +199,11 @@ pub struct ServeArgs {
     /// launched.
     #[arg(long, env = "LEASEHOLD_RUNNER_NODES_FILE")]
     runner_nodes_file: Option<std::path::PathBuf>,
+    /// How often each runner node's instances are listed and those of leases that ended or
+    /// never were destroyed (with `--runner-nodes-file`).
+    #[arg(long, env = "LEASEHOLD_RUNNER_ORPHANS_EVERY", default_value = "60s",
+          value_parser = crate::token::parse_ttl)]
+    runner_orphans_every: TimeDelta,
 }
 
 impl ServeArgs {
@@ -353,7 +358,12 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         ));
     }
     if let Some(file) = runner_nodes {
-        reconcilers.push(crate::dispatch::start_runner_dispatcher(state.rented(), file, &stopped)?);
+        let orphans = (file, args.runner_orphans_every);
+        reconcilers.extend(crate::dispatch::start_runner_dispatcher(
+            state.rented(),
+            orphans,
+            &stopped,
+        )?);
     }
     reconcilers.extend(crate::dispatch::start_runner_reconcilers(
         state.rented(),

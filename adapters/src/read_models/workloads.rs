@@ -83,16 +83,31 @@ impl PgReadModels {
         let limit = i64::try_from(listing.first.clamp(1, PAGE_ROWS_MAX + 1)).unwrap_or(1);
         let (after_at, after_id) =
             listing.after.map_or((None, None), |(at, id)| (Some(at), Some(id)));
-        let rows = self
-            .query(
-                "SELECT kind, workload_id, status, backend_name, items, created_at, updated_at \
-                 FROM workloads WHERE tenant_id = $1 \
-                 AND ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR status = $3) \
-                 AND ($4::timestamptz IS NULL OR (created_at, workload_id) < ($4, $5::uuid)) \
-                 ORDER BY created_at DESC, workload_id DESC LIMIT $6",
-                &[&tenant.as_str(), &listing.kind, &listing.status, &after_at, &after_id, &limit],
-            )
-            .await?;
+        let tenant_id = tenant.as_str();
+        // Only the filters given are in the statement, so that a prepared plan can read the
+        // index that matches them (`workloads_by_kind_state`) instead of filtering.
+        let mut sql = String::from(
+            "SELECT kind, workload_id, status, backend_name, items, created_at, updated_at \
+             FROM workloads WHERE tenant_id = $1",
+        );
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&tenant_id];
+        for (column, value) in [("kind", &listing.kind), ("status", &listing.status)] {
+            if let Some(value) = value {
+                params.push(value);
+                sql.push_str(&format!(" AND {column} = ${}", params.len()));
+            }
+        }
+        if let (Some(at), Some(id)) = (&after_at, &after_id) {
+            params.extend([at as &(dyn tokio_postgres::types::ToSql + Sync), id]);
+            let (at, id) = (params.len() - 1, params.len());
+            sql.push_str(&format!(" AND (created_at, workload_id) < (${at}, ${id})"));
+        }
+        params.push(&limit);
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, workload_id DESC LIMIT ${}",
+            params.len()
+        ));
+        let rows = self.query(&sql, &params).await?;
         Ok(rows.iter().map(summary_of).collect())
     }
 }

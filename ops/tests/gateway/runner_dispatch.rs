@@ -4,7 +4,8 @@
 //! class, its node's agent reports it online and busy under its epoch, its release destroys
 //! its instance and gives its capacity back once confirmed; a lost launch answer is found by
 //! name before anything is launched again; no registration is minted for a trust class no
-//! node accepts; and no byte of a runner's registration is anywhere but in the launch.
+//! node accepts; no byte of a runner's registration is anywhere but in the launch; and an
+//! instance a node runs for a lease that never was is destroyed, while others are left alone.
 
 use std::path::Path;
 
@@ -70,7 +71,8 @@ async fn dispatching_logging(faults: &[&str], level: &str) -> (Server, RunnerSim
     });
     std::fs::write(&file, text.to_string()).expect("written");
     let file = file.to_str().expect("UTF-8");
-    let server = Server::start_logging(&["--runner-nodes-file", file], level).await;
+    let args = ["--runner-nodes-file", file, "--runner-orphans-every", "1s"];
+    let server = Server::start_logging(&args, level).await;
     let agent = node_agent();
     let register = json!({ "input": {
         "operationKey": "reg-1", "provider": "docker", "guestOs": ["linux"],
@@ -268,4 +270,31 @@ async fn a_launch_answered_taken_is_the_leases_own_instance_not_a_refusal() {
     let instances = sim.get("/sim/instances").await;
     assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
     assert_eq!(launched["instanceId"], instances[0]["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_instance_is_destroyed_and_nothing_else_is() {
+    let (server, sim, _dir) = dispatching(&[]).await;
+    let acme = tenant_token("acme");
+    let live = assigned(&server, &acme, "r-live", "trusted").await;
+    operator_reads(&server, &live, "launched", |read| !read["instanceId"].is_null()).await;
+    // A crash between a node's launch and anything Leasehold recorded, and a foreign one.
+    let nobody = leasehold_domain::runner::RunnerLeaseId(uuid::Uuid::now_v7()).instance_name();
+    let http = reqwest::Client::new();
+    for name in [nobody.as_str(), "not-ours-1"] {
+        let made = http.post(format!("{}/sim/orphan/{name}", sim.url)).send().await;
+        assert!(made.expect("answered").status().is_success());
+    }
+    let instances = eventually("the orphan destroyed", || async {
+        let instances = sim.get("/sim/instances").await;
+        let list = instances.as_array().cloned().unwrap_or_default();
+        let orphan = list.iter().find(|held| held["name"] == nobody.as_str())?;
+        (orphan["terminal"] == true).then_some(list)
+    })
+    .await;
+    let running =
+        |name: &str| instances.iter().any(|held| held["name"] == name && held["running"] == true);
+    assert!(running("not-ours-1"), "another name is not Leasehold's: {instances:?}");
+    let live_name = format!("billet-{}", live.as_str().expect("an id").replace('-', ""));
+    assert!(running(&live_name), "a live lease's instance is its lease's: {instances:?}");
 }

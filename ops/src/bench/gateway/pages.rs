@@ -30,6 +30,9 @@ pub struct Walk {
     pub filter: &'static [&'static str],
     /// The columns of the position in the raw rows (created, id).
     pub position: (usize, usize),
+    /// Whether the raw SELECT always takes a position (the first page's beyond every row),
+    /// rather than `NULL` for the first page.
+    pub always_after: bool,
 }
 
 /// Ready leases, 50 a page.
@@ -46,6 +49,7 @@ pub const LEASES: Walk = Walk {
         ORDER BY created_at DESC, lease_id DESC LIMIT 51",
     filter: &["ready"],
     position: (8, 0),
+    always_after: false,
 };
 
 /// Busy runner leases among workloads of every kind, 50 a page.
@@ -56,12 +60,12 @@ pub const WORKLOADS: Walk = Walk {
         resources { sku quantity } createdAt updatedAt } } pageInfo { hasNextPage endCursor } } }",
     field: "workloads",
     raw_sql: "SELECT kind, workload_id, status, backend_name, items, created_at, updated_at \
-        FROM workloads WHERE tenant_id = $1 AND ($2::text IS NULL OR kind = $2) \
-        AND ($3::text IS NULL OR status = $3) \
-        AND ($4::timestamptz IS NULL OR (created_at, workload_id) < ($4, $5::uuid)) \
+        FROM workloads WHERE tenant_id = $1 AND kind = $2 AND status = $3 \
+        AND (created_at, workload_id) < ($4, $5) \
         ORDER BY created_at DESC, workload_id DESC LIMIT 51",
     filter: &["runner", "busy"],
     position: (5, 1),
+    always_after: true,
 };
 
 /// Writes `count` leases of the bench tenant straight into the read model, a fifth of them
@@ -85,9 +89,10 @@ pub async fn fill(url: &DatabaseUrl, count: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `count` workloads of the bench tenant straight into `workloads`, the five kinds in
-/// turn, each in one of five states of its own, one second apart (so a kind and state is a
-/// 25th of the rows, as `WORKLOADS` filters).
+/// Writes `count` workloads of the bench tenant straight into `workloads`, one second apart,
+/// of the five kinds in uneven shares (lease 40 %, VM 30 %, rental 15 %, run 14 %, runner
+/// 1 %), each in one of five states of its own in turn: the busy runner leases `WORKLOADS`
+/// walks are one workload in 500, a rare kind and state.
 pub async fn fill_workloads(url: &DatabaseUrl, count: u64) -> anyhow::Result<()> {
     let client = url.connect().await?;
     let count = i64::try_from(count)?;
@@ -95,15 +100,18 @@ pub async fn fill_workloads(url: &DatabaseUrl, count: u64) -> anyhow::Result<()>
         .execute(
             "INSERT INTO workloads (kind, workload_id, tenant_id, status, backend_name, items, \
              created_at, updated_at) \
-             SELECT (ARRAY['lease','vm','rental','run','runner'])[1 + n % 5], \
-             gen_random_uuid(), $1, \
-             (ARRAY[ARRAY['provisioning','ready','failed','deprovisioned','retained'], \
-                    ARRAY['provisioning','scheduled','running','destroying','destroyed'], \
-                    ARRAY['requested','active','stopped','terminating','terminated'], \
-                    ARRAY['booked','launching','running','succeeded','failed'], \
-                    ARRAY['assigned','launching','busy','teardown','done']])[1 + n % 5][1 + (n / 5) % 5], \
+             SELECT (ARRAY['lease','vm','rental','run','runner'])[pick.k], gen_random_uuid(), \
+             $1, (ARRAY[ \
+                 ARRAY['provisioning','ready','failed','deprovisioned','retained'], \
+                 ARRAY['provisioning','scheduled','running','destroying','destroyed'], \
+                 ARRAY['requested','active','stopped','terminating','terminated'], \
+                 ARRAY['booked','launching','running','succeeded','failed'], \
+                 ARRAY['assigned','launching','busy','teardown','done']])[pick.k][1 + (n / 100) % 5], \
              NULL, '[{\"sku\":\"runner.vcpu\",\"quantity\":4}]', \
-             now() - n * interval '1 second', now() FROM generate_series(1::bigint, $2::bigint) AS n",
+             now() - n * interval '1 second', now() \
+             FROM generate_series(1::bigint, $2::bigint) AS n \
+             CROSS JOIN LATERAL (SELECT CASE WHEN n % 100 < 40 THEN 1 WHEN n % 100 < 70 THEN 2 \
+               WHEN n % 100 < 85 THEN 3 WHEN n % 100 < 99 THEN 4 ELSE 5 END AS k) AS pick",
             &[&TENANT, &count],
         )
         .await
@@ -168,7 +176,13 @@ async fn raw_pages(
     let statement = client.prepare(walk.raw_sql).await?;
     let deadline = Instant::now() + duration;
     let mut samples = Vec::new();
-    let mut after: (Option<DateTime<Utc>>, Option<Uuid>) = (None, None);
+    // The first page's position: none, or beyond every row.
+    let start: (Option<DateTime<Utc>>, Option<Uuid>) = if walk.always_after {
+        (Some(Utc::now() + chrono::TimeDelta::days(1)), Some(Uuid::max()))
+    } else {
+        (None, None)
+    };
+    let mut after = start;
     while Instant::now() < deadline {
         let started = Instant::now();
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&TENANT];
@@ -180,7 +194,7 @@ async fn raw_pages(
         samples.push(started.elapsed());
         let last = rows.get(49).context("a full page")?;
         after = if samples.len() % PAGES_PER_WALK == 0 {
-            (None, None)
+            start
         } else {
             (Some(last.get(walk.position.0)), Some(last.get(walk.position.1)))
         };

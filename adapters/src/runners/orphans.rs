@@ -1,0 +1,96 @@
+//! The `runner-orphans` reconciler: every sweep (60 s by default) it lists each runner node's
+//! instances (`GET /instances`) and destroys every `billet-<lease id>` instance still running
+//! whose lease has ended (done or failed) or was never recorded: compute nobody is charged
+//! for and nobody will tear down. The instance's name is the only link back to its lease
+//! after a crash (`RunnerLeaseId::of_instance`); an instance of another name is not
+//! Leasehold's and is left alone, and one whose lease is live is its lease's (the dispatcher
+//! and the lease's own teardown answer for it).
+
+use chrono::{DateTime, TimeDelta, Utc};
+use leasehold_commands::runner_service::RunnerService;
+use leasehold_commands::{CommandError, CommandStore};
+use leasehold_domain::runner::{Phase, RunnerLeaseId};
+use leasehold_projections::{ReconcileError, Reconciler, Seen, SweepSchedule};
+
+use crate::dispatch::RunnerNodes;
+use crate::rented::retry;
+
+/// How often the nodes' instances are listed when nothing else is said.
+pub const SWEEP_EVERY_DEFAULT: TimeDelta = TimeDelta::seconds(60);
+
+/// The orphan instance sweeper.
+#[derive(Debug)]
+pub struct RunnerOrphans<S> {
+    runners: RunnerService<S>,
+    nodes: RunnerNodes,
+    schedule: SweepSchedule,
+}
+
+impl<S> RunnerOrphans<S> {
+    /// A sweeper reading leases through `runners`, listing and destroying through `nodes`,
+    /// every `every`.
+    pub fn new(runners: RunnerService<S>, nodes: RunnerNodes, every: TimeDelta) -> Self {
+        Self { runners, nodes, schedule: SweepSchedule::every(every) }
+    }
+}
+
+impl<S> RunnerOrphans<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    /// Whether the instance of `lease` is nobody's: its lease ended or never was.
+    async fn orphaned(&self, lease: RunnerLeaseId) -> Result<bool, ReconcileError> {
+        match self.runners.owned(lease).await {
+            Ok((_, stored)) => Ok(matches!(stored.phase, Phase::Done | Phase::Failed)),
+            Err(CommandError::NotFound) => Ok(true),
+            Err(error) => Err(retry("read a runner lease", &error)),
+        }
+    }
+
+    async fn sweep(&self) -> Result<(), ReconcileError> {
+        for client in self.nodes.all() {
+            let node = &client.config().node;
+            let listed = match client.list().await {
+                Ok(listed) => listed,
+                // One node that does not answer does not hold back the others.
+                Err(error) => {
+                    tracing::warn!(reconciler = Self::NAME, %node, %error, "a runner node did not list its instances");
+                    continue;
+                }
+            };
+            for instance in listed.into_iter().filter(|instance| !instance.terminal) {
+                let Some(lease) = RunnerLeaseId::of_instance(&instance.name) else { continue };
+                if !self.orphaned(lease).await? {
+                    continue;
+                }
+                match client.destroy(&instance.id).await {
+                    Ok(teardown) => {
+                        tracing::info!(reconciler = Self::NAME, %node, lease = %lease.0, %teardown, "an orphan runner instance destroyed");
+                    }
+                    Err(error) => {
+                        tracing::warn!(reconciler = Self::NAME, %node, lease = %lease.0, %error, "an orphan runner instance was not destroyed");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S> Reconciler for RunnerOrphans<S>
+where
+    S: CommandStore + Clone + Send + Sync + 'static,
+{
+    const NAME: &'static str = "runner-orphans";
+    const VERSION: u32 = 1;
+
+    async fn reconcile(&self, seen: Seen<'_>) -> Result<Option<DateTime<Utc>>, ReconcileError> {
+        match self.schedule.due(seen.now) {
+            Err(scheduled) => Ok(Some(scheduled)),
+            Ok(next) => {
+                self.sweep().await?;
+                Ok(Some(next))
+            }
+        }
+    }
+}
