@@ -286,7 +286,8 @@ pub fn start_runner_dispatcher(
         nodes.clone(),
         every,
     );
-    let kind = leasehold_adapters::dispatch::RunnerDispatch::new(rented.runners.clone(), nodes);
+    let kind = leasehold_adapters::dispatch::RunnerDispatch::new(rented.runners.clone(), nodes)
+        .with_headroom(leasehold_adapters::PgReadModels::of(store));
     Ok([run_dispatcher(kind, store, stopped), run(orphans, store, stopped)])
 }
 

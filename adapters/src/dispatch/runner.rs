@@ -68,12 +68,22 @@ impl RunnerNodes {
 pub struct RunnerDispatch<S> {
     runners: RunnerService<S>,
     nodes: RunnerNodes,
+    /// What each node is charged now (`runner_usage`), for its headroom.
+    usage: Option<crate::PgReadModels>,
 }
 
 impl<S> RunnerDispatch<S> {
-    /// Sends the work of `runners`'s leases to `nodes`.
+    /// Sends the work of `runners`'s leases to `nodes`, each taken as having room.
     pub fn new(runners: RunnerService<S>, nodes: RunnerNodes) -> Self {
-        Self { runners, nodes }
+        Self { runners, nodes, usage: None }
+    }
+
+    /// The same dispatch, binding a lease only to a node whose registered vCPUs and memory
+    /// hold it beside what `runner_usage` shows charged there (the projection may lag by a
+    /// batch: a node's own backend refuses what it cannot hold).
+    #[must_use]
+    pub fn with_headroom(self, usage: crate::PgReadModels) -> Self {
+        Self { usage: Some(usage), ..self }
     }
 }
 
@@ -158,6 +168,9 @@ where
         let Some(terms) = stored.terms.as_ref() else { return Ok(None) };
         for client in self.nodes.all() {
             let node = &client.config().node;
+            if !self.has_room(node, terms).await? {
+                continue;
+            }
             match client.accepts(terms.trust).await {
                 Ok(true) => {}
                 Ok(false) => continue,
@@ -179,6 +192,29 @@ where
             }
         }
         Ok(None)
+    }
+
+    /// Whether `node` holds a lease of `terms` beside what is charged there now (a node not
+    /// registered has none; without a usage source every node has room).
+    async fn has_room(
+        &self,
+        node: &RunnerNodeName,
+        terms: &leasehold_domain::runner::RunnerTerms,
+    ) -> Result<bool, ReconcileError> {
+        let Some(usage) = &self.usage else { return Ok(true) };
+        let stored = self.runners.node(node).await.map_err(|e| retry("read a runner node", &e))?;
+        let Some(registration) = stored.and_then(|stored| stored.registration) else {
+            return Ok(false);
+        };
+        let rows = usage.runner_usage().await.map_err(|e| retry("read runner usage", &e))?;
+        let here = rows.iter().filter(|row| row.node == node.as_str());
+        let (vcpu, memory) =
+            here.fold((0_i64, 0_i64), |(v, m), row| (v + row.vcpu, m + row.memory_mb));
+        let fits = |used: i64, asked: u64, has: u64| {
+            u64::try_from(used).unwrap_or(0).saturating_add(asked) <= has
+        };
+        Ok(fits(vcpu, u64::from(terms.resources.vcpu), u64::from(registration.vcpu))
+            && fits(memory, terms.resources.memory_mb, registration.memory_mb))
     }
 
     async fn launch(

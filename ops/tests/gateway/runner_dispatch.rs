@@ -298,3 +298,45 @@ async fn an_orphan_instance_is_destroyed_and_nothing_else_is() {
     let live_name = format!("billet-{}", live.as_str().expect("an id").replace('-', ""));
     assert!(running(&live_name), "a live lease's instance is its lease's: {instances:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_waits_for_room_on_a_node_and_is_launched_once_there_is() {
+    let (server, sim, _dir) = dispatching(&[]).await;
+    // The node registers again with room for one 4-vCPU runner only.
+    let small = json!({ "input": {
+        "operationKey": "reg-small", "provider": "docker", "guestOs": ["linux"],
+        "accepts": ["trusted"], "vcpu": 6, "memoryMb": 65536, "inventory": [] } });
+    data(&server.graphql(&node_agent(), REGISTER, small).await);
+    let acme = tenant_token("acme");
+    let first = assigned(&server, &acme, "r-first", "trusted").await;
+    operator_reads(&server, &first, "launched", |read| !read["instanceId"].is_null()).await;
+    let second = assigned(&server, &acme, "r-second", "trusted").await;
+    // The dispatcher tried it and found no node with room: its work waits (the outbox says
+    // why), and it is bound to no node meanwhile.
+    let stream = format!("runner-lease-{}", second.as_str().expect("an id"));
+    let client = server.db.client().await;
+    eventually("the second lease's launch waiting for room", || async {
+        let row = client
+            .query_opt(
+                "SELECT last_error FROM dispatch_outbox WHERE stream_id = $1 AND state = 'pending'",
+                &[&stream],
+            )
+            .await
+            .expect("readable");
+        let why: Option<String> = row.and_then(|row| row.get(0));
+        why.filter(|why| why.contains("no runner node can take")).map(|_| ())
+    })
+    .await;
+    let assigned_read = |read: &Value| read["phase"] == "assigned";
+    let waiting = operator_reads(&server, &second, "read assigned", assigned_read).await;
+    assert_eq!(waiting["node"], Value::Null, "not bound to a full node: {waiting}");
+    let release =
+        json!({ "input": { "leaseId": first, "operationKey": "x-first", "outcome": "done" } });
+    data(&server.graphql(&acme, RELEASE, release).await);
+    operator_reads(&server, &second, "launched once there is room", |read| {
+        !read["instanceId"].is_null()
+    })
+    .await;
+    let instances = sim.get("/sim/instances").await;
+    assert_eq!(instances.as_array().map(Vec::len), Some(2), "{instances}");
+}
