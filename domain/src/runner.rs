@@ -30,7 +30,7 @@
 //! | assigned and later | Assign(epoch, job) | unchanged | — when the same job (idempotent), else `JobConflict` | epoch |
 //! | assigned | Launch(epoch, node) | launching | RunnerLaunching{node} | epoch; the node's current policy admits the lease (`PolicyRefused`) |
 //! | launching | Launch(epoch, node) | unchanged | — when the same node, else `WrongNode` | epoch |
-//! | launching, online, busy, custody | RecordInstance(epoch, instance) | unchanged | RunnerInstanceLaunched, or — when the same instance | epoch; another instance: `OtherInstance` |
+//! | launching … quarantine | RecordInstance(epoch, instance) | unchanged | RunnerInstanceLaunched (a late answer after a release or a reap still names compute that must go), or — when the same instance | epoch; another instance: `OtherInstance` |
 //! | launching | Advance(epoch, online) | online | RunnerAdvanced | epoch; bound node's current policy |
 //! | online | Advance(epoch, busy) | busy | RunnerAdvanced | epoch; bound node's current policy |
 //! | launching, online, busy | Advance(epoch, custody) | custody | RunnerAdvanced | epoch |

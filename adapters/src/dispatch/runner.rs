@@ -255,9 +255,14 @@ where
         // before a registration is minted.
         if let Some(reason) = self.refusal_of(client, &node, &terms).await? {
             return match reason {
-                Ok(reason) => self.refuse(work, (owner, lease, &stored), reason).await,
+                Ok(reason) => self.refuse(work, (owner, lease), reason).await,
                 Err(detail) => Ok(Sent::Failed { detail }),
             };
+        }
+        // Released or reaped during those exchanges: no registration is minted for nothing.
+        match self.lease(lease).await? {
+            Some((_, now)) if awaits(&now, "launch") => {}
+            _ => return Ok(Sent::Moot),
         }
         let jit_config = match self.nodes.issuer.mint(&name, terms.tier.as_str()).await {
             Ok(registration) => registration,
@@ -295,7 +300,7 @@ where
             }
             Err(ProviderError::Refused { status, code }) => {
                 tracing::warn!(dispatcher = "runner-dispatcher", lease = %lease.0, status, %code, "the runner provider refused the launch");
-                self.refuse(work, (owner, lease, &stored), "LaunchRefused").await
+                self.refuse(work, (owner, lease), "LaunchRefused").await
             }
             Err(error) => Ok(Sent::Failed { detail: error.to_string() }),
         }
@@ -369,29 +374,33 @@ where
         Err(retry("record a provider's answer", &"the lease's epoch kept moving"))
     }
 
-    /// The launch cannot be done on this lease: it is released `failed` with `reason`.
+    /// The launch cannot be done on this lease: it is released `failed` with `reason`, under
+    /// its epoch as it is now (a node's re-registration since the read moves the epoch, not the
+    /// refusal).
     async fn refuse(
         &self,
         work: &Work,
-        (owner, lease, stored): (&TenantId, RunnerLeaseId, &RunnerLease),
+        (owner, lease): (&TenantId, RunnerLeaseId),
         reason: &str,
     ) -> Result<Sent, ReconcileError> {
         let key = format!("runner-dispatch:{}:{}:refused", lease.0, work.generation);
         let reason = Reason::parse("reason", reason).ok();
-        let released = self
-            .runners
-            .release(
-                &dispatcher(),
-                &key,
-                (owner.clone(), lease, stored.epoch),
-                (Outcome::Failed, reason),
-            )
-            .await;
-        match released {
-            // Released, or it moved on (released or reaped otherwise): nothing to launch.
-            Ok(_) | Err(CommandError::Refused(_) | CommandError::NotFound) => Ok(Sent::Refused),
-            Err(error) => Err(retry("release a refused launch", &error)),
+        for _ in 0..2 {
+            let Some((_, stored)) = self.lease(lease).await? else { return Ok(Sent::Moot) };
+            if !awaits(&stored, "launch") {
+                return Ok(Sent::Moot);
+            }
+            let owned = (owner.clone(), lease, stored.epoch);
+            let released = (Outcome::Failed, reason.clone());
+            match self.runners.release(&dispatcher(), &key, owned, released).await {
+                Ok(_) => return Ok(Sent::Refused),
+                Err(CommandError::Refused(RunnerError::Fenced { .. })) => continue,
+                // It moved on otherwise (released or reaped): nothing to launch.
+                Err(CommandError::Refused(_) | CommandError::NotFound) => return Ok(Sent::Moot),
+                Err(error) => return Err(retry("release a refused launch", &error)),
+            }
         }
+        Err(retry("release a refused launch", &"the lease's epoch kept moving"))
     }
 
     async fn destroy(
