@@ -246,6 +246,12 @@ where
         if bound_before || work.attempt > 1 {
             match client.find(&name).await {
                 Ok(Some(found)) => return self.record_instance(work, (owner, lease), &found).await,
+                // One miss is not proof either (a backend's listing may lag its launches):
+                // every other attempt only looks, so a registration is minted again only
+                // after two misses a backoff apart.
+                Ok(None) if work.attempt % 2 == 0 => {
+                    return Ok(Sent::Failed { detail: "not found yet; looking again".into() });
+                }
                 Ok(None) => {}
                 Err(error) => return Ok(Sent::Failed { detail: error.to_string() }),
             }

@@ -67,10 +67,10 @@ pub struct SimArgs {
     /// `stopped`.
     #[arg(long)]
     pub teardown_requested_first: bool,
-    /// For `--runner-provider`: the first `Find` of each name answers not found, as a
-    /// backend whose listing lags.
-    #[arg(long)]
-    pub find_misses_once: bool,
+    /// For `--runner-provider`: the first this many `Find`s of each name answer not found,
+    /// as a backend whose listing lags.
+    #[arg(long, default_value_t = 0)]
+    pub find_misses: u32,
     /// Be a rental provider's agent instead (Leasehold's provider protocol,
     /// `docs/mercator-protocol.md` §1), wanting the bearer token in `--token-file`.
     #[arg(long, requires = "token_file", conflicts_with = "host_agent")]
@@ -388,7 +388,7 @@ async fn run_runner_provider(args: &SimArgs) -> anyhow::Result<()> {
         lose_launch_answers: args.lose_launch_answers,
         refuse_launches: args.refuse_launches,
         teardown_requested_first: args.teardown_requested_first,
-        find_misses_once: args.find_misses_once,
+        find_misses: args.find_misses,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -10,8 +10,8 @@
 //! Faults: `--lose-launch-answers` (each name's first launch makes the instance and answers
 //! 504, as a proxy that lost the answer), `--refuse-launches` (400 `NO_CAPACITY`, echoing the
 //! registration as a careless backend would), `--teardown-requested-first` (an instance's
-//! first destroy answers `requested`, the next `stopped`), `--find-misses-once` (the first
-//! `Find` of each name answers not found, as a backend whose listing lags). Its own routes, for tests: `GET
+//! first destroy answers `requested`, the next `stopped`), `--find-misses N` (the first N
+//! `Find`s of each name answer not found, as a backend whose listing lags). Its own routes, for tests: `GET
 //! /sim/instances` (each with how often it was launched), `GET /sim/registrations` (every
 //! registration minted, so a test can look for its bytes elsewhere), `POST
 //! /sim/orphan/{name}` (an instance nobody launched), `GET /sim/requests`.
@@ -44,8 +44,9 @@ pub struct RunnerFaults {
     pub refuse_launches: bool,
     /// An instance's first destroy answers `requested`.
     pub teardown_requested_first: bool,
-    /// The first `Find` of each name answers not found, as a backend whose listing lags.
-    pub find_misses_once: bool,
+    /// The first this many `Find`s of each name answer not found, as a backend whose
+    /// listing lags.
+    pub find_misses: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -203,10 +204,10 @@ async fn instances(
     let mut instances = provider.instances();
     match query.name {
         Some(name) => {
-            let lagging = provider.faults.find_misses_once;
+            let misses = provider.faults.find_misses;
             let instance = instances.get_mut(&name).and_then(|held| {
                 held.finds += 1;
-                (!lagging || held.finds > 1).then(|| held.wire.clone())
+                (held.finds > misses).then(|| held.wire.clone())
             });
             ok(StatusCode::OK, &FindAnswer { found: instance.is_some(), instance })
         }

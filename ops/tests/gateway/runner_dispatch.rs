@@ -255,11 +255,11 @@ async fn a_launch_refused_for_good_fails_the_lease_and_keeps_nothing_of_the_refu
     assert!(!every_row(&server).await.contains(&registration), "a row holds the registration");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_launch_answered_taken_is_the_leases_own_instance_not_a_refusal() {
-    // The first launch's answer is lost and the backend's listing lags: the retry's Find
-    // misses the instance, its launch is answered 409, and that instance is the lease's.
-    let (server, sim, _dir) = dispatching(&["--lose-launch-answers", "--find-misses-once"]).await;
+/// A lease launched on a backend whose first answer is lost and whose listing misses the
+/// instance `misses` times: its instance recorded, and the sim's request counts.
+async fn lost_and_lagging(misses: &str) -> Value {
+    let faults = ["--lose-launch-answers", "--find-misses", misses];
+    let (server, sim, _dir) = dispatching(&faults).await;
     let acme = tenant_token("acme");
     let lease = assigned(&server, &acme, "r-taken", "trusted").await;
     let launched = operator_reads(&server, &lease, "its instance recorded", |read| {
@@ -270,6 +270,25 @@ async fn a_launch_answered_taken_is_the_leases_own_instance_not_a_refusal() {
     let instances = sim.get("/sim/instances").await;
     assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
     assert_eq!(launched["instanceId"], instances[0]["id"]);
+    sim.get("/sim/requests").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_missed_lookup_mints_no_second_registration() {
+    let requests = lost_and_lagging("1").await;
+    assert_eq!(requests["mint"], 1, "looked again instead: {requests}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_answered_taken_is_the_leases_own_instance_not_a_refusal() {
+    // Two misses a backoff apart: launched again, answered 409, and that instance is the
+    // lease's (recorded, never a refusal).
+    let requests = lost_and_lagging("2").await;
+    assert_eq!(
+        (requests["mint"].as_u64(), requests["launch"].as_u64()),
+        (Some(2), Some(2)),
+        "{requests}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
