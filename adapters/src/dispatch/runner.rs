@@ -249,7 +249,7 @@ where
                 // One miss is not proof either (a backend's listing may lag its launches):
                 // every other attempt only looks, so a registration is minted again only
                 // after two misses a backoff apart.
-                Ok(None) if work.attempt % 2 == 0 => {
+                Ok(None) if work.attempt.is_multiple_of(2) => {
                     return Ok(Sent::Failed { detail: "not found yet; looking again".into() });
                 }
                 Ok(None) => {}
