@@ -99,14 +99,14 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// An agent's claims for `sub`, valid for `ttl` from now, bound to nothing yet (a token
-    /// of these alone is refused: the caller binds it to a provider, host, connection or
-    /// runner node).
-    fn agent(sub: &str, ttl: TimeDelta) -> Self {
+    /// The claims of `sub` in `role`, valid for `ttl` from now, bound to no tenant, provider,
+    /// host, connection or runner node (the caller sets what its token is bound to; an agent
+    /// token bound to nothing is refused).
+    fn of(sub: &str, role: Role, ttl: TimeDelta) -> Self {
         let now = Utc::now();
         Self {
             sub: sub.to_string(),
-            role: Role::Agent,
+            role,
             tenant: None,
             provider: None,
             all_providers: false,
@@ -116,6 +116,11 @@ impl Claims {
             exp: (now + ttl).timestamp(),
             iat: now.timestamp(),
         }
+    }
+
+    /// An agent's claims for `sub` (see [`Claims::of`]).
+    fn agent(sub: &str, ttl: TimeDelta) -> Self {
+        Self::of(sub, Role::Agent, ttl)
     }
 }
 
@@ -223,19 +228,8 @@ impl JwtSecret {
         provider: Option<Uuid>,
         ttl: TimeDelta,
     ) -> String {
-        let now = Utc::now();
-        self.mint(&Claims {
-            sub: sub.to_string(),
-            role,
-            tenant: tenant.map(|tenant| tenant.as_str().to_string()),
-            provider,
-            all_providers: false,
-            host: None,
-            connection: None,
-            runner_node: None,
-            exp: (now + ttl).timestamp(),
-            iat: now.timestamp(),
-        })
+        let tenant = tenant.map(|tenant| tenant.as_str().to_string());
+        self.mint(&Claims { tenant, provider, ..Claims::of(sub, role, ttl) })
     }
 
     /// A token for the agent of `host`, valid for `ttl`: it reports on that host's VMs only.
