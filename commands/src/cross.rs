@@ -28,6 +28,7 @@ use leasehold_domain::{
 use serde::Serialize;
 
 use crate::cache::{Cached, StateCache};
+use crate::charges::{Charged, charged};
 use crate::pipeline::{CommandPipeline, MetadataBase, stream_append};
 use crate::port::CommandStore;
 
@@ -73,6 +74,8 @@ pub struct LinkDecision {
     pub(crate) append: StreamAppend,
     /// Remembers the linked state once the append committed.
     pub(crate) remember: Box<dyn FnOnce(&StateCache) + Send>,
+    /// What the linked workload holds of its owner's quota from now on, when that changes.
+    pub(crate) charged: Option<Charged>,
 }
 
 impl std::fmt::Debug for LinkDecision {
@@ -226,6 +229,7 @@ where
             }
             let after =
                 events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
+            let charged = charged(owner, &self.stream, &before.state, &after);
             let append = stream_append(
                 origin.metadata,
                 owner,
@@ -240,6 +244,7 @@ where
             Ok(Some(LinkDecision {
                 append,
                 remember: Box::new(move |cache: &StateCache| cache.put(&stream, remembered)),
+                charged,
             }))
         })
     }

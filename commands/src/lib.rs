@@ -7,6 +7,7 @@
 //! command is validated, with the offending field named, before `decide` runs.
 
 mod cache;
+mod charges;
 mod clock;
 mod cross;
 pub mod enrollment;
@@ -31,6 +32,7 @@ pub mod snapshot_service;
 pub mod vm_input;
 pub mod vm_service;
 
+pub use charges::workload_quota_of;
 pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};

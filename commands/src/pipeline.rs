@@ -20,8 +20,10 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::cache::{Cached, StateCache};
+use crate::charges::{charged, quota_links, workload_quota_of};
 use crate::clock::SystemClock;
-use crate::cross::{Link, LinkError, Origin};
+use crate::cross::{Link, LinkDecision, LinkError, Origin};
+use crate::lanes::Lanes;
 use crate::limits::{COMMAND_RETRIES_MAX, SNAPSHOT_EVERY_EVENTS_DEFAULT, STATE_CACHE_STREAMS_MAX};
 use crate::load::Loaded;
 use crate::outcome::{CommandError, CommandOutcome};
@@ -60,6 +62,8 @@ pub struct CommandPipeline<S> {
     /// Commands decided again, by every clone of this pipeline: a race lost, or a belief
     /// the stored state contradicted.
     decided_again: Arc<std::sync::atomic::AtomicU64>,
+    /// One lane per workload quota stream, taken by a command that lost a race (`charges.rs`).
+    quota_lanes: Arc<Lanes<StreamId>>,
 }
 
 /// What one attempt came to.
@@ -76,7 +80,8 @@ impl<S: CommandStore> CommandPipeline<S> {
     pub fn new(store: S, config: PipelineConfig) -> Self {
         let cache = Arc::new(StateCache::new(config.cache_streams_max));
         let decided_again = Arc::default();
-        Self { store, config, cache, clock: Arc::new(SystemClock), decided_again }
+        let quota_lanes = Arc::default();
+        Self { store, config, cache, clock: Arc::new(SystemClock), decided_again, quota_lanes }
     }
 
     /// How many times commands run through this pipeline (and its clones) were decided
@@ -198,11 +203,24 @@ impl<S: CommandStore> CommandPipeline<S> {
             }
             None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
         };
+        // A creation of a charged kind takes its quota stream's turn at once (the stream every
+        // creation of the tenant's kind appends to); any other command once it lost a race.
+        let mut turn = None;
+        if A::is_creation(&request.command) {
+            turn = self.quota_turn::<A>(&request.tenant).await;
+        }
         for _ in 0..self.config.retries_max.max(1) {
-            match self.attempt(&request, (links, follows), &ledger, loaded).await? {
+            // Boxed: an attempt's future (links, quota charges, the append) is large, and every
+            // command's future embeds it; on the heap it costs one allocation per attempt
+            // instead of stack in every caller (a resolver's future overflowed a worker's).
+            let attempt = Box::pin(self.attempt(&request, (links, follows), &ledger, loaded));
+            match attempt.await? {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Again(cached) => {
                     self.decided_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if turn.is_none() {
+                        turn = self.quota_turn::<A>(&request.tenant).await;
+                    }
                     loaded = Loaded {
                         cached: self.refresh(&request.stream, cached).await?,
                         fresh: true,
@@ -304,23 +322,26 @@ impl<S: CommandStore> CommandPipeline<S> {
         let origin =
             Origin { tenant: &request.tenant, actor: &request.actor, metadata: &base, now };
         let derived = follows(&cached.state, &events);
-        let mut elsewhere = Vec::with_capacity(links.len() + derived.len());
-        for link in links.iter().chain(&derived) {
-            match link.decide(self, &origin).await {
-                Ok(Some(decision)) => elsewhere.push(decision),
-                Ok(None) => {}
-                Err(LinkError::Store(error)) => return Err(error.into()),
-                Err(LinkError::NotFound) => {
-                    return self.answer_recorded(ledger, CommandError::NotFound).await;
-                }
-                Err(LinkError::Refused { stream, kind, reason }) => {
-                    let refused = CommandError::LinkedRefused { stream, kind, reason };
-                    return self.answer_recorded(ledger, refused).await;
-                }
-            }
-        }
+        let mut elsewhere = match self.decide_links(links.iter().chain(&derived), &origin).await {
+            Ok(decisions) => decisions,
+            Err(error) => return self.link_failed(ledger, error).await,
+        };
         let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
         let tenant = &request.tenant;
+        // Every workload whose charge this append changes, wherever it sits in the append.
+        let mut charges: Vec<_> =
+            charged(tenant, &request.stream, &cached.state, &state).into_iter().collect();
+        charges.extend(
+            linked
+                .iter()
+                .filter_map(|link| charged(tenant, &link.stream, &link.before.state, &link.after)),
+        );
+        charges.extend(elsewhere.iter().filter_map(|decision| decision.charged.clone()));
+        let quotas = quota_links::<S>(charges);
+        match self.decide_links(quotas.iter(), &origin).await {
+            Ok(decisions) => elsewhere.extend(decisions),
+            Err(error) => return self.link_failed(ledger, error).await,
+        }
         let mut appends =
             vec![stream_append(&base, tenant, &request.stream, cached.version, &state, &events)];
         for link in &linked {
@@ -365,6 +386,49 @@ impl<S: CommandStore> CommandPipeline<S> {
                 self.answer_recorded(ledger, CommandError::NotFound).await
             }
             Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The turn on `tenant`'s quota stream of `A`'s kind, for a charged kind (`charges.rs`).
+    async fn quota_turn<A: Aggregate>(
+        &self,
+        tenant: &TenantId,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let quota = workload_quota_of(tenant, A::WORKLOAD?).stream_id();
+        Some(self.quota_lanes.enter(&quota).await)
+    }
+
+    /// Each link's decision (those that change something), in order; the first failure.
+    async fn decide_links<'l>(
+        &self,
+        links: impl Iterator<Item = &'l Box<dyn Link<S>>>,
+        origin: &Origin<'_>,
+    ) -> std::result::Result<Vec<LinkDecision>, LinkError>
+    where
+        S: 'l,
+    {
+        let mut decisions = Vec::new();
+        for link in links {
+            if let Some(decision) = link.decide(self, origin).await? {
+                decisions.push(decision);
+            }
+        }
+        Ok(decisions)
+    }
+
+    /// The answer to a command one of whose links failed.
+    async fn link_failed<A: Aggregate>(
+        &self,
+        ledger: &LedgerEntry,
+        error: LinkError,
+    ) -> Result<Attempt<A>, A> {
+        match error {
+            LinkError::Store(error) => Err(error.into()),
+            LinkError::NotFound => self.answer_recorded(ledger, CommandError::NotFound).await,
+            LinkError::Refused { stream, kind, reason } => {
+                let refused = CommandError::LinkedRefused { stream, kind, reason };
+                self.answer_recorded(ledger, refused).await
+            }
         }
     }
 

@@ -261,6 +261,26 @@ where
         self.pipeline.execute(request).await
     }
 
+    /// The orphan sweep gives up destroying instance `name` on `node` after `attempts` tries
+    /// in a row: a dead letter for operators (rule 35), under an operation key of its own.
+    ///
+    /// # Errors
+    /// [`CommandError`]: `NOT_FOUND` for a node never registered; the pipeline's.
+    pub async fn dead_letter_orphan(
+        &self,
+        caller: &Caller,
+        node: &RunnerNodeName,
+        (name, attempts, detail): (&str, u32, leasehold_domain::values::OperatorDetail),
+    ) -> std::result::Result<CommandOutcome, CommandError<RunnerNodeError>> {
+        let stream = node_of(node).stream_id();
+        let key = format!("runner-orphans:{node}:{name}:{attempts}");
+        let command =
+            RunnerNodeCommand::DeadLetterOrphan { name: name.to_owned(), attempts, detail };
+        let request: CommandRequest<RunnerNode> =
+            caller.request(fleet_tenant(), (stream, key.as_str()), command, ())?;
+        self.pipeline.execute(request).await
+    }
+
     /// A node's inventory from a sweep, under the registration it names.
     ///
     /// # Errors

@@ -212,6 +212,17 @@ pub trait Aggregate: Clone + Sized + Serialize + DeserializeOwned {
         Self::is_creation(command)
     }
 
+    /// The workload kind whose tenant quota its states charge (`workload_quota.rs`), if any:
+    /// the command pipeline then links every change of [`Self::charge`] to the append that
+    /// makes it.
+    const WORKLOAD: Option<crate::workload_quota::WorkloadKind> = None;
+
+    /// What this state holds of its tenant's workload quota; `None` when it holds nothing
+    /// (always, for a kind with no [`Self::WORKLOAD`]).
+    fn charge(&self) -> Option<crate::workload_quota::Charge> {
+        None
+    }
+
     /// The fencing generation its events are issued under, if it has one (stamped into each
     /// event's metadata).
     fn generation(&self) -> Option<u64> {

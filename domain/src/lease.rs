@@ -89,6 +89,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::StreamId;
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
+use crate::workload_quota::{Charge, WorkloadKind};
 
 pub use events::{KIND, LeaseEvent};
 pub use values::{LeaseId, LeaseItem, LeaseItems, MaintenanceId, PayloadHash};
@@ -682,6 +683,14 @@ impl Aggregate for Lease {
     type Event = LeaseEvent;
     type Error = LeaseError;
     type Facts = LeaseFacts;
+    const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Lease);
+
+    /// A lease holds its items' SKUs (`sku.<SKU>`) while the backend holds compute for it.
+    fn charge(&self) -> Option<Charge> {
+        let terms = self.terms.as_ref().filter(|_| self.status.is_live())?;
+        let items = terms.items.as_slice().iter();
+        Some(Charge::of(items.map(|item| (format!("sku.{}", item.sku), u64::from(item.quantity)))))
+    }
 
     fn initial() -> Self {
         Self {

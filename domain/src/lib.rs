@@ -28,6 +28,7 @@ mod store;
 pub mod values;
 mod version;
 pub mod vm;
+pub mod workload_quota;
 
 pub use aggregate::{Aggregate, Context, DomainEvent, EventDecodeError, Refusal, RefusalKind};
 pub use clock::{Clock, to_micros};

@@ -70,6 +70,7 @@ pub const KINDS: &[&AggregateKind] = &[
     &crate::runner_capacity::KIND,
     &crate::runner_job::KIND,
     &crate::runner_node::KIND,
+    &crate::workload_quota::KIND,
 ];
 
 /// The kind whose streams have type `stream_type`.

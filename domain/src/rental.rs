@@ -69,6 +69,7 @@ use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 use crate::node::NodeId;
 use crate::run::{AttemptId, BookingId, RunId};
 use crate::values::{OperationId, OperatorDetail};
+use crate::workload_quota::{Charge, WorkloadKind};
 
 pub use events::{KIND, RentalEvent, Termination};
 pub use values::{
@@ -418,6 +419,20 @@ impl Aggregate for Rental {
     type Event = RentalEvent;
     type Error = RentalError;
     type Facts = ();
+    const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Rental);
+
+    /// A rental holds its resources from its request until its termination is confirmed (a
+    /// termination asked is still charged: rule 9).
+    fn charge(&self) -> Option<Charge> {
+        let holds = !matches!(self.status, RentalStatus::None | RentalStatus::Terminated);
+        let resources = self.terms.as_ref().filter(|_| holds)?.resources;
+        Some(Charge::of([
+            ("cpu_millis".to_owned(), resources.cpu_millis),
+            ("disk_gb".to_owned(), resources.disk_gb),
+            ("gpus".to_owned(), u64::from(resources.gpus)),
+            ("memory_mb".to_owned(), resources.memory_mb),
+        ]))
+    }
 
     fn initial() -> Self {
         Self {

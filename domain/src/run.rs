@@ -71,6 +71,7 @@ use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 use crate::node::{ManifestDigest, NodeId};
 use crate::rental::{OfferId, RentalId};
 use crate::values::{OperationId, Reason};
+use crate::workload_quota::{Charge, WorkloadKind};
 
 pub(crate) use events::OBSERVED_WORKLOAD;
 pub use events::{KIND, RunEvent};
@@ -406,6 +407,14 @@ impl Aggregate for Run {
     type Event = RunEvent;
     type Error = RunError;
     type Facts = ();
+    const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Run);
+
+    /// A run holds its maximum runtime from its submission until it closes.
+    fn charge(&self) -> Option<Charge> {
+        let holds = !matches!(self.status, RunStatus::None | RunStatus::Closed);
+        let terms = self.terms.as_ref().filter(|_| holds)?;
+        Some(Charge::of([("max_runtime_seconds".to_owned(), terms.max_runtime_seconds)]))
+    }
 
     fn initial() -> Self {
         Self {

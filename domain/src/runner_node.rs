@@ -17,6 +17,7 @@
 //! | none, registered | Register(registration, inventory?) | registered | RunnerNodeRegistered{node_epoch + 1} | — |
 //! | registered | ReportInventory(node_epoch, leases) | registered | RunnerInventoryReported | node epoch (`Fenced`) |
 //! | registered | Retire | retired | RunnerNodeRetired | — |
+//! | registered, retired | DeadLetterOrphan(name, attempts, detail) | unchanged | RunnerOrphanDeadLettered | — (the orphan sweep gave up destroying an instance nobody is charged for, rule 35) |
 //! | retired | Retire | retired | — | — |
 //! | retired | Register, ReportInventory | retired | refused | `Retired` |
 //! | none | ReportInventory, Retire | none | refused | `NotFound` |
@@ -100,6 +101,16 @@ pub enum RunnerNodeCommand {
     },
     /// Retires it (operators).
     Retire,
+    /// Records that an orphan instance on the node could not be destroyed after `attempts`
+    /// tries in a row (the orphan sweep's dead letter).
+    DeadLetterOrphan {
+        /// The instance's name at the node (`billet-<lease id>`).
+        name: String,
+        /// Tries in a row.
+        attempts: u32,
+        /// The last failure (operators only).
+        detail: crate::values::OperatorDetail,
+    },
 }
 
 /// Why a runner node refuses.
@@ -159,6 +170,14 @@ impl Aggregate for RunnerNode {
         use RunnerNodeEvent as E;
         let at = ctx.now;
         match (self.status, command) {
+            (S::Registered | S::Retired, C::DeadLetterOrphan { name, attempts, detail }) => {
+                Ok(vec![E::RunnerOrphanDeadLettered {
+                    name: name.clone(),
+                    attempts: *attempts,
+                    detail: detail.clone(),
+                    at,
+                }])
+            }
             (S::Retired, C::Retire) => Ok(Vec::new()),
             (S::Retired, _) => Err(RunnerNodeError::Retired),
             (_, C::Register { registration, inventory }) => Ok(vec![E::RunnerNodeRegistered {
@@ -196,7 +215,8 @@ impl Aggregate for RunnerNode {
                 self.registered_at = Some(*at);
                 self.updated_at = Some(*at);
             }
-            RunnerNodeEvent::RunnerInventoryReported { at, .. } => self.updated_at = Some(*at),
+            RunnerNodeEvent::RunnerInventoryReported { at, .. }
+            | RunnerNodeEvent::RunnerOrphanDeadLettered { at, .. } => self.updated_at = Some(*at),
             RunnerNodeEvent::RunnerNodeRetired { at } => {
                 self.status = NodeStatus::Retired;
                 self.updated_at = Some(*at);

@@ -69,6 +69,7 @@ use serde::{Deserialize, Serialize};
 use crate::aggregate::{Aggregate, Context, Refusal, RefusalKind};
 use crate::values::fleet::{HostId, TaskId, VmId};
 use crate::values::{FieldError, OperationId, OperatorDetail, Reason, TenantMessage};
+use crate::workload_quota::{Charge, WorkloadKind};
 
 pub use events::{KIND, VmEvent};
 pub use moves::{
@@ -531,6 +532,25 @@ impl Aggregate for Vm {
     type Event = VmEvent;
     type Error = VmError;
     type Facts = VmFacts;
+    const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Vm);
+
+    /// A VM holds its vCPUs, GPUs and RAM while its host holds room for it, but for one VM
+    /// only when migrating: its copy from its boot on (until then the source holds), its
+    /// source until then (destroyed as migrated, it holds no more).
+    fn charge(&self) -> Option<Charge> {
+        let holds = match self.status {
+            VmStatus::Provisioning => !matches!(self.origin, Some(VmOrigin::Migration { .. })),
+            VmStatus::Running | VmStatus::Draining => true,
+            VmStatus::Destroying => self.destroy_reason != Some(DestroyReason::Migrated),
+            VmStatus::None | VmStatus::Removed => false,
+        };
+        let spec = &self.terms.as_ref().filter(|_| holds)?.spec;
+        Some(Charge::of([
+            ("cpus".to_owned(), u64::from(spec.cpus)),
+            ("gpus".to_owned(), u64::from(spec.gpus)),
+            ("ram_mb".to_owned(), spec.ram_mb),
+        ]))
+    }
     /// A destroy the VM starts itself (the second strike, a missing VM) needs an operation.
     const NEW_IDS_PER_COMMAND: usize = 1;
 

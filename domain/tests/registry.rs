@@ -401,6 +401,7 @@ fn samples_of(stream_type: &str) -> Option<Vec<(&'static str, serde_json::Value)
         "runner-capacity" => Some(runners::capacity_samples()),
         "runner-job" => Some(runners::job_samples()),
         "runner-node" => Some(runners::node_samples()),
+        "workload-quota" => Some(runners::workload_quota_samples()),
         _ => None,
     }
 }

@@ -34,7 +34,7 @@ pub const LOG_FIELDS: &[&str] =
 
 /// Root query fields over every kind's read models (the shared tables every projection
 /// writes): they wait for every projection.
-pub const EVERY_KIND_FIELDS: &[&str] = &["workloads", "quotaUsage"];
+pub const EVERY_KIND_FIELDS: &[&str] = &["workloads", "quotaUsage", "tenantQuotaUsage"];
 
 /// Every projection a field waits for.
 pub fn projections_named() -> impl Iterator<Item = &'static str> {

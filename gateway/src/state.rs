@@ -186,6 +186,8 @@ pub(crate) struct Inner {
     pub(crate) snapshots: SnapshotService,
     /// Every rental, node and run command runs through these, over the same pipeline.
     pub(crate) rented: Rented,
+    /// Operators' limits on tenants' workload quotas, over the same pipeline.
+    pub(crate) quotas: leasehold_commands::quota::WorkloadQuotas<PgEventStore>,
     pub(crate) jwt: JwtSecret,
     pub(crate) cursors: CursorKey,
     pub(crate) config: GatewayConfig,
@@ -271,6 +273,7 @@ impl AppState {
         let rented = Rented::new(&pipeline, default_rentals(jwt_secret));
         let inner = Inner {
             rented,
+            quotas: leasehold_commands::quota::WorkloadQuotas::new(pipeline.clone()),
             read_models: PgReadModels::of(&store),
             store,
             vms,

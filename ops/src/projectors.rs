@@ -13,6 +13,7 @@ use leasehold_projections::runner_fleet::RunnerFleetProjection;
 use leasehold_projections::runner_job::JobProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
+use leasehold_projections::workload_quota::WorkloadQuotaProjection;
 use leasehold_projections::{Projection, ProjectionStore, Runner, RunnerConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -63,6 +64,7 @@ projections!(
     RunnerProjection,
     JobProjection,
     RunnerFleetProjection,
+    WorkloadQuotaProjection,
 );
 
 impl Projectors {

@@ -241,17 +241,15 @@ fn release_changes(before: &LeaseView, event: &LeaseEvent, changes: &mut Vec<Lea
     }
 }
 
-/// A lease holds resources while the backend holds compute for it.
+/// A lease holds its SKUs while the backend holds compute for it: its charge
+/// (`Lease::charge`), each SKU under its own name here (`sku.<SKU>` in its quota).
 fn held(view: &LeaseView) -> Vec<(String, i64)> {
-    match (&view.lease.terms, view.lease.status.is_live()) {
-        (Some(terms), true) => terms
-            .items
-            .as_slice()
-            .iter()
-            .map(|item| (item.sku.to_string(), i64::from(item.quantity)))
-            .collect(),
-        _ => Vec::new(),
-    }
+    let Some(charge) = view.lease.charge() else { return Vec::new() };
+    let skus = charge.resources().filter_map(|(resource, quantity)| {
+        let sku = resource.strip_prefix("sku.")?;
+        Some((sku.to_owned(), i64::try_from(quantity).unwrap_or(i64::MAX)))
+    });
+    skus.collect()
 }
 
 fn quota_delta(before: &LeaseView, after: &LeaseView) -> Option<QuotaDelta> {

@@ -23,6 +23,7 @@ mod runtime;
 pub mod shared;
 pub mod snapshot;
 pub mod vm;
+pub mod workload_quota;
 
 pub use clock::ManualClock;
 pub use port::{ProjectionSession, ProjectionStore, ReconcilerSession, ReconcilerStore};

@@ -8,7 +8,7 @@
 //! confirmed: a termination asked is still charged (rule 9).
 
 use chrono::{DateTime, Utc};
-use leasehold_domain::rental::{Rental, RentalEvent, RentalId, RentalStatus};
+use leasehold_domain::rental::{Rental, RentalEvent, RentalId};
 use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -122,22 +122,10 @@ impl Projection for RentalProjection {
     }
 }
 
-/// What a rental holds of its tenant's quota until its termination is confirmed.
+/// What a rental holds of its tenant's quota until its termination is confirmed: its charge
+/// (`Rental::charge`).
 fn held(view: &RentalView) -> Vec<(String, i64)> {
-    let holds = !matches!(view.rental.status, RentalStatus::None | RentalStatus::Terminated);
-    match (&view.rental.terms, holds) {
-        (Some(terms), true) => {
-            let resources = terms.resources;
-            let as_i64 = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
-            vec![
-                ("rental.cpu_millis".to_owned(), as_i64(resources.cpu_millis)),
-                ("rental.disk_gb".to_owned(), as_i64(resources.disk_gb)),
-                ("rental.gpus".to_owned(), i64::from(resources.gpus)),
-                ("rental.memory_mb".to_owned(), as_i64(resources.memory_mb)),
-            ]
-        }
-        _ => Vec::new(),
-    }
+    crate::shared::held_of(RENTAL_KIND, view.rental.charge())
 }
 
 /// Every row of one rental, from its view.

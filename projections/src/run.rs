@@ -9,7 +9,7 @@
 //! the node's state is in `nodes`, and the gateway reads the two together.
 
 use chrono::{DateTime, Utc};
-use leasehold_domain::run::{Run, RunEvent, RunId, RunStatus};
+use leasehold_domain::run::{Run, RunEvent, RunId};
 use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -128,16 +128,9 @@ impl Projection for RunProjection {
     }
 }
 
-/// What a run holds of its tenant's quota usage until it closes.
+/// What a run holds of its tenant's quota usage until it closes: its charge (`Run::charge`).
 fn held(view: &RunView) -> Vec<(String, i64)> {
-    let holds = !matches!(view.run.status, RunStatus::None | RunStatus::Closed);
-    match (&view.run.terms, holds) {
-        (Some(terms), true) => {
-            let seconds = i64::try_from(terms.max_runtime_seconds).unwrap_or(i64::MAX);
-            vec![("run.max_runtime_seconds".to_owned(), seconds)]
-        }
-        _ => Vec::new(),
-    }
+    crate::shared::held_of(RUN_KIND, view.run.charge())
 }
 
 /// The rows of one run, from its view.

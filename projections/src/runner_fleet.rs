@@ -2,6 +2,8 @@
 //! limits, set by operators as events, beside what is charged against them) and
 //! `runner_nodes` (each runner node's last registration, node epoch and last inventory, for
 //! operators). Both are written from the aggregates' own states, folded from their streams.
+//! An orphan instance the sweep gave up destroying is a `dead_letters` row (kind
+//! `orphan_destroy`), as a VM orphan's is.
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::runner_capacity::{RunnerCapacity, RunnerCapacityEvent, RunnerCapacityId};
@@ -53,6 +55,9 @@ pub enum FleetRow {
     Capacity(CapacityRow),
     /// `runner_nodes` (none before its first registration).
     Node(Option<NodeRow>),
+    /// `dead_letters`: an orphan instance the sweep gave up destroying (its view is the
+    /// stream's before the event, and is not written: the stream's own change follows).
+    DeadLetter(crate::vm::DeadLetterRow),
 }
 
 /// A row of `runner_capacities`.
@@ -116,7 +121,7 @@ impl Projection for RunnerFleetProjection {
         &self,
         view: Option<&FleetView>,
         event: &RecordedEvent,
-        _changes: &mut Vec<FleetChange>,
+        changes: &mut Vec<FleetChange>,
     ) -> Result<FleetView, ProjectionError> {
         if event.stream_type.as_str() == RunnerCapacity::STREAM_TYPE {
             let decoded = crate::projection::decoded::<RunnerCapacityEvent>(Self::NAME, event)?;
@@ -128,6 +133,12 @@ impl Projection for RunnerFleetProjection {
             return Ok(FleetView::Capacity { tenant, capacity: before.evolve(&decoded) });
         }
         let decoded = crate::projection::decoded::<RunnerNodeEvent>(Self::NAME, event)?;
+        if let (Some(view), Some(key), RunnerNodeEvent::RunnerOrphanDeadLettered { .. }) =
+            (view, self.key(event), &decoded)
+        {
+            let row = FleetRow::DeadLetter(dead_letter(event, &decoded));
+            changes.push(FleetChange { key, view: view.clone(), row });
+        }
         let (before, mut inventory) = match view {
             Some(FleetView::Node { node, inventory }) => ((**node).clone(), *inventory),
             _ => (RunnerNode::initial(), None),
@@ -176,6 +187,21 @@ fn capacity_row(tenant: &TenantId, capacity: &RunnerCapacity) -> CapacityRow {
         macos: i32::try_from(usage.macos).unwrap_or(i32::MAX),
         tiers: tiers.collect(),
         updated_at: capacity.updated_at,
+    }
+}
+
+/// The dead letter of an orphan the sweep gave up on, as the VM orphans' are kept.
+fn dead_letter(event: &RecordedEvent, decoded: &RunnerNodeEvent) -> crate::vm::DeadLetterRow {
+    let RunnerNodeEvent::RunnerOrphanDeadLettered { name, attempts, detail, at } = decoded else {
+        unreachable!("called on a dead letter only")
+    };
+    crate::vm::DeadLetterRow {
+        kind: "orphan_destroy",
+        entity_id: format!("{}/{name}", event.stream_id.as_str()),
+        task_id: None,
+        reason: format!("destroying it failed {attempts} times in a row"),
+        payload: serde_json::json!({ "detail": detail.as_str(), "attempts": attempts }),
+        at: *at,
     }
 }
 

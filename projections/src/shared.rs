@@ -3,6 +3,7 @@
 //! `leasehold-adapters` (`projections/shared.rs`) writes them for every projection.
 
 use chrono::{DateTime, Utc};
+use leasehold_domain::workload_quota::Charge;
 use uuid::Uuid;
 
 /// A row of `workloads`.
@@ -49,4 +50,16 @@ impl QuotaDelta {
         skus.extend(was.into_iter().map(|(sku, quantity)| (sku, -quantity)));
         Some(Self { tenant_id, kind, active, skus })
     }
+}
+
+/// What a workload of `kind` holds of its tenant's usage, as `quota_usage_skus` names it
+/// (`<kind>.<resource>`): its aggregate's charge (`Aggregate::charge`), the one definition
+/// its quota admits it on.
+pub fn held_of(kind: &str, charge: Option<Charge>) -> Vec<(String, i64)> {
+    let Some(charge) = charge else { return Vec::new() };
+    let quantity = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+    charge
+        .resources()
+        .map(|(resource, held)| (format!("{kind}.{resource}"), quantity(held)))
+        .collect()
 }

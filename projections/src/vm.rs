@@ -90,7 +90,8 @@ pub struct VmRow {
 /// Revisions of what the VM projection derives from its view; its version adds the state's
 /// schema, so a new `Vm::STATE_SCHEMA` rebuilds it.
 /// 1: the copy columns (0016_vm_copies.sql).
-const ROWS_REVISION: u32 = 1;
+// 2: a migrating VM counts once in the quota usage (its charge).
+const ROWS_REVISION: u32 = 2;
 
 impl Projection for VmProjection {
     const NAME: &'static str = "vm_views";
@@ -166,25 +167,10 @@ pub fn state_name(vm: &Vm) -> &'static str {
     }
 }
 
-/// What a VM holds of its tenant's quota while its host holds room for it (until the removal
-/// is confirmed): vCPUs, RAM and GPUs, as SKU-like quantities.
+/// What a VM holds of its tenant's quota: its charge (`Vm::charge`: while its host holds
+/// room for it, a migration counted once).
 fn held(view: &VmView) -> Vec<(String, i64)> {
-    let holds = matches!(
-        view.vm.status,
-        VmStatus::Provisioning | VmStatus::Running | VmStatus::Draining | VmStatus::Destroying
-    );
-    match (&view.vm.terms, holds) {
-        (Some(terms), true) => {
-            let spec = &terms.spec;
-            let ram = i64::try_from(spec.ram_mb).unwrap_or(i64::MAX);
-            vec![
-                ("vm.cpus".to_owned(), i64::from(spec.cpus)),
-                ("vm.gpus".to_owned(), i64::from(spec.gpus)),
-                ("vm.ram_mb".to_owned(), ram),
-            ]
-        }
-        _ => Vec::new(),
-    }
+    crate::shared::held_of(VM_KIND, view.vm.charge())
 }
 
 fn quota_delta(before: &VmView, after: &VmView) -> Option<QuotaDelta> {

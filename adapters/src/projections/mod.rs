@@ -16,6 +16,7 @@ mod shared;
 mod snapshot;
 mod status;
 mod vm;
+mod workload_quota;
 
 use deadpool_postgres::ClientWrapper;
 use leasehold_domain::{Cursor, StoreError};

@@ -47,8 +47,10 @@ impl PgProjected for RunnerFleetProjection {
         tx: &Transaction<'_>,
         changes: Vec<FleetChange>,
     ) -> Result<(), WriteError> {
+        // A dead letter carries the view before its event; the stream's own change follows.
         let views: Vec<_> = changes
             .iter()
+            .filter(|change| !matches!(change.row, FleetRow::DeadLetter(_)))
             .map(|change| (change.key, owner_of(&change.view), &change.view))
             .collect();
         VIEWS.write(tx, &views).await?;
@@ -58,6 +60,7 @@ impl PgProjected for RunnerFleetProjection {
                 FleetRow::Capacity(row) => capacities.push(row),
                 FleetRow::Node(Some(row)) => put_node(tx, row).await?,
                 FleetRow::Node(None) => {}
+                FleetRow::DeadLetter(letter) => super::vm::write_dead_letter(tx, letter).await?,
             }
         }
         put_capacities(tx, &capacities).await

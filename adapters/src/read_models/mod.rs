@@ -18,6 +18,7 @@ mod rented;
 mod runner_views;
 mod runners;
 mod snapshots;
+mod workload_quotas;
 mod workloads;
 
 pub use artifacts::LayerHit;
@@ -335,11 +336,15 @@ impl PgReadModels {
                 ],
             });
         }
+        let mut limited = self.workload_limits(tenant).await?;
         if let Some(limits) = self.runner_limits(tenant).await? {
-            match usage.iter_mut().find(|kind| kind.kind == "runner") {
-                Some(runner) => runner.limits = limits,
+            limited.push(("runner".into(), limits));
+        }
+        for (kind, limits) in limited {
+            match usage.iter_mut().find(|usage| usage.kind == kind) {
+                Some(usage) => usage.limits = limits,
                 None => usage.push(QuotaUsage {
-                    kind: "runner".into(),
+                    kind,
                     active_count: 0,
                     skus: Vec::new(),
                     snapshot: None,

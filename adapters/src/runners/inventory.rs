@@ -64,7 +64,8 @@ fn news_of(event: &RecordedEvent) -> Option<NodeNews> {
         RunnerNodeEvent::RunnerInventoryReported { node, node_epoch, leases, .. } => {
             Some(NodeNews { node, node_epoch, reregistered: false, inventory: Some(leases) })
         }
-        RunnerNodeEvent::RunnerNodeRetired { .. } => None,
+        RunnerNodeEvent::RunnerNodeRetired { .. }
+        | RunnerNodeEvent::RunnerOrphanDeadLettered { .. } => None,
     }
 }
 

@@ -5,11 +5,19 @@
 //! after a crash (`RunnerLeaseId::of_instance`); an instance of another name is not
 //! Leasehold's and is left alone, and one whose lease is live is its lease's (the dispatcher
 //! and the lease's own teardown answer for it).
+//!
+//! A destroy that fails is tried again on the next sweep; after [`ORPHAN_TRIES_MAX`]
+//! failures in a row the instance is dead-lettered on its node's stream (rule 35), once, for
+//! operators (`deadLetters`, kind `orphan_destroy`), and the sweep keeps trying.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_commands::runner_service::RunnerService;
 use leasehold_commands::{CommandError, CommandStore};
-use leasehold_domain::runner::{Phase, RunnerLeaseId};
+use leasehold_domain::runner::{Phase, RunnerLeaseId, RunnerNodeName};
+use leasehold_domain::values::OperatorDetail;
 use leasehold_projections::{ReconcileError, Reconciler, Seen, SweepSchedule};
 
 use crate::dispatch::RunnerNodes;
@@ -18,19 +26,25 @@ use crate::rented::retry;
 /// How often the nodes' instances are listed when nothing else is said.
 pub const SWEEP_EVERY_DEFAULT: TimeDelta = TimeDelta::seconds(60);
 
+/// Failed destroys of one orphan in a row before it is dead-lettered (rule 35's default N).
+pub const ORPHAN_TRIES_MAX: u32 = 5;
+
 /// The orphan instance sweeper.
 #[derive(Debug)]
 pub struct RunnerOrphans<S> {
     runners: RunnerService<S>,
     nodes: RunnerNodes,
     schedule: SweepSchedule,
+    /// Failed destroys in a row, by node and instance name (forgotten on a restart: a dead
+    /// letter then comes five failures later, never sooner).
+    failures: Mutex<HashMap<(String, String), u32>>,
 }
 
 impl<S> RunnerOrphans<S> {
     /// A sweeper reading leases through `runners`, listing and destroying through `nodes`,
     /// every `every`.
     pub fn new(runners: RunnerService<S>, nodes: RunnerNodes, every: TimeDelta) -> Self {
-        Self { runners, nodes, schedule: SweepSchedule::every(every) }
+        Self { runners, nodes, schedule: SweepSchedule::every(every), failures: Mutex::default() }
     }
 }
 
@@ -44,6 +58,32 @@ where
             Ok((_, stored)) => Ok(matches!(stored.phase, Phase::Done | Phase::Failed)),
             Err(CommandError::NotFound) => Ok(true),
             Err(error) => Err(retry("read a runner lease", &error)),
+        }
+    }
+
+    /// Counts a failed destroy; the [`ORPHAN_TRIES_MAX`]th in a row is a dead letter.
+    async fn failed(
+        &self,
+        node: &RunnerNodeName,
+        key: (String, String),
+        failure: &str,
+    ) -> Result<(), ReconcileError> {
+        let attempts = {
+            let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+            let attempts = failures.entry(key.clone()).or_default();
+            *attempts += 1;
+            *attempts
+        };
+        if attempts != ORPHAN_TRIES_MAX {
+            return Ok(());
+        }
+        let detail = OperatorDetail::new(failure);
+        let letter = (key.1.as_str(), attempts, detail);
+        match self.runners.dead_letter_orphan(&super::system(Self::NAME), node, letter).await {
+            Ok(_) => Ok(()),
+            // A node the nodes file names but that never registered has no stream to hold it.
+            Err(CommandError::NotFound) => Ok(()),
+            Err(error) => Err(retry("dead-letter an orphan runner instance", &error)),
         }
     }
 
@@ -63,12 +103,15 @@ where
                 if !self.orphaned(lease).await? {
                     continue;
                 }
+                let key = (node.to_string(), instance.name.clone());
                 match client.destroy(&instance.id).await {
                     Ok(teardown) => {
+                        self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
                         tracing::info!(reconciler = Self::NAME, %node, lease = %lease.0, %teardown, "an orphan runner instance destroyed");
                     }
                     Err(error) => {
                         tracing::warn!(reconciler = Self::NAME, %node, lease = %lease.0, %error, "an orphan runner instance was not destroyed");
+                        self.failed(node, key, &error.to_string()).await?;
                     }
                 }
             }

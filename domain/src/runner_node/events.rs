@@ -29,12 +29,20 @@ pub enum RunnerNodeEvent {
     },
     /// An operator retired it.
     RunnerNodeRetired { at: DateTime<Utc> },
+    /// The orphan sweep gave up destroying an instance on it.
+    RunnerOrphanDeadLettered {
+        name: String,
+        attempts: u32,
+        detail: crate::values::OperatorDetail,
+        at: DateTime<Utc>,
+    },
 }
 
 crate::tagged_events!(RunnerNodeEvent {
     RunnerNodeRegistered,
     RunnerInventoryReported,
-    RunnerNodeRetired
+    RunnerNodeRetired,
+    RunnerOrphanDeadLettered
 });
 
 /// The runner node kind: the fleet's, shown to no tenant.
@@ -52,5 +60,10 @@ pub const KIND: AggregateKind = AggregateKind {
             withheld: &["node", "node_epoch", "leases", "at"],
         },
         EventView { event_type: "RunnerNodeRetired", tenant_fields: &[], withheld: &["at"] },
+        EventView {
+            event_type: "RunnerOrphanDeadLettered",
+            tenant_fields: &[],
+            withheld: &["name", "attempts", "detail", "at"],
+        },
     ],
 };

@@ -125,5 +125,30 @@ pub fn node_samples() -> Samples {
         N::RunnerNodeRegistered { registration, inventory: Some(vec![lease()]), node_epoch: 1, at },
         N::RunnerInventoryReported { node: node(), node_epoch: 1, leases: vec![lease()], at },
         N::RunnerNodeRetired { at },
+        N::RunnerOrphanDeadLettered {
+            name: format!("billet-{}", lease().0.simple()),
+            attempts: 5,
+            detail: OperatorDetail::new("destroy answered 500"),
+            at,
+        },
+    ])
+}
+
+/// One event of every workload quota event type (a reservation replacing another).
+pub fn workload_quota_samples() -> Samples {
+    use leasehold_domain::workload_quota::{Charge, Limit, WorkloadKind, WorkloadQuotaEvent as W};
+    let (at, kind) = (at(), WorkloadKind::Vm);
+    let held = Charge::of([("cpus".to_owned(), 4)]).held;
+    let workload = format!("vm-{}", Uuid::from_u128(3));
+    samples(&[
+        W::WorkloadLimitsSet { kind, limits: vec![Limit { resource: "count".into(), max: 2 }], at },
+        W::WorkloadReserved {
+            kind,
+            workload: workload.clone(),
+            held: held.clone(),
+            replaced: held.clone(),
+            at,
+        },
+        W::WorkloadReleased { kind, workload, held, at },
     ])
 }

@@ -68,6 +68,18 @@ fn an_inventory_of_an_earlier_registration_is_fenced() {
 }
 
 #[test]
+fn an_orphan_the_sweep_gave_up_on_is_dead_lettered_on_a_registered_or_retired_node() {
+    let letter = || C::DeadLetterOrphan {
+        name: "billet-0123".into(),
+        attempts: 5,
+        detail: leasehold_domain::values::OperatorDetail::new("destroy answered 500"),
+    };
+    check(&[register(None)], letter(), Events(&["RunnerOrphanDeadLettered"]));
+    check(&[register(None), C::Retire], letter(), Events(&["RunnerOrphanDeadLettered"]));
+    check(&[], letter(), Refused(RunnerNodeError::NotFound));
+}
+
+#[test]
 fn a_retired_node_never_registers_again_and_its_policy_admits_nothing() {
     let node = check(&[register(None)], C::Retire, Events(&["RunnerNodeRetired"]));
     assert!(!node.policy().expect("a policy").active);

@@ -10,6 +10,7 @@ pub(crate) mod host;
 pub(crate) mod lease;
 mod projections;
 mod query;
+pub(crate) mod quota;
 pub(crate) mod rental;
 mod rented;
 pub(crate) mod run;
@@ -58,6 +59,7 @@ kinds!(
     rental::{RentalQuery, RentalMutation} + NODE_READS,
     run::{RunQuery, RunMutation},
     runner::{RunnerQuery, RunnerMutation} + JOB_READS + CAPACITY_READS + NODE_READS,
+    quota::{QuotaQuery, QuotaMutation},
 );
 
 // Every subscription.

@@ -67,6 +67,10 @@ pub struct SimArgs {
     /// `stopped`.
     #[arg(long)]
     pub teardown_requested_first: bool,
+    /// For `--runner-provider`: every destroy fails (500 `DESTROY_FAILED`), as a node whose
+    /// backend cannot reach its instances.
+    #[arg(long)]
+    pub fail_destroys: bool,
     /// For `--runner-provider`: the first this many `Find`s of each name answer not found,
     /// as a backend whose listing lags.
     #[arg(long, default_value_t = 0)]
@@ -388,6 +392,7 @@ async fn run_runner_provider(args: &SimArgs) -> anyhow::Result<()> {
         lose_launch_answers: args.lose_launch_answers,
         refuse_launches: args.refuse_launches,
         teardown_requested_first: args.teardown_requested_first,
+        fail_destroys: args.fail_destroys,
         find_misses: args.find_misses,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

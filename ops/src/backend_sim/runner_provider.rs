@@ -11,7 +11,8 @@
 //! 504, as a proxy that lost the answer), `--refuse-launches` (400 `NO_CAPACITY`, echoing the
 //! registration as a careless backend would), `--teardown-requested-first` (an instance's
 //! first destroy answers `requested`, the next `stopped`), `--find-misses N` (the first N
-//! `Find`s of each name answer not found, as a backend whose listing lags). Its own routes, for tests: `GET
+//! `Find`s of each name answer not found, as a backend whose listing lags), `--fail-destroys`
+//! (every destroy answers 500). Its own routes, for tests: `GET
 //! /sim/instances` (each with how often it was launched), `GET /sim/registrations` (every
 //! registration minted, so a test can look for its bytes elsewhere), `POST
 //! /sim/orphan/{name}` (an instance nobody launched), `GET /sim/requests`.
@@ -44,6 +45,8 @@ pub struct RunnerFaults {
     pub refuse_launches: bool,
     /// An instance's first destroy answers `requested`.
     pub teardown_requested_first: bool,
+    /// Every destroy fails (500).
+    pub fail_destroys: bool,
     /// The first this many `Find`s of each name answer not found, as a backend whose
     /// listing lags.
     pub find_misses: u32,
@@ -232,6 +235,9 @@ async fn destroy(
         return ok(StatusCode::OK, &TeardownAnswer { teardown: "stopped".into() });
     };
     held.destroys += 1;
+    if provider.faults.fail_destroys {
+        return refused(StatusCode::INTERNAL_SERVER_ERROR, "DESTROY_FAILED", "the backend failed");
+    }
     if provider.faults.teardown_requested_first && held.destroys == 1 {
         return ok(StatusCode::OK, &TeardownAnswer { teardown: "requested".into() });
     }

@@ -51,7 +51,8 @@ async fn operators_see_projection_progress_and_tenants_do_not() {
     assert!(names.contains(&"vm_views") && names.contains(&"host_views"), "{answer}");
     let leases = projections.iter().find(|p| p["name"] == "lease_views");
     let leases = leases.unwrap_or_else(|| panic!("no lease_views: {answer}"));
-    assert_eq!(leases["eventsApplied"], 1);
+    // The lease's event and its quota reservation, committed together.
+    assert_eq!(leases["eventsApplied"], 2);
     assert_eq!(leases["eventsBehind"], 0);
     let refused = server.graphql(&acme, query, json!({})).await;
     assert_eq!(code(&refused), Some("FORBIDDEN"));

@@ -318,6 +318,40 @@ async fn an_orphan_instance_is_destroyed_and_nothing_else_is() {
     assert!(running(&live_name), "a live lease's instance is its lease's: {instances:?}");
 }
 
+/// An orphan whose destroy keeps failing is tried on every sweep, and after five failures in
+/// a row it is a dead letter operators see (rule 35), once, naming its node and instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_that_will_not_die_becomes_a_dead_letter_after_five_tries() {
+    let (server, sim, _dir) = dispatching(&["--fail-destroys"]).await;
+    let nobody = leasehold_domain::runner::RunnerLeaseId(uuid::Uuid::now_v7()).instance_name();
+    let made = sim.http.post(format!("{}/sim/orphan/{nobody}", sim.url)).send().await;
+    assert!(made.expect("answered").status().is_success());
+    let operator = role_token(Role::Operator, None);
+    let query = "{ deadLetters { kind entityId retryCount payload } }";
+    let letter = eventually("the orphan dead-lettered", || async {
+        let letters = server.graphql(&operator, query, json!({})).await;
+        let letters = data(&letters)["deadLetters"].as_array().cloned().unwrap_or_default();
+        letters.into_iter().find(|letter| letter["kind"] == "orphan_destroy")
+    })
+    .await;
+    let entity = letter["entityId"].as_str().expect("an entity");
+    assert!(
+        entity.starts_with("runner-node-") && entity.ends_with(&format!("/{nobody}")),
+        "{letter}"
+    );
+    assert_eq!(letter["payload"]["attempts"], 5, "{letter}");
+    assert_eq!(letter["retryCount"], 1);
+    let instances = sim.get("/sim/instances").await;
+    let tried =
+        instances.as_array().into_iter().flatten().find(|held| held["name"] == nobody.as_str());
+    let tried = tried.expect("the orphan is still there");
+    assert!(tried["destroys"].as_u64().unwrap_or_default() >= 5, "{tried}");
+    assert_eq!(tried["running"], true, "{tried}");
+    // Tenants never see dead letters.
+    let refused = server.graphql(&tenant_token("acme"), query, json!({})).await;
+    assert_eq!(code(&refused), Some("FORBIDDEN"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_waits_for_room_on_a_node_and_is_launched_once_there_is() {
     let (server, sim, _dir) = dispatching(&[]).await;

@@ -6,6 +6,12 @@ use serde_json::json;
 use crate::socket::{Frame, LIFECYCLE, Socket};
 use crate::support::*;
 
+/// The lease kind's events only: a lease request also reserves on its tenant's lease quota,
+/// whose events these tests of lease streams leave aside.
+fn lease_kind() -> serde_json::Value {
+    json!({ "streamTypes": ["lease"] })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_requested_and_provisioned_arrives_in_order_and_reads_back() {
     let server = Server::start().await;
@@ -13,7 +19,10 @@ async fn a_lease_requested_and_provisioned_arrives_in_order_and_reads_back() {
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
     // The dashboard starts after an event it has already seen.
     let seen = request_lease(&server, &acme, "req-0").await;
-    socket.subscribe("live", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
+    // Its leases' own events (each request also reserves on the tenant's lease quota).
+    socket
+        .subscribe("live", LIFECYCLE, json!({ "after": seen["cursor"], "filter": lease_kind() }))
+        .await;
 
     let lease = request_lease(&server, &acme, "req-1").await;
     let input = report_input(&server, &lease["id"], "up-1").await;
@@ -56,7 +65,9 @@ async fn another_tenants_events_never_arrive_and_its_cursor_is_refused() {
     let (acme, beta) = (tenant_token("acme"), tenant_token("beta"));
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &beta).await;
     let seen = request_lease(&server, &beta, "req-0").await;
-    socket.subscribe("mine", LIFECYCLE, json!({ "after": seen["cursor"] })).await;
+    socket
+        .subscribe("mine", LIFECYCLE, json!({ "after": seen["cursor"], "filter": lease_kind() }))
+        .await;
     let acmes = request_lease(&server, &acme, "req-1").await;
     for n in 2..5 {
         request_lease(&server, &acme, &format!("req-{n}")).await;
@@ -94,7 +105,9 @@ async fn a_subscription_killed_mid_stream_resumes_exactly_once_while_writers_wri
         })
     };
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
-    socket.subscribe("s", LIFECYCLE, json!({ "after": start["cursor"] })).await;
+    socket
+        .subscribe("s", LIFECYCLE, json!({ "after": start["cursor"], "filter": lease_kind() }))
+        .await;
     let (mut streams, mut cursors) = (Vec::new(), Vec::new());
     for _ in 0..20 {
         let event = socket.event("s").await;
@@ -105,7 +118,9 @@ async fn a_subscription_killed_mid_stream_resumes_exactly_once_while_writers_wri
     // is still writing.
     drop(socket);
     let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
-    socket.subscribe("s", LIFECYCLE, json!({ "after": cursors.last() })).await;
+    socket
+        .subscribe("s", LIFECYCLE, json!({ "after": cursors.last(), "filter": lease_kind() }))
+        .await;
     while streams.len() < LEASES {
         let event = socket.event("s").await;
         streams.push(event["streamId"].clone());
@@ -114,8 +129,10 @@ async fn a_subscription_killed_mid_stream_resumes_exactly_once_while_writers_wri
     let last_written = writer.await.expect("the writer finishes");
     assert_eq!(streams.last(), Some(&last_written["streamId"]));
     // Exactly the log, in order: the same streams the `events` query lists after `first`.
-    let page = "query($after: String) { events(after: $after, first: 100) { edges { node { streamId } } } }";
-    let listed = server.graphql(&acme, page, json!({ "after": start["cursor"] })).await;
+    let page = "query($after: String, $filter: EventFilter) {
+        events(after: $after, first: 100, filter: $filter) { edges { node { streamId } } } }";
+    let variables = json!({ "after": start["cursor"], "filter": lease_kind() });
+    let listed = server.graphql(&acme, page, variables).await;
     let listed: Vec<_> = data(&listed)["events"]["edges"]
         .as_array()
         .expect("edges")
@@ -243,7 +260,8 @@ async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
     assert_eq!(stuck.message().await["type"], "connection_ack");
     stuck.subscribe("s", LIFECYCLE, json!({ "after": operator_seen })).await;
     let mut reader = Socket::connect(&server, "graphql-transport-ws", &operator).await;
-    reader.subscribe("r", LIFECYCLE, json!({ "after": operator_seen })).await;
+    let only_leases = json!({ "after": operator_seen, "filter": lease_kind() });
+    reader.subscribe("r", LIFECYCLE, only_leases).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let direct = DirectWriter::on(&server);

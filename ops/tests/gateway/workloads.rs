@@ -3,10 +3,12 @@
 //! `workloads` in one shape, each with its kind's own detail, in pages, filtered by kind and
 //! by state, and none of another tenant's; and their events in `events` and on a
 //! `lifecycleEvents` subscription, filtered by kind, stream and event type, each through its
-//! tenant view.
+//! tenant view. Operators set limits on each kind as events and `quotaUsage` shows each kind
+//! against them.
 
 use std::collections::BTreeSet;
 
+use leasehold_gateway::Role;
 use serde_json::{Value, json};
 
 use crate::backend::eventually;
@@ -151,7 +153,7 @@ async fn a_tenant_follows_every_kind_in_one_event_feed() {
     // One feed across every kind, each event through its tenant view. (The log is read up
     // to its gap-safe horizon: a transaction still open elsewhere holds later events back
     // for a moment, so the feed is read until the last kind's events show.)
-    let every = ["lease", "vm", "rental", "run", "runner-lease", "runner-job"];
+    let every = ["lease", "vm", "rental", "run", "runner-lease", "runner-job", "workload-quota"];
     let all = eventually("every kind's events in acme's feed", || async {
         let all = events(&server, &acme, Value::Null).await;
         let kinds: BTreeSet<&str> = all.iter().map(|(kind, ..)| kind.as_str()).collect();
@@ -181,9 +183,15 @@ async fn a_tenant_follows_every_kind_in_one_event_feed() {
     let by_type = events(&server, &acme, filter).await;
     let types: BTreeSet<&str> = by_type.iter().map(|(_, kind, ..)| kind.as_str()).collect();
     assert_eq!(types, BTreeSet::from(["CapacityRequested", "RunnerJobAssigned", "VmProvisioning"]));
-    // The other tenant's feed holds its own lease only.
+    // The other tenant's feed holds its own lease only, and its lease quota's reservation of
+    // that lease.
     let theirs = events(&server, &globex, Value::Null).await;
-    assert!(theirs.iter().all(|(kind, ..)| kind == "lease"), "{theirs:?}");
+    let kinds: BTreeSet<&str> = theirs.iter().map(|(kind, ..)| kind.as_str()).collect();
+    assert_eq!(kinds, BTreeSet::from(["lease", "workload-quota"]), "{theirs:?}");
+    let lease = theirs.iter().find(|(kind, ..)| kind == "lease").expect("its lease");
+    for (.., payload) in theirs.iter().filter(|(kind, ..)| kind == "workload-quota") {
+        assert_eq!(payload["workload"].as_str(), Some(lease.2.as_str()), "{payload}");
+    }
     // A subscription after the first of them, filtered across kinds, replays the rest.
     let filter = json!({ "streamTypes": ["vm", "runner-lease"] });
     let answer = server.graphql(&acme, EVENTS, json!({ "filter": filter })).await;
@@ -198,4 +206,118 @@ async fn a_tenant_follows_every_kind_in_one_event_feed() {
         );
         assert_eq!(&event["payload"], payload, "the same tenant view");
     }
+}
+
+const SET_LIMITS: &str = "mutation($input: SetWorkloadLimitsInput!) {
+    setWorkloadLimits(input: $input) { id version } }";
+
+const QUOTA: &str = "{ quotaUsage { kind activeCount limits { resource used max } } }";
+
+/// Sets `tenant`'s limits on `kind` as an operator; the answer.
+async fn set_limits(
+    server: &Server,
+    token: &str,
+    tenant: &str,
+    kind: &str,
+    limits: Value,
+) -> Value {
+    let input = json!({ "input": {
+        "tenantId": tenant, "kind": kind, "operationKey": format!("limits-{kind}"), "limits": limits,
+    }});
+    server.graphql(token, SET_LIMITS, input).await
+}
+
+/// The limits of `kind` in a `quotaUsage` answer, as (resource, used, max).
+fn limits_of(usage: &Value, kind: &str) -> Vec<(String, u64, u64)> {
+    let kinds = usage.as_array().cloned().unwrap_or_default();
+    let Some(entry) = kinds.into_iter().find(|entry| entry["kind"] == kind) else {
+        return Vec::new();
+    };
+    let limits = entry["limits"].as_array().cloned().unwrap_or_default();
+    limits
+        .iter()
+        .map(|limit| {
+            let resource = limit["resource"].as_str().unwrap_or_default().to_string();
+            (resource, limit["used"].as_u64().unwrap_or(0), limit["max"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// Operators set a count limit of one on each of acme's kinds (and a GPU limit on its
+/// leases); acme then holds one workload of each: `quotaUsage` shows each kind against its
+/// limits, a second workload of any kind is `QUOTA_EXCEEDED` with nothing appended, and
+/// neither a tenant nor a resource the kind never holds sets a limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_usage_shows_each_kind_against_its_limit() {
+    let (server, _dir) = rented_server().await;
+    register(&server, "agent-1", 4).await;
+    wait_for_host(&server, "agent-1").await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    let operator = role_token(Role::Operator, None);
+    let count = json!([{ "resource": "count", "max": 1 }]);
+    for kind in ["vm", "rental", "run"] {
+        data(&set_limits(&server, &operator, "acme", kind, count.clone()).await);
+    }
+    let lease_limits =
+        json!([{ "resource": "count", "max": 1 }, { "resource": "sku.gpu.h100.1x", "max": 2 }]);
+    data(&set_limits(&server, &operator, "acme", "lease", lease_limits).await);
+    // Neither a tenant, nor a resource the kind never holds, nor an unknown kind.
+    let own = set_limits(&server, &acme, "acme", "lease", json!([])).await;
+    assert_eq!(code(&own), Some("FORBIDDEN"), "{own}");
+    let bad = json!([{ "resource": "cpus", "max": 1 }]);
+    let refused = set_limits(&server, &operator, "acme", "lease", bad).await;
+    assert_eq!(code(&refused), Some("BAD_USER_INPUT"), "{refused}");
+    let unknown = set_limits(&server, &operator, "acme", "snapshots", json!([])).await;
+    assert_eq!(code(&unknown), Some("BAD_USER_INPUT"), "{unknown}");
+    // One of each kind, then a second of each refused.
+    request_lease(&server, &acme, "lease-1").await;
+    data(&server.graphql(&acme, CREATE, create_input("vm-1", "build-1")).await);
+    let rental = active_rental(&server, &acme, "rental-1").await;
+    let submit = |key: &str| {
+        json!({ "input": {
+            "operationKey": key, "rentalId": rental,
+            "manifestDigest": format!("sha256:{}", "a".repeat(64)), "maxRuntimeSeconds": 3600,
+        }})
+    };
+    data(&server.graphql(&acme, SUBMIT, submit("run-1")).await);
+    let second_lease = server.graphql(&acme, REQUEST_LEASE, lease_request("lease-2")).await;
+    assert_eq!(code(&second_lease), Some("QUOTA_EXCEEDED"), "{second_lease}");
+    let message = second_lease["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("at most 1 of lease.count"), "{message}");
+    let second_vm = server.graphql(&acme, CREATE, create_input("vm-2", "build-2")).await;
+    assert_eq!(code(&second_vm), Some("QUOTA_EXCEEDED"), "{second_vm}");
+    let second_run = server.graphql(&acme, SUBMIT, submit("run-2")).await;
+    assert_eq!(code(&second_run), Some("QUOTA_EXCEEDED"), "{second_run}");
+    // Each kind against its limits, the tenant's own view and the operator's of it alike.
+    let expected = |kind: &str| (format!("{kind}.count"), 1, 1);
+    let usage = eventually("acme's four kinds counted against their limits", || async {
+        let usage = data(&server.graphql(&acme, QUOTA, json!({})).await)["quotaUsage"].clone();
+        let counted = ["lease", "vm", "rental", "run"]
+            .iter()
+            .all(|kind| limits_of(&usage, kind).contains(&expected(kind)));
+        counted.then_some(usage)
+    })
+    .await;
+    assert_eq!(
+        limits_of(&usage, "lease"),
+        [("lease.count".to_string(), 1, 1), ("lease.sku.gpu.h100.1x".to_string(), 1, 2)]
+    );
+    assert_eq!(
+        limits_of(&usage, "vm"),
+        [
+            ("vm.count".to_string(), 1, 1),
+            ("vm.cpus".to_string(), 2, 0),
+            ("vm.ram_mb".to_string(), 2048, 0)
+        ]
+    );
+    assert!(limits_of(&usage, "rental").contains(&("rental.gpus".to_string(), 1, 0)));
+    assert!(limits_of(&usage, "run").contains(&("run.max_runtime_seconds".to_string(), 3600, 0)));
+    let theirs = "query($t: String!) { tenantQuotaUsage(tenantId: $t) { kind activeCount limits { resource used max } } }";
+    let seen = server.graphql(&operator, theirs, json!({ "t": "acme" })).await;
+    assert_eq!(data(&seen)["tenantQuotaUsage"], usage);
+    let denied = server.graphql(&globex, theirs, json!({ "t": "acme" })).await;
+    assert_eq!(code(&denied), Some("FORBIDDEN"), "{denied}");
+    // Another tenant has no limits and holds nothing of acme's.
+    let others = data(&server.graphql(&globex, QUOTA, json!({})).await)["quotaUsage"].clone();
+    assert_eq!(others, json!([]), "{others}");
 }

@@ -8,3 +8,4 @@ mod lease;
 mod restore;
 mod service;
 pub(crate) mod support;
+mod workload_quota;

@@ -137,9 +137,18 @@ async fn a_retried_restore_answers_exactly_the_first_calls_outcome_cursor_includ
         .execute(request("acme", target, "restore", command.clone(), facts.clone()))
         .await
         .expect("restoring");
-    // The first call's cursor is its append's last event, on the source's stream.
+    // The first call's cursor is its append's last event: after the source's mark, the
+    // restored lease's reservation on its tenant's lease quota.
     let marked = events_of(&db, source).await.last().expect("an event").cursor;
-    assert_eq!(first.cursor, Some(marked));
+    let quota = leasehold_commands::workload_quota_of(
+        &super::support::tenant("acme"),
+        leasehold_domain::workload_quota::WorkloadKind::Lease,
+    );
+    let quota = db.store().read_stream(&quota.stream_id(), 1, 100).await.expect("readable");
+    let reserved = quota.last().expect("the restore's reservation");
+    assert_eq!(reserved.event_type.as_str(), "WorkloadReserved");
+    assert!(reserved.cursor > marked);
+    assert_eq!(first.cursor, Some(reserved.cursor));
     // A retry from another process (nothing remembered) answers the same, cursor included,
     // so `minCursor` from it waits for the source's event too.
     let retried = super::support::pipeline(&db)

@@ -397,3 +397,46 @@ async fn of_two_concurrent_migrations_of_one_vm_one_wins() {
     };
     assert_eq!(reserved, 2, "the source and one copy");
 }
+
+/// acme's VM quota as stored now.
+async fn vm_quota(db: &TestDb) -> leasehold_domain::workload_quota::WorkloadQuota {
+    use leasehold_domain::workload_quota::WorkloadKind;
+    let pipeline = leasehold_commands::CommandPipeline::new(db.store(), Default::default());
+    let quotas = leasehold_commands::quota::WorkloadQuotas::new(pipeline);
+    let acme = leasehold_domain::TenantId::parse("acme").expect("valid");
+    quotas.quota(&acme, WorkloadKind::Vm).await.expect("readable").expect("a quota")
+}
+
+/// A migration is charged once: its copy holds nothing while it boots, then takes its
+/// source's place in the append of its boot; so a tenant at its VM count still migrates.
+/// A fork is one VM more, refused at the count with nothing appended.
+#[tokio::test]
+async fn a_migration_counts_once_against_the_vm_quota_and_a_fork_is_one_more() {
+    use leasehold_domain::workload_quota::{Limit, WorkloadKind};
+    let db = TestDb::migrated().await;
+    called(&db, "agent-1").await;
+    called(&db, "agent-2").await;
+    let vms = service(&db, &["agent-1", "agent-2"], PlacementPolicy::Spread);
+    let source = running_vm(&vms, "src", spec()).await;
+    let pipeline = leasehold_commands::CommandPipeline::new(db.store(), Default::default());
+    let quotas = leasehold_commands::quota::WorkloadQuotas::new(pipeline);
+    let operator = leasehold_commands::lease_service::Caller { tenant: None, ..tenant("ops") };
+    let acme = leasehold_domain::TenantId::parse("acme").expect("valid");
+    let limits = vec![Limit { resource: "count".into(), max: 1 }];
+    quotas.set_limits(&operator, "limits", (&acme, WorkloadKind::Vm, limits)).await.expect("set");
+    let fork = vms.fork(&tenant("acme"), "fork-1", source, &task("fork")).await;
+    assert!(
+        matches!(&fork, Err(CommandError::LinkedRefused { kind: RefusalKind::QuotaExceeded, .. })),
+        "{fork:?}"
+    );
+    assert_eq!(version(&db, vm_of_task("fork")).await, 0, "nothing of the refused fork");
+    let copy = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("migrating");
+    let held: Vec<String> = vm_quota(&db).await.reservations.into_keys().collect();
+    assert_eq!(held, [source.stream_id().to_string()], "the copy holds nothing while it boots");
+    boot(&vms, copy.vm, "boot-copy").await;
+    let quota = vm_quota(&db).await;
+    let held: Vec<&String> = quota.reservations.keys().collect();
+    assert_eq!(held, [&copy.vm.stream_id().to_string()], "the copy took its source's place");
+    assert_eq!(quota.usage.get("count"), Some(&1));
+    assert_eq!(quota.usage.get("cpus"), Some(&u64::from(spec().cpus)));
+}

@@ -1,5 +1,6 @@
 //! Every projection rebuilt from scratch over a log holding a workload of every kind (a
-//! lease, a VM, a rental with its node and a run, a runner lease with its job and capacity):
+//! lease, a VM, a rental with its node and a run, a runner lease with its job and capacity,
+//! and the workload quotas they charge):
 //! the shared `workloads` and `quota_usage` tables, and every kind's own, equal the live
 //! tables — written batch by batch while the commands were decided — row for row.
 
@@ -19,6 +20,7 @@ use leasehold_projections::runner_fleet::RunnerFleetProjection;
 use leasehold_projections::runner_job::JobProjection;
 use leasehold_projections::snapshot::SnapshotProjection;
 use leasehold_projections::vm::VmProjection;
+use leasehold_projections::workload_quota::WorkloadQuotaProjection;
 use leasehold_tests::TestDb;
 
 use super::support::{dump_of, last_event, quick, reset_of, start_of};
@@ -56,6 +58,8 @@ const TABLES: &[(&str, &str)] = &[
     ("runner_fleet_view_states", "stream_key"),
     ("runner_capacities", "tenant_id"),
     ("runner_nodes", "node"),
+    ("workload_quota_view_states", "stream_key"),
+    ("workload_quotas", "tenant_id, kind"),
 ];
 
 /// A runner of every projection `serve` runs.
@@ -72,6 +76,7 @@ fn start_all(db: &TestDb) -> Vec<super::support::Running> {
         start_of(RunnerProjection, &store, quick()),
         start_of(JobProjection, &store, quick()),
         start_of(RunnerFleetProjection, &store, quick()),
+        start_of(WorkloadQuotaProjection, &store, quick()),
     ]
 }
 

@@ -1,0 +1,90 @@
+//! Workload quota charges (`leasehold_domain::workload_quota`). Every append that changes
+//! what a workload holds ([`Aggregate::charge`]: a creation, an end, a migration's copy
+//! taking over from its source) carries one `Apply` on the quota stream of each tenant and
+//! kind it charges, with every change of the append in it, decided and appended like any
+//! link: a refusal (`QUOTA_EXCEEDED`) refuses the whole command, and a lost race on the
+//! quota stream decides everything again. Being the pipeline's own, no command service can
+//! forget it, and a new kind is charged by declaring its charge in the domain.
+//!
+//! A tenant's creations of one kind all append to one quota stream: a creation waits for that
+//! stream's in-process lane (`lanes.rs`) before its first decision, and any other command of a
+//! charged kind once it lost a race, so that a process's own commands take turns instead of
+//! racing each other for the quota stream (a creation deciding without a turn could starve
+//! one that waits, losing to it again and again).
+
+use leasehold_domain::workload_quota::{
+    ChargeChange, WorkloadKind, WorkloadQuota, WorkloadQuotaCommand, WorkloadQuotaId,
+};
+use leasehold_domain::{Aggregate, StreamId, TenantId};
+
+use crate::cross::{Link, LinkedCommand};
+use crate::lease_service::minted_id;
+use crate::port::CommandStore;
+
+/// `tenant`'s quota of workloads of `kind`.
+pub fn workload_quota_of(tenant: &TenantId, kind: WorkloadKind) -> WorkloadQuotaId {
+    WorkloadQuotaId(minted_id("workload-quota", tenant, kind.name()))
+}
+
+/// One workload's charge changing in an append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Charged {
+    pub tenant: TenantId,
+    pub kind: WorkloadKind,
+    pub change: ChargeChange,
+}
+
+/// The change of `stream`'s charge (owned by `tenant`) from `before` to `after`, if any.
+pub(crate) fn charged<A: Aggregate>(
+    tenant: &TenantId,
+    stream: &StreamId,
+    before: &A,
+    after: &A,
+) -> Option<Charged> {
+    let kind = A::WORKLOAD?;
+    let charge = after.charge();
+    if before.charge() == charge {
+        return None;
+    }
+    let change = ChargeChange { workload: stream.to_string(), charge };
+    Some(Charged { tenant: tenant.clone(), kind, change })
+}
+
+/// One link per tenant and kind, each with that quota's changes in the order they came.
+pub(crate) fn quota_links<S>(charges: Vec<Charged>) -> Vec<Box<dyn Link<S>>>
+where
+    S: CommandStore + Send + Sync,
+{
+    let mut grouped: Vec<(TenantId, WorkloadKind, Vec<ChargeChange>)> = Vec::new();
+    for Charged { tenant, kind, change } in charges {
+        match grouped.iter_mut().find(|(t, k, _)| *t == tenant && *k == kind) {
+            Some((_, _, changes)) => changes.push(change),
+            None => grouped.push((tenant, kind, vec![change])),
+        }
+    }
+    grouped
+        .into_iter()
+        .map(|(tenant, kind, changes)| {
+            let stream = workload_quota_of(&tenant, kind).stream_id();
+            let command = WorkloadQuotaCommand::Apply { kind, changes };
+            let link = LinkedCommand::<WorkloadQuota>::new(stream, command, ()).owned_by(tenant);
+            Box::new(link) as Box<dyn Link<S>>
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_quota_per_tenant_and_kind() {
+        let acme = TenantId::parse("acme").expect("a tenant");
+        let other = TenantId::parse("other").expect("a tenant");
+        let lease = workload_quota_of(&acme, WorkloadKind::Lease);
+        assert_eq!(lease, workload_quota_of(&acme, WorkloadKind::Lease));
+        assert_ne!(lease, workload_quota_of(&acme, WorkloadKind::Vm));
+        assert_ne!(lease, workload_quota_of(&other, WorkloadKind::Lease));
+        assert!(lease.stream_id().as_str().starts_with("workload-quota-"));
+    }
+}
