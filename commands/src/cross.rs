@@ -229,7 +229,7 @@ where
             }
             let after =
                 events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
-            let charged = charged(owner, &self.stream, &before.state, &after);
+            let charged = charged(owner, (&self.stream, &self.command), &before.state, &after);
             let append = stream_append(
                 origin.metadata,
                 owner,

@@ -20,6 +20,8 @@ pub(crate) struct Linked<A: Aggregate> {
     /// The state after the events.
     pub after: A,
     pub events: Vec<A::Event>,
+    /// Whether its command creates it.
+    pub creation: bool,
 }
 
 type Result<T, A> = std::result::Result<T, CommandError<<A as Aggregate>::Error>>;
@@ -61,7 +63,8 @@ impl<S: CommandStore> CommandPipeline<S> {
             }
             let after =
                 events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
-            linked.push(Linked { stream, before, after, events });
+            let creation = A::is_creation(&command);
+            linked.push(Linked { stream, before, after, events, creation });
         }
         Ok(linked)
     }

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::cache::{Cached, StateCache};
-use crate::charges::{charged, quota_links, workload_quota_of};
+use crate::charges::{Charged, charged, quota_links, workload_quota_of};
 use crate::clock::SystemClock;
 use crate::cross::{Link, LinkDecision, LinkError, Origin};
 use crate::lanes::Lanes;
@@ -62,7 +62,8 @@ pub struct CommandPipeline<S> {
     /// Commands decided again, by every clone of this pipeline: a race lost, or a belief
     /// the stored state contradicted.
     decided_again: Arc<std::sync::atomic::AtomicU64>,
-    /// One lane per workload quota stream, taken by a command that lost a race (`charges.rs`).
+    /// One lane per workload quota stream, taken by a creation and by a command that lost a
+    /// race there (`charges.rs`).
     quota_lanes: Arc<Lanes<StreamId>>,
 }
 
@@ -71,7 +72,13 @@ enum Attempt<A> {
     Done(CommandOutcome),
     /// Lost a race, or decided on a belief that may be stale: decide again on this state.
     Again(Cached<A>),
+    /// Lost a race on a workload quota's stream: decide again once it is this command's turn
+    /// there (`charges.rs`).
+    AfterQuotaRace(Cached<A>),
 }
+
+/// The streams of workload quotas (`charges.rs`).
+const QUOTA_STREAM_PREFIX: &str = "workload-quota-";
 
 type Result<T, A> = std::result::Result<T, CommandError<<A as Aggregate>::Error>>;
 
@@ -204,7 +211,8 @@ impl<S: CommandStore> CommandPipeline<S> {
             None => Loaded { cached: self.load::<A>(&request.stream).await?, fresh: true },
         };
         // A creation of a charged kind takes its quota stream's turn at once (the stream every
-        // creation of the tenant's kind appends to); any other command once it lost a race.
+        // creation of the tenant's kind appends to); any other command once it lost a race
+        // there (a race lost on its own stream or a stale belief waits for no one).
         let mut turn = None;
         if A::is_creation(&request.command) {
             turn = self.quota_turn::<A>(&request.tenant).await;
@@ -216,15 +224,12 @@ impl<S: CommandStore> CommandPipeline<S> {
             let attempt = Box::pin(self.attempt(&request, (links, follows), &ledger, loaded));
             match attempt.await? {
                 Attempt::Done(outcome) => return Ok(outcome),
-                Attempt::Again(cached) => {
-                    self.decided_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Attempt::Again(cached) => loaded = self.again(&request.stream, cached).await?,
+                Attempt::AfterQuotaRace(cached) => {
                     if turn.is_none() {
                         turn = self.quota_turn::<A>(&request.tenant).await;
                     }
-                    loaded = Loaded {
-                        cached: self.refresh(&request.stream, cached).await?,
-                        fresh: true,
-                    };
+                    loaded = self.again(&request.stream, cached).await?;
                 }
             }
         }
@@ -329,13 +334,14 @@ impl<S: CommandStore> CommandPipeline<S> {
         let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
         let tenant = &request.tenant;
         // Every workload whose charge this append changes, wherever it sits in the append.
+        let primary = (&request.stream, &request.command);
         let mut charges: Vec<_> =
-            charged(tenant, &request.stream, &cached.state, &state).into_iter().collect();
-        charges.extend(
-            linked
-                .iter()
-                .filter_map(|link| charged(tenant, &link.stream, &link.before.state, &link.after)),
-        );
+            charged(tenant, primary, &cached.state, &state).into_iter().collect();
+        charges.extend(linked.iter().filter_map(|link| {
+            let linked = (&link.stream, &request.command);
+            let charge = charged(tenant, linked, &link.before.state, &link.after)?;
+            Some(Charged { admission: link.creation, ..charge })
+        }));
         charges.extend(elsewhere.iter().filter_map(|decision| decision.charged.clone()));
         let quotas = quota_links::<S>(charges);
         match self.decide_links(quotas.iter(), &origin).await {
@@ -374,7 +380,11 @@ impl<S: CommandStore> CommandPipeline<S> {
                         let conflict = CommandError::ConcurrencyConflict { expected, actual };
                         self.answer_recorded(ledger, conflict).await
                     }
-                    // Lost a race on this stream or a linked one: decide everything again.
+                    // Lost a race on this stream or a linked one: decide everything again (on a
+                    // workload quota's, after waiting for its turn).
+                    _ if stream.as_str().starts_with(QUOTA_STREAM_PREFIX) => {
+                        Ok(Attempt::AfterQuotaRace(cached))
+                    }
                     _ => Ok(Attempt::Again(cached)),
                 }
             }
@@ -387,6 +397,15 @@ impl<S: CommandStore> CommandPipeline<S> {
             }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// The stream as stored now, to decide a command again on (counted).
+    async fn again<A>(&self, stream: &StreamId, cached: Cached<A>) -> Result<Loaded<A>, A>
+    where
+        A: Aggregate + Send + Sync + 'static,
+    {
+        self.decided_again.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Loaded { cached: self.refresh(stream, cached).await?, fresh: true })
     }
 
     /// The turn on `tenant`'s quota stream of `A`'s kind, for a charged kind (`charges.rs`).

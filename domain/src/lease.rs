@@ -685,9 +685,11 @@ impl Aggregate for Lease {
     type Facts = LeaseFacts;
     const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Lease);
 
-    /// A lease holds its items' SKUs (`sku.<SKU>`) while the backend holds compute for it.
+    /// A lease holds its items' SKUs (`sku.<SKU>`) while the backend holds compute for it:
+    /// while live, and while being released until the release is confirmed (rule 9).
     fn charge(&self) -> Option<Charge> {
-        let terms = self.terms.as_ref().filter(|_| self.status.is_live())?;
+        let holds = self.status.is_live() || self.status == LeaseStatus::Deprovisioning;
+        let terms = self.terms.as_ref().filter(|_| holds)?;
         let items = terms.items.as_slice().iter();
         Some(Charge::of(items.map(|item| (format!("sku.{}", item.sku), u64::from(item.quantity)))))
     }

@@ -535,12 +535,16 @@ impl Aggregate for Vm {
     const WORKLOAD: Option<WorkloadKind> = Some(WorkloadKind::Vm);
 
     /// A VM holds its vCPUs, GPUs and RAM while its host holds room for it, but for one VM
-    /// only when migrating: its copy from its boot on (until then the source holds), its
-    /// source until then (destroyed as migrated, it holds no more).
+    /// only when migrating: its copy from its boot on (until then, and if it never boots, the
+    /// source holds), its source until then (destroyed as migrated, it holds no more).
     fn charge(&self) -> Option<Charge> {
+        // A migration's copy that never booted (its `url` comes with its boot) holds nothing,
+        // whatever becomes of it: its source still holds.
+        let unbooted_copy =
+            matches!(self.origin, Some(VmOrigin::Migration { .. })) && self.url.is_none();
         let holds = match self.status {
-            VmStatus::Provisioning => !matches!(self.origin, Some(VmOrigin::Migration { .. })),
-            VmStatus::Running | VmStatus::Draining => true,
+            VmStatus::Provisioning | VmStatus::Destroying if unbooted_copy => false,
+            VmStatus::Provisioning | VmStatus::Running | VmStatus::Draining => true,
             VmStatus::Destroying => self.destroy_reason != Some(DestroyReason::Migrated),
             VmStatus::None | VmStatus::Removed => false,
         };

@@ -11,14 +11,18 @@
 //! holding as its source stops), in the same atomic append with an expected version on both
 //! streams: concurrent creations can never take more than the limits allow.
 //!
-//! A limit of 0 (or none) does not limit. A lower limit refuses what would grow usage past
-//! it without touching what is held. An application that grows no resource past its limit
-//! is accepted: a release, a move, or a change that only shrinks is never refused.
+//! A limit of 0 (or none) does not limit. Limits guard **admissions** only (an append that
+//! creates a workload: a lease's request or restore, a VM's creation or fork, a rental's
+//! provision, a run's submission): one that would grow usage past a limit is refused. What
+//! only records facts (a migration's copy reported booted, a VM found missing) is never
+//! refused, whatever it comes to, as the snapshot quota's settlement is not: refusing a fact
+//! would leave the log contradicting the world. A lower limit refuses new admissions without
+//! touching what is held; a release, a move or a change that only shrinks always passes.
 //!
 //! | from | command | to | events | guard |
 //! |---|---|---|---|---|
 //! | any | SetLimits(kind, limits) | unchanged | WorkloadLimitsSet, or — when unchanged | every resource is the kind's (`UnknownResource`) |
-//! | any | Apply(changes) | unchanged | WorkloadReserved per workload that holds something new, WorkloadReleased per workload that stops holding (with what it held); — when nothing changes | every resource whose usage the changes grow: usage after ≤ its limit (`QuotaExceeded(resource)`) |
+//! | any | Apply(changes, admission) | unchanged | WorkloadReserved per workload that holds something new, WorkloadReleased per workload that stops holding (with what it held); — when nothing changes | an admission: every resource whose usage the changes grow, usage after ≤ its limit (`QuotaExceeded(resource)`); anything else never refused |
 
 mod events;
 
@@ -186,6 +190,9 @@ pub enum WorkloadQuotaCommand {
         kind: WorkloadKind,
         /// The changes.
         changes: Vec<ChargeChange>,
+        /// Whether the append admits new work (a creation among its commands): only then do
+        /// the limits refuse.
+        admission: bool,
     },
 }
 
@@ -242,7 +249,13 @@ impl Aggregate for WorkloadQuota {
             WorkloadQuotaCommand::SetLimits { kind, limits } => {
                 self.set_limits(*kind, limits, ctx.now)
             }
-            WorkloadQuotaCommand::Apply { kind, changes } => self.apply(*kind, changes, ctx.now),
+            WorkloadQuotaCommand::Apply { kind, changes, admission } => {
+                let events = self.apply(*kind, changes, ctx.now);
+                match admission {
+                    true => self.admit(*kind, events),
+                    false => Ok(events),
+                }
+            }
         }
     }
 
@@ -309,12 +322,13 @@ impl WorkloadQuota {
         Ok(vec![WorkloadQuotaEvent::WorkloadLimitsSet { kind, limits, at }])
     }
 
+    /// The events of `changes`, whatever they come to.
     fn apply(
         &self,
         kind: WorkloadKind,
         changes: &[ChargeChange],
         at: DateTime<Utc>,
-    ) -> Result<Vec<WorkloadQuotaEvent>, WorkloadQuotaError> {
+    ) -> Vec<WorkloadQuotaEvent> {
         let mut events = Vec::new();
         let mut after = self.clone();
         for ChargeChange { workload, charge } in changes {
@@ -339,6 +353,16 @@ impl WorkloadQuota {
             after = after.evolve(&event);
             events.push(event);
         }
+        events
+    }
+
+    /// `events`, unless they grow a resource past its limit.
+    fn admit(
+        &self,
+        kind: WorkloadKind,
+        events: Vec<WorkloadQuotaEvent>,
+    ) -> Result<Vec<WorkloadQuotaEvent>, WorkloadQuotaError> {
+        let after = events.iter().fold(self.clone(), |quota, event| quota.evolve(event));
         for (resource, max) in &self.limits {
             let used = |quota: &WorkloadQuota| quota.usage.get(resource).copied().unwrap_or(0);
             let (before, now) = (used(self), used(&after));

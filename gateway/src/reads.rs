@@ -33,8 +33,10 @@ pub const LOG_FIELDS: &[&str] =
     &["events", "projections", "backends", "__typename", "__schema", "__type"];
 
 /// Root query fields over every kind's read models (the shared tables every projection
-/// writes): they wait for every projection.
-pub const EVERY_KIND_FIELDS: &[&str] = &["workloads", "quotaUsage", "tenantQuotaUsage"];
+/// writes, and `dead_letters`, which the VM, host, snapshot and runner fleet projections
+/// write): they wait for every projection.
+pub const EVERY_KIND_FIELDS: &[&str] =
+    &["workloads", "quotaUsage", "tenantQuotaUsage", "deadLetters"];
 
 /// Every projection a field waits for.
 pub fn projections_named() -> impl Iterator<Item = &'static str> {

@@ -135,7 +135,8 @@ pub struct ReleaseRow {
 /// Revisions of what the lease projection derives from its view (rows, deltas). Its version
 /// adds the schema of the state its views store, so a new `Lease::STATE_SCHEMA` (whose stored
 /// views this code can no longer decode) always rebuilds it too. Both only ever rise.
-const ROWS_REVISION: u32 = 0;
+// 1: a lease being released is counted in the quota usage until its release is confirmed.
+const ROWS_REVISION: u32 = 1;
 
 impl Projection for LeaseProjection {
     const NAME: &'static str = "lease_views";
@@ -241,8 +242,9 @@ fn release_changes(before: &LeaseView, event: &LeaseEvent, changes: &mut Vec<Lea
     }
 }
 
-/// A lease holds its SKUs while the backend holds compute for it: its charge
-/// (`Lease::charge`), each SKU under its own name here (`sku.<SKU>` in its quota).
+/// A lease holds its SKUs while the backend holds compute for it (until its release is
+/// confirmed): its charge (`Lease::charge`), each SKU under its own name here (`sku.<SKU>` in
+/// its quota).
 fn held(view: &LeaseView) -> Vec<(String, i64)> {
     let Some(charge) = view.lease.charge() else { return Vec::new() };
     let skus = charge.resources().filter_map(|(resource, quantity)| {
@@ -404,6 +406,11 @@ mod tests {
             recorded(lease, 2, &failed),
             recorded(lease, 3, &LeaseEvent::LeaseRejected { at: at() }),
             recorded(lease, 4, &LeaseEvent::LeaseDeprovisionRequested { generation: 2, at: at() }),
+            recorded(
+                lease,
+                5,
+                &LeaseEvent::LeaseDeprovisioned { retained: false, retained_until: None, at: at() },
+            ),
         ];
         let changes = apply_batch(&LeaseProjection, HashMap::new(), &events).expect("applies");
         let quota: Vec<i64> = changes
@@ -413,7 +420,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(quota, [1, -1], "counted while live, released by the deprovision");
+        assert_eq!(quota, [1, -1], "counted until its release is confirmed (rule 9)");
         assert!(matches!(&changes[0], LeaseChange::StartRelease(row) if row.version == 1));
         assert!(
             changes
@@ -421,7 +428,7 @@ mod tests {
                 .any(|c| matches!(c, LeaseChange::SetRelease { status: "failed", version: 1, .. }))
         );
         let Some(LeaseChange::Put(rows)) = changes.last() else { panic!("one write per lease") };
-        assert_eq!((rows.lease.status, rows.lease.chain_state), ("deprovisioning", "rejected"));
+        assert_eq!((rows.lease.status, rows.lease.chain_state), ("deprovisioned", "rejected"));
         assert_eq!(rows.lease.reason.as_deref(), Some("ImagePullFailed"));
         assert_eq!(rows.diagnostics.last_error.as_deref(), Some("/var/lib/secret"));
         assert!(!format!("{:?}", rows.lease).contains("secret"), "no detail in the tenant row");

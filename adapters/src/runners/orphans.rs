@@ -61,6 +61,17 @@ where
         }
     }
 
+    /// Forgets the failures of `node`'s instances that are no longer listed running.
+    fn forget_gone(
+        &self,
+        node: &RunnerNodeName,
+        listed: &[crate::runner_providers::wire::InstanceWire],
+    ) {
+        let running = |name: &str| listed.iter().any(|held| held.name == name && !held.terminal);
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.retain(|(at, name), _| at != node.as_str() || running(name));
+    }
+
     /// Counts a failed destroy; the [`ORPHAN_TRIES_MAX`]th in a row is a dead letter.
     async fn failed(
         &self,
@@ -81,8 +92,9 @@ where
         let letter = (key.1.as_str(), attempts, detail);
         match self.runners.dead_letter_orphan(&super::system(Self::NAME), node, letter).await {
             Ok(_) => Ok(()),
-            // A node the nodes file names but that never registered has no stream to hold it.
-            Err(CommandError::NotFound) => Ok(()),
+            // A node the nodes file names but that never registered has no stream to hold it;
+            // a key taken with another detail is the same letter, written before a restart.
+            Err(CommandError::NotFound | CommandError::IdempotencyConflict) => Ok(()),
             Err(error) => Err(retry("dead-letter an orphan runner instance", &error)),
         }
     }
@@ -98,6 +110,7 @@ where
                     continue;
                 }
             };
+            self.forget_gone(node, &listed);
             for instance in listed.into_iter().filter(|instance| !instance.terminal) {
                 let Some(lease) = RunnerLeaseId::of_instance(&instance.name) else { continue };
                 if !self.orphaned(lease).await? {

@@ -1,7 +1,8 @@
 //! The workload quota's transition table (the doc comment of
 //! `domain/src/workload_quota.rs`), row by row with every guard's refusal, then a property
 //! over random sequences of charges: usage is the sum of what the workloads hold, and an
-//! accepted application never grows a resource past its limit.
+//! accepted admission never grows a resource past its limit (facts are recorded whatever they
+//! come to).
 
 use chrono::{DateTime, TimeZone, Utc};
 use leasehold_domain::workload_quota::{
@@ -48,8 +49,14 @@ fn holds(workload: &str, charge: Option<Charge>) -> ChargeChange {
     ChargeChange { workload: workload.into(), charge }
 }
 
+/// An admission of `changes` (a creation among its commands).
 fn charge(changes: Vec<ChargeChange>) -> Q {
-    Q::Apply { kind: WorkloadKind::Vm, changes }
+    Q::Apply { kind: WorkloadKind::Vm, changes, admission: true }
+}
+
+/// `changes` recorded as facts (a boot reported, a VM found missing).
+fn fact(changes: Vec<ChargeChange>) -> Q {
+    Q::Apply { kind: WorkloadKind::Vm, changes, admission: false }
 }
 
 fn limited(max: &[(&str, u64)]) -> WorkloadQuota {
@@ -132,6 +139,26 @@ fn a_move_within_one_application_is_never_refused_and_a_lower_limit_keeps_what_i
 }
 
 #[test]
+fn a_fact_is_recorded_past_a_limit_and_only_admissions_are_refused() {
+    let quota = limited(&[("count", 1)]);
+    let quota = apply(quota, &charge(vec![holds("vm-1", Some(vm(4)))])).expect("room");
+    let admitted = quota.decide(&charge(vec![holds("vm-2", Some(vm(4)))]), &ctx());
+    assert!(matches!(admitted, Err(WorkloadQuotaError::QuotaExceeded { .. })), "{admitted:?}");
+    // A copy reported booted while its source went missing: recorded whatever it comes to.
+    assert_eq!(
+        types(&quota, &fact(vec![holds("vm-2", Some(vm(4)))])),
+        Ok(vec!["WorkloadReserved"])
+    );
+    let over = apply(quota, &fact(vec![holds("vm-2", Some(vm(4)))])).expect("a fact");
+    assert_eq!(over.usage.get("count"), Some(&2));
+    // Over the limit, nothing more is admitted until usage falls below it.
+    let more = over.decide(&charge(vec![holds("vm-3", Some(vm(1)))]), &ctx());
+    assert!(matches!(more, Err(WorkloadQuotaError::QuotaExceeded { .. })), "{more:?}");
+    let released = apply(over, &fact(vec![holds("vm-1", None)])).expect("released");
+    assert_eq!(released.usage.get("count"), Some(&1));
+}
+
+#[test]
 fn a_charge_counts_one_workload_and_sums_a_resource_named_twice() {
     let charge = Charge::of([("sku.cpu".to_owned(), 2), ("sku.cpu".to_owned(), 3)]);
     let held: Vec<(&str, u64)> = charge.resources().collect();
@@ -145,18 +172,20 @@ proptest! {
     /// the workloads hold, and no accepted application grows a resource past its limit.
     #[test]
     fn usage_is_the_sum_of_the_holdings_and_growth_never_passes_a_limit(
-        steps in proptest::collection::vec((0u8..3, 0u8..6, 0u64..6), 1..60)
+        steps in proptest::collection::vec((0u8..4, 0u8..6, 0u64..6), 1..60)
     ) {
         let mut quota = WorkloadQuota::initial();
         for (what, workload, amount) in steps {
             let command = match what {
                 0 => limits(WorkloadKind::Vm, &[("count", amount), ("cpus", amount * 2)]),
                 1 => charge(vec![holds(&format!("vm-{workload}"), Some(vm(amount)))]),
+                2 => fact(vec![holds(&format!("vm-{workload}"), Some(vm(amount)))]),
                 _ => charge(vec![holds(&format!("vm-{workload}"), None)]),
             };
+            let admission = matches!(command, Q::Apply { admission: true, .. });
             let before = quota.clone();
             let Ok(after) = apply(quota.clone(), &command) else { continue };
-            for (resource, max) in &after.limits {
+            for (resource, max) in after.limits.iter().filter(|_| admission) {
                 let (was, is) = (before.usage.get(resource), after.usage.get(resource));
                 let (was, is) = (was.copied().unwrap_or(0), is.copied().unwrap_or(0));
                 prop_assert!(is <= was || is <= *max, "{resource}: {was} -> {is} past {max}");

@@ -15,12 +15,13 @@ pub use work::VmSubscription;
 
 use crate::reads::KindReads;
 
-/// What the VM's root query fields read: `vm` and `vms` the VM projection's `vms`,
-/// `deadLetters` its `dead_letters`.
+/// What the VM's root query fields read: `vm` and `vms` the VM projection's `vms`.
+/// (`deadLetters` reads what several projections write: it is one of the fields over every
+/// kind, `reads::EVERY_KIND_FIELDS`.)
 pub(crate) const READS: KindReads = KindReads {
     stream_type: <leasehold_domain::vm::Vm as leasehold_domain::Aggregate>::STREAM_TYPE,
     projection: "vm_views",
-    projection_fields: &["vm", "vms", "deadLetters"],
+    projection_fields: &["vm", "vms"],
     log_fields: &[],
     joins: &[],
 };

@@ -119,10 +119,18 @@ async fn an_ended_lease_frees_its_room_and_a_retry_is_charged_once() {
     );
     let history = lease_quota_history(&db).await;
     assert_eq!(history.len(), 2, "the limits, then one reservation: {history:?}");
-    // A release asked for ends what the lease holds in the same append.
+    // A release asked for still holds the room (rule 9); its confirmation frees it, in the
+    // same append.
     let deprovision =
         request("acme", first, "down", LeaseCommand::Deprovision, LeaseFacts::default());
     pipeline.execute(deprovision).await.expect("released");
+    let still = ask(&pipeline, second, "second-while-releasing").await;
+    assert_eq!(still.expect_err("still held").class(), ErrorClass::QuotaExceeded);
+    let gone = LeaseCommand::ConfirmDeprovisioned { retained: false };
+    pipeline
+        .execute(request("acme", first, "gone", gone, LeaseFacts::default()))
+        .await
+        .expect("gone");
     let quota = lease_quota_history(&db).await.pop().expect("a quota");
     assert!(quota.usage.is_empty() && quota.reservations.is_empty(), "{quota:?}");
     ask(&pipeline, second, "second-again").await.expect("room again");

@@ -407,9 +407,10 @@ async fn vm_quota(db: &TestDb) -> leasehold_domain::workload_quota::WorkloadQuot
     quotas.quota(&acme, WorkloadKind::Vm).await.expect("readable").expect("a quota")
 }
 
-/// A migration is charged once: its copy holds nothing while it boots, then takes its
-/// source's place in the append of its boot; so a tenant at its VM count still migrates.
-/// A fork is one VM more, refused at the count with nothing appended.
+/// A migration is charged once: its copy holds nothing while it boots (nor ever, when it is
+/// found missing before booting), then takes its source's place in the append of its boot;
+/// so a tenant at its VM count still migrates, and an agent's report is never refused. A
+/// fork is one VM more, refused at the count with nothing appended.
 #[tokio::test]
 async fn a_migration_counts_once_against_the_vm_quota_and_a_fork_is_one_more() {
     use leasehold_domain::workload_quota::{Limit, WorkloadKind};
@@ -430,6 +431,14 @@ async fn a_migration_counts_once_against_the_vm_quota_and_a_fork_is_one_more() {
         "{fork:?}"
     );
     assert_eq!(version(&db, vm_of_task("fork")).await, 0, "nothing of the refused fork");
+    // A copy found missing before it booted: abandoned, never charged.
+    let lost = vms.migrate(&tenant("acme"), "m-0", source, &cold(None)).await.expect("migrating");
+    let (_, stored) = vms.owned(lost.vm).await.expect("stored");
+    let host = stored.host().expect("placed").clone();
+    let lookup = (stored.operation.expect("a boot"), Found::Missing);
+    vms.recover(&agent(), &host, "lookup-lost", lost.vm, lookup).await.expect("recorded");
+    let held: Vec<String> = vm_quota(&db).await.reservations.into_keys().collect();
+    assert_eq!(held, [source.stream_id().to_string()], "a lost copy never held anything");
     let copy = vms.migrate(&tenant("acme"), "m-1", source, &cold(None)).await.expect("migrating");
     let held: Vec<String> = vm_quota(&db).await.reservations.into_keys().collect();
     assert_eq!(held, [source.stream_id().to_string()], "the copy holds nothing while it boots");
