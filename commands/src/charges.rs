@@ -47,11 +47,11 @@ pub(crate) fn charged<A: Aggregate>(
     after: &A,
 ) -> Option<Charged> {
     let kind = A::WORKLOAD?;
-    let charge = after.charge();
-    if before.charge() == charge {
+    let (before, charge) = (before.charge(), after.charge());
+    if before == charge {
         return None;
     }
-    let change = ChargeChange { workload: stream.to_string(), charge };
+    let change = ChargeChange { workload: stream.to_string(), before, charge };
     let admission = A::is_creation(command);
     Some(Charged { tenant: tenant.clone(), kind, change, admission })
 }

@@ -9,7 +9,10 @@
 //! pipeline links one [`Apply`](WorkloadQuotaCommand::Apply) to every append that changes a
 //! workload's charge, with every change of the append together (a migration's copy starts
 //! holding as its source stops), in the same atomic append with an expected version on both
-//! streams: concurrent creations can never take more than the limits allow.
+//! streams: concurrent creations can never take more than the limits allow. Each change
+//! says what the workload held before and holds now, as its own stream (checked in the same
+//! append) says: the quota keeps only its limits and the usage by resource, so its state
+//! stays as small with a million workloads as with one.
 //!
 //! A limit of 0 (or none) does not limit. Limits guard **admissions** only (an append that
 //! creates a workload: a lease's request or restore, a VM's creation or fork, a rental's
@@ -141,11 +144,14 @@ impl Charge {
     }
 }
 
-/// One workload's charge changing: what it holds from now on (`None`: nothing).
+/// One workload's charge changing, as its own stream says: what it held before and holds
+/// from now on (`None`: nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChargeChange {
     /// The workload's stream.
     pub workload: String,
+    /// What it held before.
+    pub before: Option<Charge>,
     /// What it holds now.
     pub charge: Option<Charge>,
 }
@@ -166,9 +172,7 @@ pub struct WorkloadQuota {
     pub kind: Option<WorkloadKind>,
     /// Its limits by resource (none: no limit).
     pub limits: BTreeMap<String, u64>,
-    /// What each holding workload holds, by its stream.
-    pub reservations: BTreeMap<String, Charge>,
-    /// Their sum, by resource.
+    /// What its workloads hold together, by resource.
     pub usage: BTreeMap<String, u64>,
     /// When it last changed.
     pub updated_at: Option<DateTime<Utc>>,
@@ -230,7 +234,7 @@ impl Refusal for WorkloadQuotaError {
 
 impl Aggregate for WorkloadQuota {
     const STREAM_TYPE: &'static str = "workload-quota";
-    const STATE_SCHEMA: u32 = 1;
+    const STATE_SCHEMA: u32 = 2;
     type Command = WorkloadQuotaCommand;
     type Event = WorkloadQuotaEvent;
     type Error = WorkloadQuotaError;
@@ -267,20 +271,15 @@ impl Aggregate for WorkloadQuota {
                     limits.iter().map(|limit| (limit.resource.clone(), limit.max)).collect();
                 self.updated_at = Some(*at);
             }
-            WorkloadQuotaEvent::WorkloadReserved { kind, workload, held, at, .. } => {
+            WorkloadQuotaEvent::WorkloadReserved { kind, held, replaced, at, .. } => {
                 self.kind = Some(*kind);
-                let charge = Charge { held: held.clone() };
-                if let Some(before) = self.reservations.insert(workload.clone(), charge) {
-                    uncount(&mut self.usage, &before.held);
-                }
+                uncount(&mut self.usage, replaced);
                 count(&mut self.usage, held);
                 self.updated_at = Some(*at);
             }
-            WorkloadQuotaEvent::WorkloadReleased { kind, workload, at, .. } => {
+            WorkloadQuotaEvent::WorkloadReleased { kind, held, at, .. } => {
                 self.kind = Some(*kind);
-                if let Some(before) = self.reservations.remove(workload) {
-                    uncount(&mut self.usage, &before.held);
-                }
+                uncount(&mut self.usage, held);
                 self.updated_at = Some(*at);
             }
         }
@@ -330,27 +329,24 @@ impl WorkloadQuota {
         at: DateTime<Utc>,
     ) -> Vec<WorkloadQuotaEvent> {
         let mut events = Vec::new();
-        let mut after = self.clone();
-        for ChargeChange { workload, charge } in changes {
-            let held = after.reservations.get(workload);
-            let event = match (held, charge) {
-                (Some(held), Some(charge)) if held == charge => continue,
-                (None, None) => continue,
+        for ChargeChange { workload, before, charge } in changes {
+            let event = match (before, charge) {
+                (before, charge) if before == charge => continue,
                 (before, Some(charge)) => WorkloadQuotaEvent::WorkloadReserved {
                     kind,
                     workload: workload.clone(),
                     held: charge.held.clone(),
-                    replaced: before.map(|before| before.held.clone()).unwrap_or_default(),
+                    replaced: before.as_ref().map(|before| before.held.clone()).unwrap_or_default(),
                     at,
                 },
-                (Some(held), None) => WorkloadQuotaEvent::WorkloadReleased {
+                (Some(before), None) => WorkloadQuotaEvent::WorkloadReleased {
                     kind,
                     workload: workload.clone(),
-                    held: held.held.clone(),
+                    held: before.held.clone(),
                     at,
                 },
+                (None, None) => continue,
             };
-            after = after.evolve(&event);
             events.push(event);
         }
         events
@@ -362,10 +358,20 @@ impl WorkloadQuota {
         kind: WorkloadKind,
         events: Vec<WorkloadQuotaEvent>,
     ) -> Result<Vec<WorkloadQuotaEvent>, WorkloadQuotaError> {
-        let after = events.iter().fold(self.clone(), |quota, event| quota.evolve(event));
+        let mut usage = self.usage.clone();
+        for event in &events {
+            match event {
+                WorkloadQuotaEvent::WorkloadReserved { held, replaced, .. } => {
+                    uncount(&mut usage, replaced);
+                    count(&mut usage, held);
+                }
+                WorkloadQuotaEvent::WorkloadReleased { held, .. } => uncount(&mut usage, held),
+                WorkloadQuotaEvent::WorkloadLimitsSet { .. } => {}
+            }
+        }
         for (resource, max) in &self.limits {
-            let used = |quota: &WorkloadQuota| quota.usage.get(resource).copied().unwrap_or(0);
-            let (before, now) = (used(self), used(&after));
+            let used = |usage: &BTreeMap<String, u64>| usage.get(resource).copied().unwrap_or(0);
+            let (before, now) = (used(&self.usage), used(&usage));
             if now > before && now > *max {
                 let (resource, max) = (resource.clone(), *max);
                 return Err(WorkloadQuotaError::QuotaExceeded { kind, resource, max });

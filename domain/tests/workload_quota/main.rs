@@ -45,8 +45,19 @@ fn vm(cpus: u64) -> Charge {
     Charge::of([("cpus".to_owned(), cpus), ("gpus".to_owned(), 0), ("ram_mb".to_owned(), 512)])
 }
 
-fn holds(workload: &str, charge: Option<Charge>) -> ChargeChange {
-    ChargeChange { workload: workload.into(), charge }
+/// `workload` going from holding `before` to holding `after`, as its own stream says.
+fn moves(workload: &str, before: Option<Charge>, after: Option<Charge>) -> ChargeChange {
+    ChargeChange { workload: workload.into(), before, charge: after }
+}
+
+/// `workload` starting to hold `charge`.
+fn holds(workload: &str, charge: Charge) -> ChargeChange {
+    moves(workload, None, Some(charge))
+}
+
+/// `workload` ending, having held `charge`.
+fn ends(workload: &str, charge: Charge) -> ChargeChange {
+    moves(workload, Some(charge), None)
 }
 
 /// An admission of `changes` (a creation among its commands).
@@ -91,12 +102,12 @@ fn set_limits_records_them_once_and_refuses_a_resource_the_kind_never_holds() {
 #[test]
 fn a_charge_is_refused_when_it_grows_a_resource_past_its_limit() {
     let quota = limited(&[("count", 2), ("cpus", 8)]);
-    let quota = apply(quota, &charge(vec![holds("vm-1", Some(vm(4)))])).expect("room");
+    let quota = apply(quota, &charge(vec![holds("vm-1", vm(4))])).expect("room");
     // Exactly at the limit is accepted.
-    let quota = apply(quota, &charge(vec![holds("vm-2", Some(vm(4)))])).expect("at the limit");
+    let quota = apply(quota, &charge(vec![holds("vm-2", vm(4))])).expect("at the limit");
     assert_eq!(quota.usage.get("cpus"), Some(&8));
     assert_eq!(quota.usage.get("count"), Some(&2));
-    let third = quota.decide(&charge(vec![holds("vm-3", Some(vm(1)))]), &ctx());
+    let third = quota.decide(&charge(vec![holds("vm-3", vm(1))]), &ctx());
     let refused = WorkloadQuotaError::QuotaExceeded {
         kind: WorkloadKind::Vm,
         resource: "count".into(),
@@ -106,11 +117,12 @@ fn a_charge_is_refused_when_it_grows_a_resource_past_its_limit() {
     assert_eq!(refused.kind(), RefusalKind::QuotaExceeded);
     assert_eq!(refused.to_string(), "vm quota exceeded: at most 2 of vm.count");
     // The same charge again changes nothing; a release is never refused.
-    assert_eq!(types(&quota, &charge(vec![holds("vm-1", Some(vm(4)))])), Ok(vec![]));
-    assert_eq!(types(&quota, &charge(vec![holds("vm-9", None)])), Ok(vec![]));
-    let released = apply(quota, &charge(vec![holds("vm-1", None)])).expect("released");
+    let same = moves("vm-1", Some(vm(4)), Some(vm(4)));
+    assert_eq!(types(&quota, &charge(vec![same])), Ok(vec![]));
+    assert_eq!(types(&quota, &charge(vec![moves("vm-9", None, None)])), Ok(vec![]));
+    let released = apply(quota, &charge(vec![ends("vm-1", vm(4))])).expect("released");
     assert_eq!(released.usage.get("cpus"), Some(&4));
-    let cpus = released.decide(&charge(vec![holds("vm-3", Some(vm(5)))]), &ctx());
+    let cpus = released.decide(&charge(vec![holds("vm-3", vm(5))]), &ctx());
     let refused = WorkloadQuotaError::QuotaExceeded {
         kind: WorkloadKind::Vm,
         resource: "cpus".into(),
@@ -122,9 +134,9 @@ fn a_charge_is_refused_when_it_grows_a_resource_past_its_limit() {
 #[test]
 fn a_move_within_one_application_is_never_refused_and_a_lower_limit_keeps_what_is_held() {
     let quota = limited(&[("count", 1)]);
-    let quota = apply(quota, &charge(vec![holds("vm-1", Some(vm(4)))])).expect("room");
+    let quota = apply(quota, &charge(vec![holds("vm-1", vm(4))])).expect("room");
     // A migration: the copy starts holding as its source stops, in one append.
-    let moved = charge(vec![holds("vm-2", Some(vm(4))), holds("vm-1", None)]);
+    let moved = charge(vec![holds("vm-2", vm(4)), ends("vm-1", vm(4))]);
     assert_eq!(types(&quota, &moved), Ok(vec!["WorkloadReserved", "WorkloadReleased"]));
     let quota = apply(quota, &moved).expect("a move grows nothing");
     assert_eq!(quota.usage.get("count"), Some(&1));
@@ -132,29 +144,26 @@ fn a_move_within_one_application_is_never_refused_and_a_lower_limit_keeps_what_i
     let quota =
         apply(quota, &limits(WorkloadKind::Vm, &[("count", 1), ("cpus", 2)])).expect("lowered");
     assert_eq!(quota.usage.get("cpus"), Some(&4));
-    let shrunk = apply(quota.clone(), &charge(vec![holds("vm-2", Some(vm(3)))]));
+    let shrunk = apply(quota.clone(), &charge(vec![moves("vm-2", Some(vm(4)), Some(vm(3)))]));
     assert_eq!(shrunk.expect("shrinking is accepted").usage.get("cpus"), Some(&3));
-    let grown = quota.decide(&charge(vec![holds("vm-2", Some(vm(5)))]), &ctx());
+    let grown = quota.decide(&charge(vec![moves("vm-2", Some(vm(4)), Some(vm(5)))]), &ctx());
     assert!(matches!(grown, Err(WorkloadQuotaError::QuotaExceeded { .. })), "{grown:?}");
 }
 
 #[test]
 fn a_fact_is_recorded_past_a_limit_and_only_admissions_are_refused() {
     let quota = limited(&[("count", 1)]);
-    let quota = apply(quota, &charge(vec![holds("vm-1", Some(vm(4)))])).expect("room");
-    let admitted = quota.decide(&charge(vec![holds("vm-2", Some(vm(4)))]), &ctx());
+    let quota = apply(quota, &charge(vec![holds("vm-1", vm(4))])).expect("room");
+    let admitted = quota.decide(&charge(vec![holds("vm-2", vm(4))]), &ctx());
     assert!(matches!(admitted, Err(WorkloadQuotaError::QuotaExceeded { .. })), "{admitted:?}");
     // A copy reported booted while its source went missing: recorded whatever it comes to.
-    assert_eq!(
-        types(&quota, &fact(vec![holds("vm-2", Some(vm(4)))])),
-        Ok(vec!["WorkloadReserved"])
-    );
-    let over = apply(quota, &fact(vec![holds("vm-2", Some(vm(4)))])).expect("a fact");
+    assert_eq!(types(&quota, &fact(vec![holds("vm-2", vm(4))])), Ok(vec!["WorkloadReserved"]));
+    let over = apply(quota, &fact(vec![holds("vm-2", vm(4))])).expect("a fact");
     assert_eq!(over.usage.get("count"), Some(&2));
     // Over the limit, nothing more is admitted until usage falls below it.
-    let more = over.decide(&charge(vec![holds("vm-3", Some(vm(1)))]), &ctx());
+    let more = over.decide(&charge(vec![holds("vm-3", vm(1))]), &ctx());
     assert!(matches!(more, Err(WorkloadQuotaError::QuotaExceeded { .. })), "{more:?}");
-    let released = apply(over, &fact(vec![holds("vm-1", None)])).expect("released");
+    let released = apply(over, &fact(vec![ends("vm-1", vm(4))])).expect("released");
     assert_eq!(released.usage.get("count"), Some(&1));
 }
 
@@ -175,23 +184,32 @@ proptest! {
         steps in proptest::collection::vec((0u8..4, 0u8..6, 0u64..6), 1..60)
     ) {
         let mut quota = WorkloadQuota::initial();
+        // What each workload holds, as its own stream would say.
+        let mut holding = std::collections::BTreeMap::<String, Charge>::new();
         for (what, workload, amount) in steps {
+            let workload = format!("vm-{workload}");
+            let before = holding.get(&workload).cloned();
             let command = match what {
                 0 => limits(WorkloadKind::Vm, &[("count", amount), ("cpus", amount * 2)]),
-                1 => charge(vec![holds(&format!("vm-{workload}"), Some(vm(amount)))]),
-                2 => fact(vec![holds(&format!("vm-{workload}"), Some(vm(amount)))]),
-                _ => charge(vec![holds(&format!("vm-{workload}"), None)]),
+                1 => charge(vec![moves(&workload, before, Some(vm(amount)))]),
+                2 => fact(vec![moves(&workload, before, Some(vm(amount)))]),
+                _ => charge(vec![moves(&workload, before, None)]),
             };
             let admission = matches!(command, Q::Apply { admission: true, .. });
-            let before = quota.clone();
+            let previous = quota.clone();
             let Ok(after) = apply(quota.clone(), &command) else { continue };
+            match what {
+                1 | 2 => { holding.insert(workload, vm(amount)); }
+                3.. => { holding.remove(&workload); }
+                _ => {}
+            }
             for (resource, max) in after.limits.iter().filter(|_| admission) {
-                let (was, is) = (before.usage.get(resource), after.usage.get(resource));
+                let (was, is) = (previous.usage.get(resource), after.usage.get(resource));
                 let (was, is) = (was.copied().unwrap_or(0), is.copied().unwrap_or(0));
                 prop_assert!(is <= was || is <= *max, "{resource}: {was} -> {is} past {max}");
             }
             let mut summed = std::collections::BTreeMap::<String, u64>::new();
-            for held in after.reservations.values().flat_map(|charge| &charge.held) {
+            for held in holding.values().flat_map(|charge| &charge.held) {
                 *summed.entry(held.resource.clone()).or_default() += held.quantity;
             }
             summed.retain(|_, quantity| *quantity > 0);
