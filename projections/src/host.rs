@@ -75,14 +75,9 @@ impl Projection for HostProjection {
     ) -> Result<Host, ProjectionError> {
         let decoded = crate::projection::decoded::<HostEvent>(Self::NAME, event)?;
         if let HostEvent::HostOrphanDeadLettered { name, attempts, detail, at } = &decoded {
-            changes.push(HostChange::DeadLetter(crate::vm::DeadLetterRow {
-                kind: "orphan_destroy",
-                entity_id: format!("{}/{name}", event.stream_id.as_str()),
-                task_id: None,
-                reason: format!("destroying it failed {attempts} times in a row"),
-                payload: serde_json::json!({ "detail": detail.as_str(), "attempts": attempts }),
-                at: *at,
-            }));
+            let letter =
+                crate::vm::DeadLetterRow::orphan(&event.stream_id, name, (*attempts, detail), *at);
+            changes.push(HostChange::DeadLetter(letter));
         }
         Ok(view.cloned().unwrap_or_else(Host::initial).evolve(&decoded))
     }

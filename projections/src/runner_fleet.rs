@@ -195,14 +195,7 @@ fn dead_letter(event: &RecordedEvent, decoded: &RunnerNodeEvent) -> crate::vm::D
     let RunnerNodeEvent::RunnerOrphanDeadLettered { name, attempts, detail, at } = decoded else {
         unreachable!("called on a dead letter only")
     };
-    crate::vm::DeadLetterRow {
-        kind: "orphan_destroy",
-        entity_id: format!("{}/{name}", event.stream_id.as_str()),
-        task_id: None,
-        reason: format!("destroying it failed {attempts} times in a row"),
-        payload: serde_json::json!({ "detail": detail.as_str(), "attempts": attempts }),
-        at: *at,
-    }
+    crate::vm::DeadLetterRow::orphan(&event.stream_id, name, (*attempts, detail), *at)
 }
 
 fn node_row(node: &RunnerNode, inventory: Option<(u32, DateTime<Utc>)>) -> Option<NodeRow> {

@@ -53,6 +53,26 @@ pub struct DeadLetterRow {
     pub at: DateTime<Utc>,
 }
 
+impl DeadLetterRow {
+    /// An orphan (a VM a host's agent runs, a runner node's instance) whose destroy failed
+    /// `attempts` times in a row, on the stream that keeps it (its host's, its node's).
+    pub fn orphan(
+        stream: &leasehold_domain::StreamId,
+        name: &str,
+        (attempts, detail): (u32, &leasehold_domain::values::OperatorDetail),
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            kind: "orphan_destroy",
+            entity_id: format!("{}/{name}", stream.as_str()),
+            task_id: None,
+            reason: format!("destroying it failed {attempts} times in a row"),
+            payload: serde_json::json!({ "detail": detail.as_str(), "attempts": attempts }),
+            at,
+        }
+    }
+}
+
 /// Every row derived from one VM's view.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VmRows {
