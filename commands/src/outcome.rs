@@ -54,8 +54,9 @@ pub enum CommandError<E: Refusal> {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A command linked to this one, on an aggregate of another kind, was refused: so is this
-    /// one, whole.
-    #[error("the linked command on {stream} was refused: {reason}")]
+    /// one, whole. Its message is the refusal's own: the stream it was decided on (a quota's,
+    /// a host's) is the pipeline's business, not the caller's.
+    #[error("{reason}")]
     LinkedRefused {
         /// The linked stream.
         stream: StreamId,
