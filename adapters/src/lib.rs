@@ -10,6 +10,7 @@ pub mod chain;
 pub mod database;
 pub mod dispatch;
 pub mod hosts;
+mod in_a_row;
 pub mod inventory;
 pub mod limits;
 pub mod migrations;

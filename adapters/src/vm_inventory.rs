@@ -73,7 +73,7 @@ pub struct VmInventory<S, C, V> {
     policy: VmInventoryPolicy,
     next_sweep: Mutex<Option<DateTime<Utc>>>,
     /// Failed destroys in a row, per host and orphan.
-    orphan_failures: Mutex<BTreeMap<(String, String), u32>>,
+    orphan_failures: crate::in_a_row::InARow<(String, String)>,
 }
 
 impl<S, C, V> VmInventory<S, C, V>
@@ -97,7 +97,7 @@ where
             tokens,
             policy,
             next_sweep: Mutex::new(None),
-            orphan_failures: Mutex::default(),
+            orphan_failures: Default::default(),
         }
     }
 }
@@ -244,21 +244,12 @@ where
         let failure = match self.agents.delete(agent, name).await {
             Ok(_) => {
                 tracing::info!(%host, orphan = name, "an orphan VM was destroyed");
-                self.orphan_failures
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(&key);
+                self.orphan_failures.succeeded(&key);
                 return Ok(());
             }
             Err(error) => error.to_string(),
         };
-        let attempts = {
-            let mut failures =
-                self.orphan_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let attempts = failures.entry(key).or_default();
-            *attempts += 1;
-            *attempts
-        };
+        let attempts = self.orphan_failures.failed(key);
         tracing::warn!(%host, orphan = name, attempts, error = %failure, "an orphan VM's destroy failed");
         if attempts == self.policy.orphan_tries_max {
             let command = HostCommand::DeadLetterOrphan {

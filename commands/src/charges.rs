@@ -4,8 +4,9 @@
 //! kind it charges, with every change of the append in it, decided and appended like any
 //! link: an admission (an append creating a workload) past a limit is refused
 //! (`QUOTA_EXCEEDED`) with the whole command; a fact (a boot reported, a VM found missing) is
-//! recorded whatever it comes to; a lost race on the quota stream decides everything again. Being the pipeline's own, no command service can
-//! forget it, and a new kind is charged by declaring its charge in the domain.
+//! recorded whatever it comes to; a lost race on the quota stream decides everything again.
+//! Being the pipeline's own, no command service can forget it, and a new kind is charged by
+//! declaring its charge in the domain.
 //!
 //! A tenant's creations of one kind all append to one quota stream: a creation waits for that
 //! stream's in-process lane (`lanes.rs`) before its first decision, and any other command
@@ -14,18 +15,13 @@
 //! one that waits, losing to it again and again).
 
 use leasehold_domain::workload_quota::{
-    ChargeChange, WorkloadKind, WorkloadQuota, WorkloadQuotaCommand, WorkloadQuotaId,
+    ChargeChange, WorkloadKind, WorkloadQuota, WorkloadQuotaCommand,
 };
 use leasehold_domain::{Aggregate, StreamId, TenantId};
 
 use crate::cross::{Link, LinkedCommand};
-use crate::lease_service::minted_id;
 use crate::port::CommandStore;
-
-/// `tenant`'s quota of workloads of `kind`.
-pub fn workload_quota_of(tenant: &TenantId, kind: WorkloadKind) -> WorkloadQuotaId {
-    WorkloadQuotaId(minted_id("workload-quota", tenant, kind.name()))
-}
+use crate::quota::workload_quota_of;
 
 /// One workload's charge changing in an append.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +34,11 @@ pub(crate) struct Charged {
     pub admission: bool,
 }
 
-/// The change of `stream`'s charge (owned by `tenant`) from `before` to `after` by `command`,
-/// if any.
+/// The change of `stream`'s charge (owned by `tenant`) from `before` to `after`, if any; an
+/// admission when the command that made it creates the workload.
 pub(crate) fn charged<A: Aggregate>(
     tenant: &TenantId,
-    (stream, command): (&StreamId, &A::Command),
+    (stream, admission): (&StreamId, bool),
     before: &A,
     after: &A,
 ) -> Option<Charged> {
@@ -52,7 +48,6 @@ pub(crate) fn charged<A: Aggregate>(
         return None;
     }
     let change = ChargeChange { workload: stream.to_string(), before, charge };
-    let admission = A::is_creation(command);
     Some(Charged { tenant: tenant.clone(), kind, change, admission })
 }
 
@@ -81,20 +76,4 @@ where
             Box::new(link) as Box<dyn Link<S>>
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_quota_per_tenant_and_kind() {
-        let acme = TenantId::parse("acme").expect("a tenant");
-        let other = TenantId::parse("other").expect("a tenant");
-        let lease = workload_quota_of(&acme, WorkloadKind::Lease);
-        assert_eq!(lease, workload_quota_of(&acme, WorkloadKind::Lease));
-        assert_ne!(lease, workload_quota_of(&acme, WorkloadKind::Vm));
-        assert_ne!(lease, workload_quota_of(&other, WorkloadKind::Lease));
-        assert!(lease.stream_id().as_str().starts_with("workload-quota-"));
-    }
 }

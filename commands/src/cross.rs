@@ -229,7 +229,8 @@ where
             }
             let after =
                 events.iter().fold(before.state.clone(), |state, event| state.evolve(event));
-            let charged = charged(owner, (&self.stream, &self.command), &before.state, &after);
+            let admission = B::is_creation(&self.command);
+            let charged = charged(owner, (&self.stream, admission), &before.state, &after);
             let append = stream_append(
                 origin.metadata,
                 owner,

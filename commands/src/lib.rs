@@ -32,11 +32,11 @@ pub mod snapshot_service;
 pub mod vm_input;
 pub mod vm_service;
 
-pub use charges::workload_quota_of;
 pub use clock::SystemClock;
 pub use cross::{Link, LinkDecision, LinkError, LinkedCommand};
 pub use outcome::{CommandError, CommandOutcome, ErrorClass};
 pub use pipeline::{CommandPipeline, Follows, PipelineConfig};
 pub use port::{CommandStore, Recorded};
+pub use quota::workload_quota_of;
 pub use request::{CommandRequest, caller_hash};
 pub use routing::{BackendRouter, Routed};

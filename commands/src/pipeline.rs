@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use leasehold_domain::workload_quota::WorkloadQuotaId;
 use leasehold_domain::{
     Actor, Aggregate, AppendOutcome, Clock, Context, DomainEvent, EventId, EventType,
     ExpectedVersion, LedgerEntry, Metadata, NewEvent, RequestHash, StoreError, StreamAppend,
@@ -20,7 +21,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::cache::{Cached, StateCache};
-use crate::charges::{Charged, charged, quota_links, workload_quota_of};
+use crate::charges::{charged, quota_links};
 use crate::clock::SystemClock;
 use crate::cross::{Link, LinkDecision, LinkError, Origin};
 use crate::lanes::Lanes;
@@ -28,6 +29,7 @@ use crate::limits::{COMMAND_RETRIES_MAX, SNAPSHOT_EVERY_EVENTS_DEFAULT, STATE_CA
 use crate::load::Loaded;
 use crate::outcome::{CommandError, CommandOutcome};
 use crate::port::{CommandStore, Recorded};
+use crate::quota::workload_quota_of;
 use crate::request::CommandRequest;
 
 /// Settings of the pipeline.
@@ -76,9 +78,6 @@ enum Attempt<A> {
     /// there (`charges.rs`).
     AfterQuotaRace(Cached<A>),
 }
-
-/// The streams of workload quotas (`charges.rs`).
-const QUOTA_STREAM_PREFIX: &str = "workload-quota-";
 
 type Result<T, A> = std::result::Result<T, CommandError<<A as Aggregate>::Error>>;
 
@@ -334,13 +333,11 @@ impl<S: CommandStore> CommandPipeline<S> {
         let state = events.iter().fold(cached.state.clone(), |state, event| state.evolve(event));
         let tenant = &request.tenant;
         // Every workload whose charge this append changes, wherever it sits in the append.
-        let primary = (&request.stream, &request.command);
+        let primary = (&request.stream, A::is_creation(&request.command));
         let mut charges: Vec<_> =
             charged(tenant, primary, &cached.state, &state).into_iter().collect();
         charges.extend(linked.iter().filter_map(|link| {
-            let linked = (&link.stream, &request.command);
-            let charge = charged(tenant, linked, &link.before.state, &link.after)?;
-            Some(Charged { admission: link.creation, ..charge })
+            charged(tenant, (&link.stream, link.creation), &link.before.state, &link.after)
         }));
         charges.extend(elsewhere.iter().filter_map(|decision| decision.charged.clone()));
         let quotas = quota_links::<S>(charges);
@@ -382,7 +379,7 @@ impl<S: CommandStore> CommandPipeline<S> {
                     }
                     // Lost a race on this stream or a linked one: decide everything again (on a
                     // workload quota's, after waiting for its turn).
-                    _ if stream.as_str().starts_with(QUOTA_STREAM_PREFIX) => {
+                    _ if WorkloadQuotaId::of_stream(&stream).is_some() => {
                         Ok(Attempt::AfterQuotaRace(cached))
                     }
                     _ => Ok(Attempt::Again(cached)),

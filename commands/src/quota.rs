@@ -6,16 +6,20 @@
 use leasehold_domain::TenantId;
 use leasehold_domain::quota::QuotaId;
 use leasehold_domain::workload_quota::{
-    Limit, WorkloadKind, WorkloadQuota, WorkloadQuotaCommand, WorkloadQuotaError,
+    Limit, WorkloadKind, WorkloadQuota, WorkloadQuotaCommand, WorkloadQuotaError, WorkloadQuotaId,
 };
 
-use crate::charges::workload_quota_of;
 use crate::lease_service::{Caller, minted_id};
 use crate::{CommandError, CommandOutcome, CommandPipeline, CommandStore};
 
 /// `tenant`'s snapshot quota.
 pub fn quota_of(tenant: &TenantId) -> QuotaId {
     QuotaId(minted_id("tenant-quota", tenant, ""))
+}
+
+/// `tenant`'s quota of workloads of `kind`.
+pub fn workload_quota_of(tenant: &TenantId, kind: WorkloadKind) -> WorkloadQuotaId {
+    WorkloadQuotaId(minted_id("workload-quota", tenant, kind.name()))
 }
 
 type Result<T> = std::result::Result<T, CommandError<WorkloadQuotaError>>;
@@ -77,5 +81,16 @@ mod tests {
         let acme = TenantId::parse("acme").expect("valid");
         assert_eq!(quota_of(&acme), quota_of(&acme));
         assert_ne!(quota_of(&acme), quota_of(&long));
+    }
+
+    #[test]
+    fn one_workload_quota_per_tenant_and_kind() {
+        let acme = TenantId::parse("acme").expect("a tenant");
+        let other = TenantId::parse("other").expect("a tenant");
+        let lease = workload_quota_of(&acme, WorkloadKind::Lease);
+        assert_eq!(lease, workload_quota_of(&acme, WorkloadKind::Lease));
+        assert_ne!(lease, workload_quota_of(&acme, WorkloadKind::Vm));
+        assert_ne!(lease, workload_quota_of(&other, WorkloadKind::Lease));
+        assert!(lease.stream_id().as_str().starts_with("workload-quota-"));
     }
 }

@@ -63,7 +63,7 @@ impl WorkloadKind {
     pub const ALL: [Self; 4] = [Self::Lease, Self::Vm, Self::Rental, Self::Run];
 
     /// Its name, as workload lists and resource names spell it.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Self::Lease => "lease",
             Self::Vm => "vm",
@@ -254,7 +254,7 @@ impl Aggregate for WorkloadQuota {
                 self.set_limits(*kind, limits, ctx.now)
             }
             WorkloadQuotaCommand::Apply { kind, changes, admission } => {
-                let events = self.apply(*kind, changes, ctx.now);
+                let events = events_of(*kind, changes, ctx.now);
                 match admission {
                     true => self.admit(*kind, events),
                     false => Ok(events),
@@ -321,57 +321,17 @@ impl WorkloadQuota {
         Ok(vec![WorkloadQuotaEvent::WorkloadLimitsSet { kind, limits, at }])
     }
 
-    /// The events of `changes`, whatever they come to.
-    fn apply(
-        &self,
-        kind: WorkloadKind,
-        changes: &[ChargeChange],
-        at: DateTime<Utc>,
-    ) -> Vec<WorkloadQuotaEvent> {
-        let mut events = Vec::new();
-        for ChargeChange { workload, before, charge } in changes {
-            let event = match (before, charge) {
-                (before, charge) if before == charge => continue,
-                (before, Some(charge)) => WorkloadQuotaEvent::WorkloadReserved {
-                    kind,
-                    workload: workload.clone(),
-                    held: charge.held.clone(),
-                    replaced: before.as_ref().map(|before| before.held.clone()).unwrap_or_default(),
-                    at,
-                },
-                (Some(before), None) => WorkloadQuotaEvent::WorkloadReleased {
-                    kind,
-                    workload: workload.clone(),
-                    held: before.held.clone(),
-                    at,
-                },
-                (None, None) => continue,
-            };
-            events.push(event);
-        }
-        events
-    }
-
     /// `events`, unless they grow a resource past its limit.
     fn admit(
         &self,
         kind: WorkloadKind,
         events: Vec<WorkloadQuotaEvent>,
     ) -> Result<Vec<WorkloadQuotaEvent>, WorkloadQuotaError> {
-        let mut usage = self.usage.clone();
-        for event in &events {
-            match event {
-                WorkloadQuotaEvent::WorkloadReserved { held, replaced, .. } => {
-                    uncount(&mut usage, replaced);
-                    count(&mut usage, held);
-                }
-                WorkloadQuotaEvent::WorkloadReleased { held, .. } => uncount(&mut usage, held),
-                WorkloadQuotaEvent::WorkloadLimitsSet { .. } => {}
-            }
-        }
+        // Small: the state is the limits and the usage by resource.
+        let after = events.iter().fold(self.clone(), |quota, event| quota.evolve(event));
         for (resource, max) in &self.limits {
-            let used = |usage: &BTreeMap<String, u64>| usage.get(resource).copied().unwrap_or(0);
-            let (before, now) = (used(&self.usage), used(&usage));
+            let used = |quota: &WorkloadQuota| quota.usage.get(resource).copied().unwrap_or(0);
+            let (before, now) = (used(self), used(&after));
             if now > before && now > *max {
                 let (resource, max) = (resource.clone(), *max);
                 return Err(WorkloadQuotaError::QuotaExceeded { kind, resource, max });
@@ -379,6 +339,36 @@ impl WorkloadQuota {
         }
         Ok(events)
     }
+}
+
+/// The events of `changes`, whatever they come to.
+fn events_of(
+    kind: WorkloadKind,
+    changes: &[ChargeChange],
+    at: DateTime<Utc>,
+) -> Vec<WorkloadQuotaEvent> {
+    let mut events = Vec::new();
+    for ChargeChange { workload, before, charge } in changes {
+        let event = match (before, charge) {
+            (before, charge) if before == charge => continue,
+            (before, Some(charge)) => WorkloadQuotaEvent::WorkloadReserved {
+                kind,
+                workload: workload.clone(),
+                held: charge.held.clone(),
+                replaced: before.as_ref().map(|before| before.held.clone()).unwrap_or_default(),
+                at,
+            },
+            (Some(before), None) => WorkloadQuotaEvent::WorkloadReleased {
+                kind,
+                workload: workload.clone(),
+                held: before.held.clone(),
+                at,
+            },
+            (None, None) => continue,
+        };
+        events.push(event);
+    }
+    events
 }
 
 fn count(usage: &mut BTreeMap<String, u64>, held: &[Held]) {

@@ -19,7 +19,7 @@ pub use crate::shared::{QuotaDelta, WorkloadRow};
 use crate::projection::{Projection, ProjectionError};
 
 /// The workload kind of leases in the unified listings.
-pub const LEASE_KIND: &str = "lease";
+pub const LEASE_KIND: &str = leasehold_domain::workload_quota::WorkloadKind::Lease.name();
 
 /// Projects lease streams into the lease read models.
 #[derive(Debug, Clone, Copy, Default)]

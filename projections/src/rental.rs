@@ -17,7 +17,7 @@ use crate::projection::{Projection, ProjectionError};
 use crate::shared::{QuotaDelta, WorkloadRow};
 
 /// The workload kind of rentals in the unified listings.
-pub const RENTAL_KIND: &str = "rental";
+pub const RENTAL_KIND: &str = leasehold_domain::workload_quota::WorkloadKind::Rental.name();
 
 /// Projects rental streams into the rentals read model.
 #[derive(Debug, Clone, Copy, Default)]

@@ -18,7 +18,7 @@ use crate::projection::{Projection, ProjectionError};
 use crate::shared::{QuotaDelta, WorkloadRow};
 
 /// The workload kind of runs in the unified listings.
-pub const RUN_KIND: &str = "run";
+pub const RUN_KIND: &str = leasehold_domain::workload_quota::WorkloadKind::Run.name();
 
 /// Projects run streams into the run timeline.
 #[derive(Debug, Clone, Copy, Default)]

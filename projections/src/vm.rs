@@ -15,7 +15,7 @@ use crate::projection::{Projection, ProjectionError};
 use crate::shared::{QuotaDelta, WorkloadRow};
 
 /// The workload kind of VMs in the unified listings.
-pub const VM_KIND: &str = "vm";
+pub const VM_KIND: &str = leasehold_domain::workload_quota::WorkloadKind::Vm.name();
 
 /// Projects VM streams into the VM read models.
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,14 +1,10 @@
 //! Tenants' workload quotas as a read model: `workload_quotas`, one row per tenant and kind of
 //! workload (leases, VMs, rentals, runs), each limit operators set (as events) beside what is
-//! held against it, and what is held of resources no limit names. Written from the events
-//! alone: a view keeps the limits and the usage, never every workload's reservation.
-
-use std::collections::BTreeMap;
+//! held against it, and what is held of resources no limit names. Written from the quota's own
+//! state, folded from its stream (its limits and usage by resource, never a row per workload).
 
 use chrono::{DateTime, Utc};
-use leasehold_domain::workload_quota::{
-    Held, WorkloadKind, WorkloadQuota, WorkloadQuotaEvent, WorkloadQuotaId,
-};
+use leasehold_domain::workload_quota::{WorkloadQuota, WorkloadQuotaEvent, WorkloadQuotaId};
 use leasehold_domain::{Aggregate, RecordedEvent, TenantId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -24,14 +20,8 @@ pub struct WorkloadQuotaProjection;
 pub struct QuotaView {
     /// Its tenant.
     pub tenant: TenantId,
-    /// Its kind.
-    pub kind: WorkloadKind,
-    /// Its limits by resource.
-    pub limits: BTreeMap<String, u64>,
-    /// What is held, by resource.
-    pub used: BTreeMap<String, u64>,
-    /// When it last changed.
-    pub updated_at: DateTime<Utc>,
+    /// Its state.
+    pub quota: WorkloadQuota,
 }
 
 /// A change: one quota's row.
@@ -56,7 +46,8 @@ pub struct QuotaRow {
     pub updated_at: DateTime<Utc>,
 }
 
-const ROWS_REVISION: u32 = 0;
+// 1: the view is the quota's own state.
+const ROWS_REVISION: u32 = 1;
 
 impl Projection for WorkloadQuotaProjection {
     const NAME: &'static str = "workload_quota_views";
@@ -77,30 +68,8 @@ impl Projection for WorkloadQuotaProjection {
         _changes: &mut Vec<QuotaChange>,
     ) -> Result<QuotaView, ProjectionError> {
         let decoded = crate::projection::decoded::<WorkloadQuotaEvent>(Self::NAME, event)?;
-        let (kind, at) = match &decoded {
-            WorkloadQuotaEvent::WorkloadLimitsSet { kind, at, .. }
-            | WorkloadQuotaEvent::WorkloadReserved { kind, at, .. }
-            | WorkloadQuotaEvent::WorkloadReleased { kind, at, .. } => (*kind, *at),
-        };
-        let mut view = view.cloned().unwrap_or_else(|| QuotaView {
-            tenant: event.tenant_id.clone(),
-            kind,
-            limits: BTreeMap::new(),
-            used: BTreeMap::new(),
-            updated_at: at,
-        });
-        match &decoded {
-            WorkloadQuotaEvent::WorkloadLimitsSet { limits, .. } => {
-                view.limits = limits.iter().map(|l| (l.resource.clone(), l.max)).collect();
-            }
-            WorkloadQuotaEvent::WorkloadReserved { held, replaced, .. } => {
-                add(&mut view.used, replaced, false);
-                add(&mut view.used, held, true);
-            }
-            WorkloadQuotaEvent::WorkloadReleased { held, .. } => add(&mut view.used, held, false),
-        }
-        view.updated_at = at;
-        Ok(view)
+        let quota = view.map_or_else(WorkloadQuota::initial, |view| view.quota.clone());
+        Ok(QuotaView { tenant: event.tenant_id.clone(), quota: quota.evolve(&decoded) })
     }
 
     fn put(&self, key: &Uuid, view: &QuotaView) -> QuotaChange {
@@ -108,36 +77,25 @@ impl Projection for WorkloadQuotaProjection {
     }
 }
 
-fn add(used: &mut BTreeMap<String, u64>, held: &[Held], gained: bool) {
-    for Held { resource, quantity } in held {
-        let entry = used.entry(resource.clone()).or_default();
-        *entry = match gained {
-            true => entry.saturating_add(*quantity),
-            false => entry.saturating_sub(*quantity),
-        };
-        if *entry == 0 {
-            used.remove(resource);
-        }
-    }
-}
-
 /// The row of one quota: every resource limited or held, by name.
+///
+/// # Panics
+/// For a quota no event was folded into: every quota event names its kind.
 pub fn row_of(view: &QuotaView) -> QuotaRow {
-    let mut resources: Vec<&String> = view.limits.keys().chain(view.used.keys()).collect();
+    let QuotaView { tenant, quota } = view;
+    let mut resources: Vec<&String> = quota.limits.keys().chain(quota.usage.keys()).collect();
     resources.sort();
     resources.dedup();
     let limits = resources
         .into_iter()
         .map(|resource| {
-            let used = view.used.get(resource).copied().unwrap_or(0);
-            let max = view.limits.get(resource).copied().unwrap_or(0);
+            let used = quota.usage.get(resource).copied().unwrap_or(0);
+            let max = quota.limits.get(resource).copied().unwrap_or(0);
             serde_json::json!({ "resource": resource, "used": used, "max": max })
         })
         .collect();
-    QuotaRow {
-        tenant_id: view.tenant.to_string(),
-        kind: view.kind.name(),
-        limits,
-        updated_at: view.updated_at,
-    }
+    let (Some(kind), Some(updated_at)) = (quota.kind, quota.updated_at) else {
+        panic!("every quota event names its kind and time")
+    };
+    QuotaRow { tenant_id: tenant.to_string(), kind: kind.name(), limits, updated_at }
 }

@@ -25,7 +25,6 @@ pub use artifacts::LayerHit;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
 pub use runner_views::{HoldFacts, JobSummary, RunnerLeaseSummary, RunnerUsageRow};
-
 pub use runners::RunnerHold;
 pub use snapshots::{SnapshotPage, SnapshotQuotaUsage, SnapshotSummary};
 

@@ -10,9 +10,6 @@
 //! failures in a row the instance is dead-lettered on its node's stream (rule 35), once, for
 //! operators (`deadLetters`, kind `orphan_destroy`), and the sweep keeps trying.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-
 use chrono::{DateTime, TimeDelta, Utc};
 use leasehold_commands::runner_service::RunnerService;
 use leasehold_commands::{CommandError, CommandStore};
@@ -21,6 +18,7 @@ use leasehold_domain::values::OperatorDetail;
 use leasehold_projections::{ReconcileError, Reconciler, Seen, SweepSchedule};
 
 use crate::dispatch::RunnerNodes;
+use crate::in_a_row::InARow;
 use crate::rented::retry;
 
 /// How often the nodes' instances are listed when nothing else is said.
@@ -37,14 +35,14 @@ pub struct RunnerOrphans<S> {
     schedule: SweepSchedule,
     /// Failed destroys in a row, by node and instance name (forgotten on a restart: a dead
     /// letter then comes five failures later, never sooner).
-    failures: Mutex<HashMap<(String, String), u32>>,
+    failures: InARow<(String, String)>,
 }
 
 impl<S> RunnerOrphans<S> {
     /// A sweeper reading leases through `runners`, listing and destroying through `nodes`,
     /// every `every`.
     pub fn new(runners: RunnerService<S>, nodes: RunnerNodes, every: TimeDelta) -> Self {
-        Self { runners, nodes, schedule: SweepSchedule::every(every), failures: Mutex::default() }
+        Self { runners, nodes, schedule: SweepSchedule::every(every), failures: InARow::default() }
     }
 }
 
@@ -68,8 +66,7 @@ where
         listed: &[crate::runner_providers::wire::InstanceWire],
     ) {
         let running = |name: &str| listed.iter().any(|held| held.name == name && !held.terminal);
-        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        failures.retain(|(at, name), _| at != node.as_str() || running(name));
+        self.failures.retain(|(at, name)| at != node.as_str() || running(name));
     }
 
     /// Counts a failed destroy; the [`ORPHAN_TRIES_MAX`]th in a row is a dead letter.
@@ -79,12 +76,7 @@ where
         key: (String, String),
         failure: &str,
     ) -> Result<(), ReconcileError> {
-        let attempts = {
-            let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-            let attempts = failures.entry(key.clone()).or_default();
-            *attempts += 1;
-            *attempts
-        };
+        let attempts = self.failures.failed(key.clone());
         if attempts != ORPHAN_TRIES_MAX {
             return Ok(());
         }
@@ -119,7 +111,7 @@ where
                 let key = (node.to_string(), instance.name.clone());
                 match client.destroy(&instance.id).await {
                     Ok(teardown) => {
-                        self.failures.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+                        self.failures.succeeded(&key);
                         tracing::info!(reconciler = Self::NAME, %node, lease = %lease.0, %teardown, "an orphan runner instance destroyed");
                     }
                     Err(error) => {

@@ -33,6 +33,12 @@ pub(crate) fn page_rows(first: Option<i32>) -> ApiResult<usize> {
     )
 }
 
+/// A tenant id argument (operators name the tenant they act on).
+pub(crate) fn tenant_arg(tenant: &str) -> ApiResult<leasehold_domain::TenantId> {
+    leasehold_domain::TenantId::parse(tenant)
+        .map_err(|_| ApiError::bad_input("tenantId: not a tenant id"))
+}
+
 /// A UUID argument.
 pub(crate) fn uuid_arg(field: &str, id: &ID) -> ApiResult<Uuid> {
     Uuid::parse_str(id.as_str()).map_err(|_| ApiError::bad_input(format!("{field}: not a UUID")))

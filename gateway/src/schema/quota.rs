@@ -6,14 +6,15 @@
 
 use async_graphql::{Context, InputObject, Object};
 use leasehold_commands::workload_quota_of;
+use leasehold_domain::Aggregate;
 use leasehold_domain::workload_quota::{Limit, WorkloadKind, WorkloadQuota};
-use leasehold_domain::{Aggregate, TenantId};
 
 use crate::auth::Role;
 use crate::errors::{ApiError, ApiResult};
 use crate::reads::KindReads;
 use crate::schema::command::{CommandResult, answer_on, caller_of};
 use crate::schema::lease::types::QuotaUsageView;
+use crate::schema::query::tenant_arg;
 use crate::schema::{require, shared};
 
 /// What reads the workload quotas: the quota projection's `workload_quotas`, through the
@@ -88,6 +89,8 @@ impl QuotaMutation {
         let kind = WorkloadKind::parse(&input.kind)
             .ok_or_else(|| ApiError::bad_input("kind: one of lease, vm, rental, run"))?;
         let mut limits: Vec<Limit> = Vec::with_capacity(input.limits.len());
+        // Checked here too, so that bad input names its field before any key is looked up
+        // (the quota's own guard holds the invariant for every caller).
         for (index, limit) in input.limits.into_iter().enumerate() {
             if !kind.holds(&limit.resource) {
                 let kind = kind.name();
@@ -105,8 +108,4 @@ impl QuotaMutation {
         let run = shared(ctx).quotas.set_limits(&caller, key, (&tenant, kind, limits));
         answer_on(ctx, id, run).await
     }
-}
-
-fn tenant_arg(tenant: &str) -> ApiResult<TenantId> {
-    TenantId::parse(tenant).map_err(|_| ApiError::bad_input("tenantId: not a tenant id"))
 }

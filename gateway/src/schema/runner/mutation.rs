@@ -333,8 +333,7 @@ impl RunnerMutation {
         input: SetRunnerLimitsInput,
     ) -> ApiResult<CommandResult> {
         let principal = require(ctx, &[Role::Operator], "set runner limits")?;
-        let tenant = TenantId::parse(&input.tenant_id)
-            .map_err(|_| ApiError::bad_input("tenantId: not a tenant id"))?;
+        let tenant = crate::schema::query::tenant_arg(&input.tenant_id)?;
         let mut tiers = Vec::with_capacity(input.tiers.len());
         for (index, limit) in input.tiers.iter().enumerate() {
             let tier = field(Tier::parse(&format!("tiers[{index}].tier"), limit.tier.as_str()))?;

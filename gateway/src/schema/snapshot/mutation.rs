@@ -6,7 +6,6 @@
 use async_graphql::{Context, Object};
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::snapshot_service::{AgentReport, CreateSnapshot};
-use leasehold_domain::TenantId;
 use leasehold_domain::quota::QuotaLimits;
 use leasehold_domain::snapshot::{
     Digest, ExportDestination, LayerKey, ReportedSizes, RequestedKind, SnapshotError, SnapshotId,
@@ -276,8 +275,7 @@ impl SnapshotMutation {
         input: SnapshotQuotaInput,
     ) -> ApiResult<CommandResult> {
         let principal = require(ctx, &[Role::Operator], "set snapshot quotas")?;
-        let tenant = TenantId::parse(input.tenant_id.as_str())
-            .map_err(|_| ApiError::bad_input("tenantId: not a tenant id"))?;
+        let tenant = crate::schema::query::tenant_arg(&input.tenant_id)?;
         let limits = QuotaLimits { max_count: input.max_count, max_bytes: input.max_bytes };
         let caller = caller_of(principal, None);
         let key = input.operation_key.as_str();
