@@ -4,6 +4,7 @@
 //! Everything that touches PostgreSQL lives here, behind the ports `leasehold-domain` defines,
 //! and the lease backends' HTTP protocol (`backends`).
 
+pub mod archive;
 pub mod backends;
 pub mod canonical;
 pub mod chain;

@@ -58,8 +58,23 @@ enum EventsCommand {
     /// with the `streams` table, check every seal against the events it covers, and check
     /// the order of the events after the last seal. Prints each fault (payload altered, event
     /// missing, stream missing, reordered, seal mismatch, ...) and the first bad position;
-    /// exits with status 1 on any fault.
-    Verify(DatabaseArgs),
+    /// exits with status 1 on any fault. With --from FILE, checks an export file instead,
+    /// with no database: the same checks, plus the file's commit order and its line counts
+    /// (a removed or added line), each fault with its line.
+    Verify(events::VerifyArgs),
+    /// Write the log as NDJSON (one JSON object per line) in commit order: a header, every
+    /// event with every stored field (ids, cursor, payload, metadata, hashes), each seal after
+    /// the last event it covers, each stream's head (unfiltered exports only) and an end line
+    /// with the counts. Read from one snapshot in bounded pages: memory stays flat. With
+    /// --tenant, only that tenant's events as its tenant views show them (no ids, metadata,
+    /// hashes or cursors; not verifiable). An unfiltered export can be imported.
+    Export(events::ExportArgs),
+    /// Restore an unfiltered export into an empty database (migrated first, created if
+    /// missing): every event, seal and stream head exactly as exported, by COPY, in one
+    /// transaction that verifies the file as it reads it and commits nothing unless it
+    /// verifies. Refuses a database that already holds a log. The epoch is raised past the
+    /// restored events' so that new events sort after them.
+    Import(events::ImportArgs),
     /// Seal every committed event not sealed yet now, the last seal over fewer events if need
     /// be (`leasehold serve` seals by itself every `--seal-every` events and at shutdown).
     Seal {
@@ -149,7 +164,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(args) => token::run(&args),
         Command::BackendSim(args) => crate::backend_sim::run(&args).await,
         Command::Migrate(args) => migrate(&args.parse()?).await,
-        Command::Events(EventsCommand::Verify(args)) => events::verify(&args.parse()?).await,
+        Command::Events(EventsCommand::Verify(args)) => events::verify(&args).await,
+        Command::Events(EventsCommand::Export(args)) => events::export(&args).await,
+        Command::Events(EventsCommand::Import(args)) => events::import(&args).await,
         Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,
         Command::Events(EventsCommand::Seal { database, every }) => {
             events::seal(&database.parse()?, every).await

@@ -1,12 +1,202 @@
-//! `leasehold events ...`: auditing the log.
+//! `leasehold events ...`: auditing the log, and taking it away and back.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use chrono::{DateTime, Utc};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use leasehold_adapters::verify::ChainBreak;
+use leasehold_adapters::archive::{ExportFilter, check::check_file, import::import as import_file};
+use leasehold_adapters::verify::VerifyReport;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
+use leasehold_domain::Cursor;
+
+use crate::cli::DatabaseArgs;
+
+/// `events verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// Check this export file (`-`: standard input) instead of the database; no database is
+    /// used.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+}
+
+/// Which events, for `events export` (and `events tail`).
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only this tenant's events, as its tenant views show them.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only streams of this type (`lease`, `vm`, ...); repeat for more.
+    #[arg(long = "kind", value_name = "STREAM_TYPE")]
+    kinds: Vec<String>,
+    /// Only this stream (`lease-<uuid>`); repeat for more.
+    #[arg(long = "stream", value_name = "STREAM_ID")]
+    streams: Vec<String>,
+    /// Only events after this cursor (40 hex digits, as an export's `cursor` field).
+    #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+    from_cursor: Option<Cursor>,
+    /// Only events up to and including this cursor.
+    #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+    to_cursor: Option<Cursor>,
+    /// Only events recorded at or after this time (RFC 3339, e.g. 2026-12-05T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    from_time: Option<DateTime<Utc>>,
+    /// Only events recorded before this time (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    to_time: Option<DateTime<Utc>>,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> ExportFilter {
+        ExportFilter {
+            tenant: self.tenant.clone(),
+            stream_types: self.kinds.clone(),
+            stream_ids: self.streams.clone(),
+            from_cursor: self.from_cursor,
+            to_cursor: self.to_cursor,
+            from_time: self.from_time,
+            to_time: self.to_time,
+        }
+    }
+}
+
+fn parse_cursor(text: &str) -> Result<Cursor, String> {
+    text.parse().map_err(|_| "a cursor is 40 lowercase hex digits".to_owned())
+}
+
+/// `events export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Write to this file (`-`: standard output).
+    #[arg(long, short, value_name = "FILE", default_value = "-")]
+    output: PathBuf,
+}
+
+/// `events import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    /// The export file to restore (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    from: PathBuf,
+}
+
+fn is_stdio(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// A bar for `len` units of `unit`.
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let template = format!("{what} {{bar:40}} {{pos}}/{{len}} {{msg}}, {{per_sec}}, eta {{eta}}");
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    )
+}
+
+/// A bar over the bytes of a file (none for standard input, whose length is unknown).
+fn bytes_bar(path: &Path, what: &str) -> ProgressBar {
+    let len = if is_stdio(path) { 0 } else { std::fs::metadata(path).map_or(0, |m| m.len()) };
+    if len == 0 {
+        return ProgressBar::hidden();
+    }
+    let template =
+        format!("{what} {{bar:40}} {{bytes}}/{{total_bytes}}, {{bytes_per_sec}}, eta {{eta}}");
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    )
+}
+
+fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
+    if is_stdio(path) {
+        return Ok(Box::new(BufReader::with_capacity(1 << 20, std::io::stdin().lock())));
+    }
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(Box::new(BufReader::with_capacity(1 << 20, file)))
+}
+
+/// Writes the log's events the filters admit.
+pub async fn export(args: &ExportArgs) -> anyhow::Result<()> {
+    let url = args.database.parse()?;
+    let store = PgEventStore::new(&url, StoreConfig { pool_size: 1, ..Default::default() })?;
+    let mut out: Box<dyn Write> = if is_stdio(&args.output) {
+        Box::new(BufWriter::with_capacity(1 << 20, std::io::stdout().lock()))
+    } else {
+        let file = File::create(&args.output)
+            .with_context(|| format!("creating {}", args.output.display()))?;
+        Box::new(BufWriter::with_capacity(1 << 20, file))
+    };
+    let bar = bar(0, "exporting");
+    let summary = store
+        .export(&args.filter.filter(), &mut out, |written, total| {
+            bar.set_length(total);
+            bar.set_position(written);
+        })
+        .await
+        .context("exporting the log")?;
+    bar.finish_and_clear();
+    let last = summary.last.map_or_else(|| "none".to_owned(), |cursor| cursor.to_string());
+    eprintln!(
+        "{} events, {} seals and {} stream heads written; last cursor {last}",
+        summary.events, summary.seals, summary.streams
+    );
+    Ok(())
+}
+
+/// Restores an export into an empty database.
+pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
+    let url = args.database.parse()?;
+    crate::database::ensure_exists(&url).await?;
+    leasehold_adapters::migrate(&url).await?;
+    let store = PgEventStore::new(&url, StoreConfig { pool_size: 1, ..Default::default() })?;
+    let bar = bytes_bar(&args.from, "importing");
+    let imported = import_file(&store, open(&args.from)?, |bytes| bar.set_position(bytes))
+        .await
+        .context("importing")?;
+    bar.finish_and_clear();
+    let report = &imported.checked.report;
+    println!(
+        "{} events in {} streams and {} seals imported and verified; new events are appended \
+         in epoch {}",
+        report.events_checked, report.streams_checked, report.seals_checked, imported.epoch
+    );
+    Ok(())
+}
+
+/// Checks the log, or an export file with `--from`.
+pub async fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
+    let report = match &args.from {
+        Some(path) => {
+            let bar = bytes_bar(path, "verifying");
+            let reader = open(path)?;
+            let checked = check_file(reader, |bytes| bar.set_position(bytes))?;
+            bar.finish_and_clear();
+            if !checked.header.complete {
+                println!(
+                    "a filtered export: chains are checked from each stream's first event in \
+                     the file, seals only where the file holds their whole range, stream heads \
+                     not at all"
+                );
+            }
+            checked.report
+        }
+        None => verify_database(&args.database.parse()?).await?,
+    };
+    print_report(&report)
+}
 
 /// Checks the chains, the stream heads, the seals and the order; fails on any fault.
-pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
+async fn verify_database(url: &DatabaseUrl) -> anyhow::Result<VerifyReport> {
     let store = PgEventStore::new(url, StoreConfig { pool_size: 2, ..Default::default() })?;
     let total = count_events(&store).await?;
     let bar = ProgressBar::new(total).with_style(
@@ -15,8 +205,12 @@ pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
     );
     let report = store.verify_log(|checked| bar.set_position(checked)).await?;
     bar.finish_and_clear();
+    Ok(report)
+}
+
+fn print_report(report: &VerifyReport) -> anyhow::Result<()> {
     for found in &report.breaks {
-        println!("BROKEN {}", describe(found));
+        println!("BROKEN {found}");
     }
     println!(
         "{} events in {} streams checked, {} seals checked, {} events after the last seal, {} \
@@ -29,22 +223,12 @@ pub async fn verify(url: &DatabaseUrl) -> anyhow::Result<()> {
         if report.breaks_truncated { " (more not listed)" } else { "" }
     );
     if let Some(first) = report.first_break() {
-        println!("first bad position: {}", describe(first));
+        println!("first bad position: {}", first);
     }
     if !report.breaks.is_empty() {
         bail!("the log does not verify");
     }
     Ok(())
-}
-
-/// One fault, for a person: where, and what.
-fn describe(found: &ChainBreak) -> String {
-    let place = if found.stream_id.is_empty() {
-        format!("position {} (its event is gone; its stream is not known)", found.position)
-    } else {
-        format!("position {}, stream {} version {}", found.position, found.stream_id, found.version)
-    };
-    format!("{place}: {:?}", found.kind)
 }
 
 /// Seals what is not sealed yet and prints how many seals were written.

@@ -447,3 +447,71 @@ async fn an_agent_token_names_its_provider_or_is_granted_all_providers_explicitl
     assert!(!token(&["--host", "Not A Host"]).await.status.success());
     assert!(!token(&["--host", "agent-1", "--all-providers"]).await.status.success());
 }
+
+/// Waits (at most 30 s) until every event of `db` is below the read horizon: a writing
+/// transaction anywhere on the server, another test's included, holds it back.
+async fn below_the_horizon(db: &TestDb, events: usize) {
+    use leasehold_domain::{Cursor, EventStore as _};
+    let store = db.store();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let read = store.read_log(Cursor::START, events + 1).await.unwrap();
+        if read.events.len() >= events {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the horizon did not pass in 30 s");
+        let waited = store.wait_for_log(read.next, 1, std::time::Duration::from_secs(1)).await;
+        waited.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn export_verify_from_the_file_and_import_into_a_new_database() {
+    let db = TestDb::migrated().await;
+    three_charges(&db, "lease-7").await;
+    three_charges(&db, "lease-8").await;
+    below_the_horizon(&db, 6).await;
+    let (url, target) = (url_of(&db), TestDb::empty().await);
+    let target_url = url_of(&target);
+    let seal = leasehold(&["events", "seal", "--every", "4", "--database-url", &url]).await;
+    assert!(seal.status.success());
+    let file = std::env::temp_dir().join(format!("lh-export-{}.ndjson", uuid::Uuid::now_v7()));
+    let path = file.to_str().unwrap();
+
+    let export = leasehold(&["events", "export", "--database-url", &url, "-o", path]).await;
+    assert!(export.status.success(), "{export:?}");
+    let said = String::from_utf8_lossy(&export.stderr);
+    assert!(said.contains("6 events, 2 seals and 2 stream heads written"), "{said}");
+
+    let verify = leasehold(&["events", "verify", "--from", path]).await;
+    assert!(verify.status.success(), "{verify:?}");
+    let stdout = String::from_utf8_lossy(&verify.stdout);
+    assert!(stdout.contains("6 events in 2 streams checked, 2 seals checked"), "{stdout}");
+
+    let args = ["events", "import", "--database-url", &target_url, "--from", path];
+    let import = leasehold(&args).await;
+    assert!(import.status.success(), "{import:?}");
+    let stdout = String::from_utf8_lossy(&import.stdout);
+    assert!(stdout.contains("6 events in 2 streams and 2 seals imported and verified"), "{stdout}");
+    let verify = leasehold(&["events", "verify", "--database-url", &target_url]).await;
+    assert!(verify.status.success(), "{verify:?}");
+
+    // The file altered: the amount of lease-8's second charge.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.contains("lease-8") && l.contains("\"amount\":41"));
+    let at = at.expect("lease-8's second charge");
+    let altered = text.replacen("\"amount\":41", "\"amount\":99", 2).replacen(
+        "\"amount\":99",
+        "\"amount\":41",
+        1,
+    );
+    std::fs::write(&file, altered).unwrap();
+    let verify = leasehold(&["events", "verify", "--from", path]).await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(!verify.status.success());
+    let stdout = String::from_utf8_lossy(&verify.stdout);
+    let line = at + 1;
+    assert!(stdout.contains(&format!("BROKEN line {line}, position")), "{stdout}");
+    assert!(stdout.contains("stream lease-8 version 2: HashMismatch"), "{stdout}");
+}

@@ -24,25 +24,31 @@ impl PgEventStore {
         let endpoint = self.endpoint();
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(|e| from_driver(e, endpoint))?;
-        transaction
-            .execute("SELECT pg_advisory_xact_lock($1)", &[&EPOCH_LOCK_KEY])
-            .await
-            .map_err(|e| from_driver(e, endpoint))?;
-        let row = transaction
-            .query_one(
-                "UPDATE log_meta SET current_epoch = current_epoch + 1 RETURNING current_epoch",
-                &[],
-            )
-            .await
-            .map_err(|e| from_driver(e, endpoint))?;
-        transaction
-            .execute(
-                "UPDATE streams SET last_tx_id = '0'::xid8 WHERE last_tx_id > pg_current_xact_id()",
-                &[],
-            )
-            .await
-            .map_err(|e| from_driver(e, endpoint))?;
+        let epoch = raise_epoch_in(&transaction, 0).await.map_err(|e| from_driver(e, endpoint))?;
         transaction.commit().await.map_err(|e| from_driver(e, endpoint))?;
-        Ok(u32::try_from(row.get::<_, i32>(0)).unwrap_or_default())
+        Ok(epoch)
     }
+}
+
+/// Raises the log epoch inside `transaction` by one, and past `restored` (the highest epoch of
+/// restored events), and returns it; see [`PgEventStore::raise_epoch`].
+pub(crate) async fn raise_epoch_in(
+    transaction: &deadpool_postgres::Transaction<'_>,
+    restored: i32,
+) -> Result<u32, tokio_postgres::Error> {
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&EPOCH_LOCK_KEY]).await?;
+    let row = transaction
+        .query_one(
+            "UPDATE log_meta SET current_epoch = greatest(current_epoch, $1) + 1 \
+             RETURNING current_epoch",
+            &[&restored],
+        )
+        .await?;
+    transaction
+        .execute(
+            "UPDATE streams SET last_tx_id = '0'::xid8 WHERE last_tx_id > pg_current_xact_id()",
+            &[],
+        )
+        .await?;
+    Ok(u32::try_from(row.get::<_, i32>(0)).unwrap_or_default())
 }

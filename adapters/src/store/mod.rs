@@ -33,6 +33,7 @@ use tokio_postgres::Row;
 
 use crate::database::{DatabaseUrl, DatabaseUrlError};
 use crate::limits::{COMMITTERS_DEFAULT, GROUP_EVENTS_PER_APPEND_MAX, POOL_DEFAULT_SIZE};
+pub(crate) use epoch::raise_epoch_in;
 pub(crate) use errors::from_driver;
 pub(crate) use errors::from_pool;
 use heads::HeadCache;

@@ -7,7 +7,8 @@
 
 mod seals;
 
-use chrono::{DateTime, Utc};
+pub(crate) use seals::{Held, StoredSeal, compare, digest_holds};
+
 use leasehold_domain::StoreError;
 use serde_json::Value;
 use tokio_postgres::types::Json;
@@ -58,6 +59,23 @@ pub enum BreakKind {
         /// The seal.
         seal_no: u64,
     },
+    /// An export file's line is not one of the format's, or not where the format puts it.
+    Malformed {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An export file holds fewer (or more) lines of a kind than it says it does: lines were
+    /// removed from it (or added), or it was cut short.
+    CountMismatch {
+        /// Which lines: `events`, `seals` or `streams`.
+        what: &'static str,
+        /// How many it says.
+        expected: u64,
+        /// How many it holds.
+        found: u64,
+    },
+    /// A complete export file holds events of a stream whose head it does not record.
+    HeadMissing,
 }
 
 /// One place where a chain does not hold.
@@ -69,8 +87,30 @@ pub struct ChainBreak {
     pub version: u64,
     /// The event's position in the log.
     pub position: u64,
+    /// The line of the export file it is on (0 when the database was checked).
+    pub line: u64,
     /// What is wrong.
     pub kind: BreakKind,
+}
+
+impl std::fmt::Display for ChainBreak {
+    /// Where, and what, for a person.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line > 0 {
+            write!(f, "line {}, ", self.line)?;
+        }
+        if self.stream_id.is_empty() && self.position == 0 {
+            write!(f, "{:?}", self.kind)
+        } else if self.stream_id.is_empty() {
+            write!(f, "position {} (its stream is not known): {:?}", self.position, self.kind)
+        } else {
+            write!(
+                f,
+                "position {}, stream {} version {}: {:?}",
+                self.position, self.stream_id, self.version, self.kind
+            )
+        }
+    }
 }
 
 impl VerifyReport {
@@ -170,10 +210,10 @@ fn check_head(row: &tokio_postgres::Row, report: &mut VerifyReport) {
         Some(last) if last < recorded => (last + 1, BreakKind::EventsMissing { recorded }),
         Some(last) => (last, BreakKind::HeadMismatch),
     };
-    push_break(report, ChainBreak { stream_id: row.get(0), version, position, kind });
+    push_break(report, ChainBreak { stream_id: row.get(0), version, position, line: 0, kind });
 }
 
-fn push_break(report: &mut VerifyReport, found: ChainBreak) {
+pub(crate) fn push_break(report: &mut VerifyReport, found: ChainBreak) {
     if report.breaks.len() < VERIFY_BREAKS_MAX {
         report.breaks.push(found);
     } else {
@@ -191,7 +231,6 @@ fn check_row(
     let position = u64::try_from(row.get::<_, i64>(2)).unwrap_or_default();
     let Json(metadata): Json<Value> = row.get(5);
     let Json(payload): Json<Value> = row.get(6);
-    let recorded_at: DateTime<Utc> = row.get(7);
     let corrupt = |reason: &str| StoreError::Corrupt { position, reason: reason.to_string() };
     let prev_hash: [u8; 32] =
         row.get::<_, &[u8]>(11).try_into().map_err(|_| corrupt("prev_hash is not 32 bytes"))?;
@@ -203,7 +242,7 @@ fn check_row(
         event_type: row.get(4),
         metadata_json: &metadata_json,
         payload_json: &payload_json,
-        recorded_at,
+        recorded_at: row.get(7),
         schema_version: u32::try_from(row.get::<_, i32>(8)).unwrap_or(u32::MAX),
         stream_id: &stream_id,
         stream_type: row.get(9),
@@ -214,20 +253,56 @@ fn check_row(
         report.streams_checked += 1;
         *walk = Walk { stream_id: stream_id.clone(), version: 0, hash: GENESIS_HASH };
     }
+    let mut link = Link { version: walk.version, hash: walk.hash };
+    let event = Linked { pieces, position, line: 0, prev_hash, hash };
+    check_link(&mut link, &event, report);
+    (walk.version, walk.hash) = (link.version, link.hash);
+    Ok(())
+}
+
+/// Where a stream's chain stands: its last event's version and hash (0 and the genesis hash
+/// before its first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Link {
+    /// The last event's version.
+    pub version: u64,
+    /// The last event's hash.
+    pub hash: [u8; 32],
+}
+
+/// An event as a verifier reads it back.
+pub(crate) struct Linked<'a> {
+    /// The fields its hash covers.
+    pub pieces: CanonicalPieces<'a>,
+    /// Its position in the log.
+    pub position: u64,
+    /// Its line in an export file (0 in the database).
+    pub line: u64,
+    /// Its stored `prev_hash`.
+    pub prev_hash: [u8; 32],
+    /// Its stored `hash`.
+    pub hash: [u8; 32],
+}
+
+/// Checks one event against its stream's chain so far (`link`) and records what does not
+/// hold: its version follows, it chains from the previous hash, its hash is the hash of its
+/// fields. `link` then stands at this event as stored, so one altered event is reported once,
+/// not for the whole tail.
+pub(crate) fn check_link(link: &mut Link, event: &Linked<'_>, report: &mut VerifyReport) {
+    let version = event.pieces.version;
     let mut record = |kind| {
-        push_break(report, ChainBreak { stream_id: stream_id.clone(), version, position, kind })
+        let stream_id = event.pieces.stream_id.to_owned();
+        let (position, line) = (event.position, event.line);
+        push_break(report, ChainBreak { stream_id, version, position, line, kind });
     };
-    if version != walk.version + 1 {
-        record(BreakKind::VersionGap { expected: walk.version + 1 });
-    } else if prev_hash != walk.hash {
+    if version != link.version + 1 {
+        record(BreakKind::VersionGap { expected: link.version + 1 });
+    } else if event.prev_hash != link.hash {
         record(BreakKind::PrevHashMismatch);
     }
-    if chain_hash(&prev_hash, &canonical_event_text(&pieces)) != hash {
+    if chain_hash(&event.prev_hash, &canonical_event_text(&event.pieces)) != event.hash {
         record(BreakKind::HashMismatch);
     }
-    // Go on from what is stored, so one altered event is reported once, not for the whole tail.
-    walk.version = version;
-    walk.hash = hash;
+    *link = Link { version, hash: event.hash };
     report.events_checked += 1;
-    Ok(())
 }

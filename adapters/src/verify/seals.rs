@@ -19,21 +19,24 @@ use crate::store::{PgEventStore, Xid8, from_driver, to_i64};
 const SEALS_PER_PAGE: i64 = 64;
 
 /// One stored seal.
-struct StoredSeal {
-    seal_no: u64,
-    last: Cursor,
-    hashes: Vec<u8>,
-    positions: Vec<i64>,
-    prev_digest: Vec<u8>,
-    digest: Vec<u8>,
+pub(crate) struct StoredSeal {
+    pub(crate) seal_no: u64,
+    pub(crate) last: Cursor,
+    pub(crate) hashes: Vec<u8>,
+    pub(crate) positions: Vec<i64>,
+    pub(crate) prev_digest: Vec<u8>,
+    pub(crate) digest: Vec<u8>,
 }
 
-/// One event of a sealed range as the log holds it now.
-struct Held {
-    position: i64,
-    hash: Vec<u8>,
-    stream_id: String,
-    version: u64,
+/// One event of a sealed range as the log (or an export file) holds it now.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) position: i64,
+    pub(crate) hash: Vec<u8>,
+    pub(crate) stream_id: String,
+    pub(crate) version: u64,
+    /// Its line in an export file (0 in the database).
+    pub(crate) line: u64,
 }
 
 const SEALS_SQL: &str = "SELECT seal_no, last_epoch, last_tx_id, last_position, hashes, \
@@ -93,6 +96,7 @@ impl PgEventStore {
                 stream_id: row.get(0),
                 version: u64::try_from(row.get::<_, i64>(1)).unwrap_or_default(),
                 position: u64::try_from(row.get::<_, i64>(2)).unwrap_or_default(),
+                line: 0,
                 kind: BreakKind::Reordered,
             };
             push_break(report, found);
@@ -133,7 +137,7 @@ fn stored_seal(row: &tokio_postgres::Row) -> StoredSeal {
 }
 
 /// Whether the seal's digest is the hash of its predecessor's digest and its hashes.
-fn digest_holds(seal: &StoredSeal) -> bool {
+pub(crate) fn digest_holds(seal: &StoredSeal) -> bool {
     let Ok(prev) = <[u8; 32]>::try_from(seal.prev_digest.as_slice()) else { return false };
     seal.hashes.len() == 32 * seal.positions.len()
         && seal_digest(&prev, &seal.hashes) == seal.digest.as_slice()
@@ -158,12 +162,13 @@ async fn range(
             hash: row.get(1),
             stream_id: row.get(2),
             version: u64::try_from(row.get::<_, i64>(3)).unwrap_or_default(),
+            line: 0,
         })
         .collect())
 }
 
 /// Reports the first place where the log's range differs from what the seal lists.
-fn compare(seal: &StoredSeal, held: &[Held], report: &mut VerifyReport) {
+pub(crate) fn compare(seal: &StoredSeal, held: &[Held], report: &mut VerifyReport) {
     let sealed: Vec<(i64, &[u8])> =
         seal.positions.iter().copied().zip(seal.hashes.chunks_exact(32)).collect();
     let same = |i: usize| match (sealed.get(i), held.get(i)) {
@@ -204,6 +209,7 @@ fn held_break(event: &Held, kind: BreakKind) -> ChainBreak {
         stream_id: event.stream_id.clone(),
         version: event.version,
         position: u64::try_from(event.position).unwrap_or_default(),
+        line: event.line,
         kind,
     }
 }
@@ -215,6 +221,7 @@ fn unknown_stream(position: i64, kind: BreakKind) -> ChainBreak {
         stream_id: String::new(),
         version: 0,
         position: u64::try_from(position).unwrap_or_default(),
+        line: 0,
         kind,
     }
 }

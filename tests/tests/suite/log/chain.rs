@@ -83,6 +83,7 @@ async fn a_byte_changed_in_sql_is_found_at_its_position() {
             stream_id: "s2".into(),
             version: 3,
             position: target.cursor.position,
+            line: 0,
             kind: BreakKind::HashMismatch,
         }]
     );

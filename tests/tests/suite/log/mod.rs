@@ -1,5 +1,6 @@
 //! The event log's conformance suite, against a real PostgreSQL.
 
+mod archive;
 mod atomicity;
 mod chain;
 mod concurrency;

@@ -1,0 +1,318 @@
+//! The lines of an export file, as serde types. Each line names its `kind` first, so a
+//! reader dispatches on the line's start (`{"kind":"event",`) and parses it once.
+
+use chrono::{DateTime, Utc};
+use leasehold_domain::Cursor;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::ArchiveError;
+use super::export::ExportFilter;
+
+/// What every export file says it is.
+pub const FORMAT: &str = "leasehold-events";
+
+/// The version of the format this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Whose view of the log a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// Every stored field: for auditors, verifiable and importable.
+    Full,
+    /// One tenant's own events as its tenant views show them: nothing to verify.
+    Tenant,
+}
+
+/// The first line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeaderLine {
+    /// [`FORMAT`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] when written.
+    pub format_version: u32,
+    /// When the export began.
+    pub exported_at: DateTime<Utc>,
+    /// Whose view.
+    pub view: View,
+    /// No filter: every event, every seal and every stream's head; importable.
+    pub complete: bool,
+    /// The filters that made it.
+    pub filters: ExportFilter,
+    /// Events that follow.
+    pub events: u64,
+    /// Seals that follow.
+    pub seals: u64,
+}
+
+/// One event, every stored field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventLine {
+    /// Its position in the log (the cursor's last part, for a reader's eyes).
+    pub position: u64,
+    /// Where it stands in the log's order: `(log_epoch, tx_id, position)`, 40 hex digits.
+    #[serde(with = "cursor_text")]
+    pub cursor: Cursor,
+    /// The writer's id for it.
+    pub event_id: Uuid,
+    /// Its stream.
+    pub stream_id: String,
+    /// Its stream's type.
+    pub stream_type: String,
+    /// Its stream's owner.
+    pub tenant_id: String,
+    /// Its version in its stream.
+    pub version: u64,
+    /// Its type.
+    pub event_type: String,
+    /// Its payload's shape.
+    pub schema_version: u32,
+    /// Its payload, as stored.
+    pub payload: Value,
+    /// Its metadata, as stored.
+    pub metadata: Value,
+    /// When the log committed it.
+    pub recorded_at: DateTime<Utc>,
+    /// Its stream's previous event's hash.
+    pub prev_hash: Hash32,
+    /// Its hash.
+    pub hash: Hash32,
+}
+
+/// One event as its tenant sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantEventLine {
+    /// Its stream.
+    pub stream_id: String,
+    /// Its stream's type.
+    pub stream_type: String,
+    /// Its version in its stream.
+    pub version: u64,
+    /// Its type.
+    pub event_type: String,
+    /// When the log committed it.
+    pub recorded_at: DateTime<Utc>,
+    /// Only the fields its event type's tenant view lists.
+    pub payload: Value,
+}
+
+/// One seal, as `ledger_seals` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SealLine {
+    /// Its number (from 1).
+    pub seal_no: u64,
+    /// The first event it covers.
+    #[serde(with = "cursor_text")]
+    pub first: Cursor,
+    /// The last event it covers.
+    #[serde(with = "cursor_text")]
+    pub last: Cursor,
+    /// The covered events' positions, in log order.
+    pub positions: Vec<i64>,
+    /// The covered events' hashes, concatenated in log order, in hex.
+    #[serde(with = "hex_bytes")]
+    pub hashes: Vec<u8>,
+    /// The previous seal's digest.
+    pub prev_digest: Hash32,
+    /// `sha256(prev_digest || hashes)`.
+    pub digest: Hash32,
+    /// When it was written.
+    pub sealed_at: DateTime<Utc>,
+}
+
+/// One stream's head, as the `streams` table records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamLine {
+    /// The stream.
+    pub stream_id: String,
+    /// Its type.
+    pub stream_type: String,
+    /// Its owner.
+    pub tenant_id: String,
+    /// How many events it holds.
+    pub version: u64,
+    /// Its last event's hash.
+    pub last_hash: Hash32,
+    /// The transaction that last appended to it.
+    pub last_tx_id: u64,
+}
+
+/// The last line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndLine {
+    /// Events written.
+    pub events: u64,
+    /// Seals written.
+    pub seals: u64,
+    /// Stream heads written.
+    pub streams: u64,
+}
+
+/// One line of a file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// The first.
+    Header(HeaderLine),
+    /// An event (full view).
+    Event(Box<EventLine>),
+    /// A seal.
+    Seal(Box<SealLine>),
+    /// A stream's head.
+    Stream(StreamLine),
+    /// The last.
+    End(EndLine),
+}
+
+/// How a line of each kind starts, as the writer writes it.
+const PREFIXES: [(&str, LineKind); 5] = [
+    ("{\"kind\":\"event\",", LineKind::Event),
+    ("{\"kind\":\"seal\",", LineKind::Seal),
+    ("{\"kind\":\"stream\",", LineKind::Stream),
+    ("{\"kind\":\"header\",", LineKind::Header),
+    ("{\"kind\":\"end\",", LineKind::End),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum LineKind {
+    Header,
+    Event,
+    Seal,
+    Stream,
+    End,
+}
+
+#[derive(Deserialize)]
+struct KindOnly {
+    kind: LineKind,
+}
+
+impl Line {
+    /// Parses line `number` (from 1) of a file. Lines are dispatched on how they start;
+    /// one written by another tool (keys in another order) is dispatched on its `kind`.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Malformed`] for a line that is not one of the format's.
+    pub fn parse(number: u64, text: &str) -> Result<Self, ArchiveError> {
+        let malformed = |error: serde_json::Error| ArchiveError::Malformed {
+            line: number,
+            reason: error.to_string(),
+        };
+        let kind = match PREFIXES.iter().find(|(prefix, _)| text.starts_with(prefix)) {
+            Some((_, kind)) => *kind,
+            None => serde_json::from_str::<KindOnly>(text).map_err(malformed)?.kind,
+        };
+        Ok(match kind {
+            LineKind::Header => Self::Header(serde_json::from_str(text).map_err(malformed)?),
+            LineKind::Event => Self::Event(serde_json::from_str(text).map_err(malformed)?),
+            LineKind::Seal => Self::Seal(serde_json::from_str(text).map_err(malformed)?),
+            LineKind::Stream => Self::Stream(serde_json::from_str(text).map_err(malformed)?),
+            LineKind::End => Self::End(serde_json::from_str(text).map_err(malformed)?),
+        })
+    }
+}
+
+/// Writes `line` as one line of a file: `{"kind":"<kind>",<its fields>}` and a newline.
+///
+/// # Errors
+/// When `out` fails.
+pub(crate) fn write_line<T: Serialize>(
+    out: &mut impl std::io::Write,
+    kind: &str,
+    line: &T,
+) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    struct Tagged<'a, T> {
+        kind: &'a str,
+        #[serde(flatten)]
+        line: &'a T,
+    }
+    serde_json::to_writer(&mut *out, &Tagged { kind, line })?;
+    out.write_all(b"\n")
+}
+
+/// A SHA-256 digest, in hex on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hash32(pub [u8; 32]);
+
+impl Serialize for Hash32 {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut text = [0u8; 64];
+        hex::encode_to_slice(self.0, &mut text).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?)
+    }
+}
+
+impl<'de> Deserialize<'de> for Hash32 {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text.as_bytes(), &mut bytes)
+            .map_err(|_| serde::de::Error::custom("a hash is 64 hex digits"))?;
+        Ok(Self(bytes))
+    }
+}
+
+/// A cursor as its 40 hex digits.
+pub(crate) mod cursor_text {
+    use leasehold_domain::Cursor;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        cursor: &Cursor,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(cursor)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Cursor, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(|_| serde::de::Error::custom("a cursor is 40 hex digits"))
+    }
+}
+
+/// Bytes in hex.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex::encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        hex::decode(text.as_bytes()).map_err(|_| serde::de::Error::custom("not hex"))
+    }
+}
+
+/// Cursors in filters, as their text (`None` stays `null`).
+pub(crate) mod optional_cursor {
+    use leasehold_domain::Cursor;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        cursor: &Option<Cursor>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match cursor {
+            Some(cursor) => serializer.collect_str(cursor),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Cursor>, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?;
+        text.map(|text| {
+            text.parse().map_err(|_| serde::de::Error::custom("a cursor is 40 hex digits"))
+        })
+        .transpose()
+    }
+}
