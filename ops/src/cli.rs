@@ -75,6 +75,11 @@ enum EventsCommand {
     /// verifies. Refuses a database that already holds a log. The epoch is raised past the
     /// restored events' so that new events sort after them.
     Import(events::ImportArgs),
+    /// Follow the live log: one line per event the filters admit (the export's filters and
+    /// lines; with --tenant, the tenant's view), from --from-cursor (else the log's start),
+    /// in commit order with no gap and no duplicate, until Ctrl-C or past --to-cursor. Resume
+    /// after a stop from the last line's `cursor`.
+    Tail(events::TailArgs),
     /// Seal every committed event not sealed yet now, the last seal over fewer events if need
     /// be (`leasehold serve` seals by itself every `--seal-every` events and at shutdown).
     Seal {
@@ -129,6 +134,11 @@ enum BenchCommand {
     /// fenced command, recorded every 30 s per node and (the alternative) every one, beside
     /// the lease request's commands/s.
     Nodes(bench::nodes::NodeBenchArgs),
+    /// Events/s of `events export`, `events verify --from` and `events import` at 100,000 and
+    /// 1,000,000 events of mixed kinds, beside a raw binary COPY of the same log out of
+    /// PostgreSQL (and, for the import, into a table of the log's shape); and each one's peak
+    /// memory (RSS) at each size.
+    Archive(bench::archive::ArchiveBenchArgs),
 }
 
 /// Where the database is.
@@ -167,6 +177,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args).await,
         Command::Events(EventsCommand::Export(args)) => events::export(&args).await,
         Command::Events(EventsCommand::Import(args)) => events::import(&args).await,
+        Command::Events(EventsCommand::Tail(args)) => events::tail(&args).await,
         Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,
         Command::Events(EventsCommand::Seal { database, every }) => {
             events::seal(&database.parse()?, every).await
@@ -181,6 +192,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Fleet(args)) => bench::fleet::run(&args).await,
         Command::Bench(BenchCommand::Snapshots(args)) => bench::snapshots::run(&args).await,
         Command::Bench(BenchCommand::Nodes(args)) => bench::nodes::run(&args).await,
+        Command::Bench(BenchCommand::Archive(args)) => bench::archive::run(&args).await,
     }
 }
 

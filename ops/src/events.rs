@@ -8,7 +8,9 @@ use anyhow::{Context as _, bail};
 use chrono::{DateTime, Utc};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use leasehold_adapters::archive::{ExportFilter, check::check_file, import::import as import_file};
+use leasehold_adapters::archive::{
+    EventLine, ExportFilter, check::check_file, import::import as import_file,
+};
 use leasehold_adapters::verify::VerifyReport;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 use leasehold_domain::Cursor;
@@ -82,6 +84,15 @@ pub struct ExportArgs {
     output: PathBuf,
 }
 
+/// `events tail`.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    #[command(flatten)]
+    database: DatabaseArgs,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
 /// `events import`.
 #[derive(Debug, Args)]
 pub struct ImportArgs {
@@ -152,6 +163,38 @@ pub async fn export(args: &ExportArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Follows the log from `--from-cursor` (else its start), one line per event the filters
+/// admit, as the export writes them, until Ctrl-C or past `--to-cursor`.
+pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
+    let url = args.database.parse()?;
+    let store = PgEventStore::new(&url, StoreConfig { pool_size: 2, ..Default::default() })?;
+    let filter = args.filter.filter();
+    let mut after = filter.from_cursor.unwrap_or(Cursor::START);
+    let mut out = std::io::stdout().lock();
+    loop {
+        let page = tokio::select! {
+            page = store.wait_for_log(after, TAIL_PAGE_EVENTS, TAIL_WAIT) => page?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        for event in &page.events {
+            if filter.to_cursor.is_some_and(|to| event.cursor > to) {
+                return Ok(());
+            }
+            if filter.admits(event) {
+                filter.write_event(&mut out, EventLine::of(event))?;
+            }
+        }
+        out.flush()?;
+        after = page.next;
+    }
+}
+
+/// Events read per page by `events tail`.
+const TAIL_PAGE_EVENTS: usize = 1_000;
+
+/// How long `events tail` waits for an event before it asks again.
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Restores an export into an empty database.
 pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {

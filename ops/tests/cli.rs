@@ -515,3 +515,38 @@ async fn export_verify_from_the_file_and_import_into_a_new_database() {
     assert!(stdout.contains(&format!("BROKEN line {line}, position")), "{stdout}");
     assert!(stdout.contains("stream lease-8 version 2: HashMismatch"), "{stdout}");
 }
+
+#[tokio::test]
+async fn tail_follows_the_live_log_from_a_cursor_with_the_exports_filters() {
+    use leasehold_domain::{Cursor, EventStore as _};
+    use tokio::io::AsyncBufReadExt as _;
+    let db = TestDb::migrated().await;
+    three_charges(&db, "lease-7").await;
+    below_the_horizon(&db, 3).await;
+    let first = db.store().read_log(Cursor::START, 1).await.unwrap().events[0].cursor;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["events", "tail", "--database-url", &url_of(&db)])
+        .args(["--from-cursor", &first.to_string(), "--stream", "lease-7", "--stream", "lease-8"])
+        .env("LEASEHOLD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line());
+        let line = line.await.expect("a line within 30 s").unwrap().expect("the tail runs on");
+        let line: serde_json::Value = serde_json::from_str(&line).unwrap();
+        (line["stream_id"].as_str().unwrap().to_owned(), line["version"].as_u64().unwrap())
+    };
+    // After the cursor: lease-7's second and third events.
+    assert_eq!(next().await, ("lease-7".to_owned(), 2));
+    assert_eq!(next().await, ("lease-7".to_owned(), 3));
+    // Then what is appended while it runs, lease-9 filtered out.
+    three_charges(&db, "lease-9").await;
+    three_charges(&db, "lease-8").await;
+    for version in 1..=3 {
+        assert_eq!(next().await, ("lease-8".to_owned(), version));
+    }
+    child.kill().await.unwrap();
+}

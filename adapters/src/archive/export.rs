@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Transaction;
-use leasehold_domain::{Cursor, StoreError};
+use leasehold_domain::{Cursor, RecordedEvent, StoreError};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
@@ -68,6 +68,35 @@ impl ExportFilter {
 
     fn view(&self) -> View {
         if self.tenant.is_some() { View::Tenant } else { View::Full }
+    }
+
+    /// Whether `event` passes every filter (as the export's query does).
+    pub fn admits(&self, event: &RecordedEvent) -> bool {
+        let listed =
+            |list: &[String], value: &str| list.is_empty() || list.iter().any(|v| v == value);
+        self.tenant.as_deref().is_none_or(|tenant| event.tenant_id.as_str() == tenant)
+            && listed(&self.stream_types, event.stream_type.as_str())
+            && listed(&self.stream_ids, event.stream_id.as_str())
+            && self.from_cursor.is_none_or(|from| event.cursor > from)
+            && self.to_cursor.is_none_or(|to| event.cursor <= to)
+            && self.from_time.is_none_or(|from| event.recorded_at >= from)
+            && self.to_time.is_none_or(|to| event.recorded_at < to)
+    }
+
+    /// Writes `line` as this filter's view shows it: every field, or its tenant's view.
+    ///
+    /// # Errors
+    /// When `out` fails.
+    pub fn write_event(
+        &self,
+        out: &mut impl std::io::Write,
+        line: EventLine,
+    ) -> std::io::Result<()> {
+        if self.tenant.is_some() {
+            write_line(out, "event", &TenantEventLine::of(line))
+        } else {
+            write_line(out, "event", &line)
+        }
     }
 }
 
@@ -344,24 +373,7 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
     }
 
     fn write_event(&self, row: &Row, out: &mut impl std::io::Write) -> Result<(), ArchiveError> {
-        let line = event_line(row)?;
-        if self.filter.tenant.is_some() {
-            let payload = leasehold_domain::registry::tenant_view(
-                &line.stream_type,
-                &line.event_type,
-                &line.payload,
-            );
-            let shown = TenantEventLine {
-                stream_id: line.stream_id,
-                stream_type: line.stream_type,
-                version: line.version,
-                event_type: line.event_type,
-                recorded_at: line.recorded_at,
-                payload,
-            };
-            return Ok(write_line(out, "event", &shown)?);
-        }
-        Ok(write_line(out, "event", &line)?)
+        Ok(self.filter.write_event(out, event_line(row)?)?)
     }
 
     /// Writes every stream's head, page by page; returns how many.

@@ -2,7 +2,7 @@
 //! reader dispatches on the line's start (`{"kind":"event",`) and parses it once.
 
 use chrono::{DateTime, Utc};
-use leasehold_domain::Cursor;
+use leasehold_domain::{Cursor, RecordedEvent};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use uuid::Uuid;
@@ -81,6 +81,28 @@ pub struct EventLine {
     pub hash: Hash32,
 }
 
+impl EventLine {
+    /// The line of an event as a reader of the log decoded it.
+    pub fn of(event: &RecordedEvent) -> Self {
+        Self {
+            position: event.cursor.position,
+            cursor: event.cursor,
+            event_id: event.event_id.as_uuid(),
+            stream_id: event.stream_id.as_str().to_owned(),
+            stream_type: event.stream_type.as_str().to_owned(),
+            tenant_id: event.tenant_id.as_str().to_owned(),
+            version: event.version,
+            event_type: event.event_type.as_str().to_owned(),
+            schema_version: u32::from(event.schema_version),
+            payload: event.payload.clone(),
+            metadata: serde_json::to_value(&event.metadata).unwrap_or_default(),
+            recorded_at: event.recorded_at,
+            prev_hash: Hash32(event.prev_hash),
+            hash: Hash32(event.hash),
+        }
+    }
+}
+
 /// One event as its tenant sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantEventLine {
@@ -96,6 +118,26 @@ pub struct TenantEventLine {
     pub recorded_at: DateTime<Utc>,
     /// Only the fields its event type's tenant view lists.
     pub payload: Value,
+}
+
+impl TenantEventLine {
+    /// What the event's tenant sees of it: only the payload's fields its event type's tenant
+    /// view lists (deny by default), and nothing of the log (no id, cursor or hash).
+    pub fn of(line: EventLine) -> Self {
+        let payload = leasehold_domain::registry::tenant_view(
+            &line.stream_type,
+            &line.event_type,
+            &line.payload,
+        );
+        Self {
+            stream_id: line.stream_id,
+            stream_type: line.stream_type,
+            version: line.version,
+            event_type: line.event_type,
+            recorded_at: line.recorded_at,
+            payload,
+        }
+    }
 }
 
 /// One seal, as `ledger_seals` holds it.

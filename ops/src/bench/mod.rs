@@ -1,6 +1,7 @@
 //! `leasehold bench ...`: throughput measured beside a raw PostgreSQL baseline taken in the
 //! same run on the same database, reported as ratios.
 
+pub mod archive;
 pub mod dispatch;
 pub mod fleet;
 pub mod gateway;

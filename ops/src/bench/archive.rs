@@ -1,0 +1,243 @@
+//! `leasehold bench archive`: export, verify from the file and import, at 100,000 and at
+//! 1,000,000 events of mixed kinds, each beside the raw read of the same log (a binary
+//! `COPY ... TO STDOUT` in commit order) and the import beside a raw binary `COPY` of the same
+//! rows into a table of the log's shape; with each one's peak memory (RSS) at each size.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Args;
+use futures_util::{SinkExt as _, StreamExt as _};
+use leasehold_adapters::archive::ExportFilter;
+use leasehold_adapters::archive::check::check_file;
+use leasehold_adapters::archive::import::import;
+use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
+use leasehold_domain::{EventStore as _, StreamAppend, StreamType};
+
+use super::workload::{EVENTS_PER_STREAM, new_event, payload, stream_append};
+use super::{BenchArgs, Measure, rate, report};
+use crate::database::ScratchDatabase;
+
+/// Options of `leasehold bench archive`.
+#[derive(Debug, Clone, Args)]
+pub struct ArchiveBenchArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    /// The log sizes measured at, in events, ascending (the log grows from one to the next).
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000, 1_000_000])]
+    events: Vec<u64>,
+}
+
+/// The kinds the log's streams are of, in turn.
+const KINDS: [&str; 4] = ["lease", "vm", "rental", "run"];
+
+/// Streams per append while filling (each of [`EVENTS_PER_STREAM`] events).
+const FILL_STREAMS: u64 = 10;
+
+/// Concurrent appenders while filling.
+const FILL_WRITERS: u64 = 4;
+
+/// The columns copied, in the log's commit order.
+const COLUMNS: &str = "position, log_epoch, tx_id, event_id, stream_id, version, stream_type, \
+     tenant_id, event_type, schema_version, payload, metadata, recorded_at, prev_hash, hash";
+
+/// Runs the benchmark in a scratch database beside `--database-url`, dropped afterwards.
+pub async fn run(args: &ArchiveBenchArgs) -> anyhow::Result<()> {
+    args.common.in_scratch(|url| async move { measure_all(&url, args).await }).await
+}
+
+async fn measure_all(url: &DatabaseUrl, args: &ArchiveBenchArgs) -> anyhow::Result<()> {
+    leasehold_adapters::migrate(url).await?;
+    let store = PgEventStore::new(url, StoreConfig { pool_size: 8, ..Default::default() })?;
+    let file = std::env::temp_dir().join(format!("leasehold-bench-{}.ndjson", std::process::id()));
+    let common = &args.common;
+    let mut filled = 0;
+    for &size in &args.events {
+        common.progress(&format!("filling the log to {size} events"));
+        filled = fill(&store, filled, size).await?;
+        store.seal_all(1_000, true).await?;
+        url.connect().await?.batch_execute("VACUUM ANALYZE events").await?;
+        let raw = raw_read(url).await?;
+        common.progress(&format!("export at {size} events"));
+        let (exported, export_rss) = peak(export(&store, &file)).await?;
+        let (verified, verify_rss) = peak(async { verify(&file) }).await?;
+        common.progress(&format!("import at {size} events"));
+        let (raw_copy, (imported, import_rss)) = import_beside_copy(url, &file).await?;
+        for (name, value, baseline) in [
+            ("export", exported, raw),
+            ("verify_file", verified, raw),
+            ("import", imported, raw_copy),
+        ] {
+            let name = format!("{name}_{size}");
+            report(&Measure { name, value, unit: "events/s", baseline }, common.json);
+        }
+        for (name, rss) in
+            [("export", export_rss), ("verify_file", verify_rss), ("import", import_rss)]
+        {
+            // Beside nothing: the figure to compare is the same measure at the other size.
+            let name = format!("{name}_{size}_peak_rss");
+            report(&Measure { name, value: rss, unit: "MiB", baseline: 0.0 }, common.json);
+        }
+    }
+    std::fs::remove_file(&file).ok();
+    Ok(())
+}
+
+/// Appends until the log holds `size` events (it holds `from`); streams of every kind in turn.
+async fn fill(store: &PgEventStore, from: u64, size: u64) -> anyhow::Result<u64> {
+    let per_append = FILL_STREAMS * EVENTS_PER_STREAM;
+    let appends = size.saturating_sub(from).div_ceil(per_append);
+    let mut writers = Vec::new();
+    for writer in 0..FILL_WRITERS {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            let mut batch = writer;
+            while batch < appends {
+                store.append(fill_append(from, batch)).await?;
+                batch += FILL_WRITERS;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    Ok(from + appends * per_append)
+}
+
+fn fill_append(from: u64, batch: u64) -> Vec<StreamAppend> {
+    (0..FILL_STREAMS)
+        .map(|s| {
+            let n = from / EVENTS_PER_STREAM + batch * FILL_STREAMS + s;
+            let kind = KINDS[usize::try_from(n).unwrap_or(0) % KINDS.len()];
+            let events = (0..EVENTS_PER_STREAM).map(|i| new_event(payload(0, n + i))).collect();
+            let mut append = stream_append(&format!("{kind}-{n}"), 0, events);
+            append.stream_type = StreamType::parse(kind).expect("a kind's name");
+            append
+        })
+        .collect()
+}
+
+/// Events/s of a binary `COPY` of the whole log, in commit order, read and dropped.
+async fn raw_read(url: &DatabaseUrl) -> anyhow::Result<f64> {
+    let client = url.connect().await?;
+    let count: i64 = client.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
+    let started = Instant::now();
+    let sql = format!(
+        "COPY (SELECT {COLUMNS} FROM events ORDER BY log_epoch, tx_id, position) \
+         TO STDOUT (FORMAT binary)"
+    );
+    let stream = client.copy_out(&sql).await?;
+    futures_util::pin_mut!(stream);
+    let mut bytes = 0;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk?.len();
+    }
+    anyhow::ensure!(bytes > 0, "the raw read read nothing");
+    Ok(rate(u64::try_from(count)?, started.elapsed()))
+}
+
+async fn export(store: &PgEventStore, file: &std::path::Path) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(file)?);
+    let summary = store.export(&ExportFilter::default(), &mut out, |_, _| {}).await?;
+    Ok(rate(summary.events, started.elapsed()))
+}
+
+fn verify(file: &std::path::Path) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let checked = check_file(BufReader::with_capacity(1 << 20, File::open(file)?), |_| {})?;
+    anyhow::ensure!(checked.report.breaks.is_empty(), "the export does not verify");
+    Ok(rate(checked.report.events_checked, started.elapsed()))
+}
+
+/// The raw copy's events/s, then the import's and its peak RSS, into a new database each.
+async fn import_beside_copy(
+    url: &DatabaseUrl,
+    file: &std::path::Path,
+) -> anyhow::Result<(f64, (f64, f64))> {
+    let target = ScratchDatabase::create(url, "import").await?;
+    let measured = async {
+        leasehold_adapters::migrate(&target.url).await?;
+        let raw = raw_copy(url, &target.url).await?;
+        let store =
+            PgEventStore::new(&target.url, StoreConfig { pool_size: 2, ..Default::default() })?;
+        let imported = peak(async {
+            let started = Instant::now();
+            let reader = BufReader::with_capacity(1 << 20, File::open(file)?);
+            let imported = import(&store, reader, |_| {}).await?;
+            anyhow::Ok(rate(imported.checked.report.events_checked, started.elapsed()))
+        })
+        .await?;
+        anyhow::Ok((raw, imported))
+    }
+    .await;
+    target.drop_now().await?;
+    measured
+}
+
+/// Events/s of a binary `COPY` of the log's rows into a table of the log's shape (its columns,
+/// keys and indexes) in `target`, in one transaction, from a local file as the import reads
+/// its own: the rows are first copied out of `source` into that file, untimed.
+async fn raw_copy(source: &DatabaseUrl, target: &DatabaseUrl) -> anyhow::Result<f64> {
+    let (from, mut to) = (source.connect().await?, target.connect().await?);
+    to.batch_execute("CREATE TABLE bench_copied (LIKE events INCLUDING ALL)").await?;
+    let count: i64 = from.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
+    let file = std::env::temp_dir().join(format!("leasehold-bench-{}.copy", std::process::id()));
+    copy_out_to(&from, &file).await?;
+    let started = Instant::now();
+    let tx = to.transaction().await?;
+    let sink =
+        tx.copy_in(&format!("COPY bench_copied ({COLUMNS}) FROM STDIN (FORMAT binary)")).await?;
+    futures_util::pin_mut!(sink);
+    let mut reader = File::open(&file)?;
+    let mut chunk = vec![0; 1 << 20];
+    loop {
+        let read = std::io::Read::read(&mut reader, &mut chunk)?;
+        if read == 0 {
+            break;
+        }
+        sink.send(std::io::Cursor::new(chunk[..read].to_vec())).await?;
+    }
+    let copied = sink.finish().await?;
+    tx.commit().await?;
+    let elapsed = started.elapsed();
+    std::fs::remove_file(&file).ok();
+    anyhow::ensure!(copied == u64::try_from(count)?, "the raw copy copied {copied} of {count}");
+    Ok(rate(copied, elapsed))
+}
+
+/// The log's rows in commit order, as a binary `COPY` writes them, into `file`.
+async fn copy_out_to(
+    client: &tokio_postgres::Client,
+    file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let out = format!(
+        "COPY (SELECT {COLUMNS} FROM events ORDER BY log_epoch, tx_id, position) \
+         TO STDOUT (FORMAT binary)"
+    );
+    let rows = client.copy_out(&out).await?;
+    futures_util::pin_mut!(rows);
+    let mut writer = BufWriter::new(File::create(file)?);
+    while let Some(chunk) = rows.next().await {
+        std::io::Write::write_all(&mut writer, &chunk?)?;
+    }
+    std::io::Write::flush(&mut writer)?;
+    Ok(())
+}
+
+/// Runs `work` and returns its result with the process's peak resident memory during it, in
+/// MiB (the peak is reset first: `/proc/self/clear_refs`).
+async fn peak<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<(T, f64)> {
+    std::fs::write("/proc/self/clear_refs", "5").context("resetting the peak RSS")?;
+    let value = work.await?;
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .context("reading the peak RSS")?;
+    Ok((value, kib / 1024.0))
+}
