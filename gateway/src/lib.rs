@@ -20,6 +20,7 @@ mod ws;
 
 pub use auth::{Claims, JwtSecret, Principal, Role};
 pub use http::{MIN_CURSOR_EXTENSION, app, serve};
+pub use schema::projections::{RebuildRefused, Rebuilds};
 pub use schema::{LeaseholdSchema, sdl};
 pub use state::{
     AppState, GatewayConfig, NODE_AGENT_VERSION, ProjectionProgress, Rented, SnapshotService,

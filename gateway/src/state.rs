@@ -209,6 +209,8 @@ pub(crate) struct Inner {
     /// The callback URLs handed to backends that subscribe to their work (`None`: the `work`
     /// subscription is unavailable).
     pub(crate) callback_urls: Option<leasehold_adapters::dispatch::CallbackUrls>,
+    /// Starts projection rebuilds (`None`: this server runs no projections).
+    pub(crate) rebuilds: Option<Arc<dyn crate::schema::projections::Rebuilds>>,
     /// Operations running on WebSockets.
     pub(crate) subscriptions: Gauge,
     /// Request counts and latencies.
@@ -294,6 +296,7 @@ impl AppState {
             router: None,
             callback_urls: None,
             manifests: None,
+            rebuilds: None,
             subscriptions: Gauge::default(),
             metrics: Metrics::default(),
         };
@@ -305,6 +308,18 @@ impl AppState {
     /// the process just wrote needs no read of it.
     pub fn pipeline(&self) -> &CommandPipeline<PgEventStore> {
         self.inner.leases.pipeline()
+    }
+
+    /// Lets operators start projection rebuilds through `rebuildProjection`. Call before
+    /// [`crate::app`].
+    #[must_use]
+    pub fn with_rebuilds(
+        mut self,
+        rebuilds: Arc<dyn crate::schema::projections::Rebuilds>,
+    ) -> Self {
+        Arc::get_mut(&mut self.inner).expect("called before the app is built").rebuilds =
+            Some(rebuilds);
+        self
     }
 
     /// Seals VMs' credentials under a key derived from `secret` (kept outside the database,

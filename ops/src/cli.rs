@@ -99,7 +99,9 @@ enum EventsCommand {
 
 #[derive(Debug, Subcommand)]
 enum ProjectionsCommand {
-    /// Each projection's checkpoint and lag (events and seconds behind), and the horizon's lag.
+    /// Each projection's and reconciler's checkpoint and lag (events and seconds behind), each
+    /// build of each projection (building with its progress, active, retired, failed with the
+    /// error and the event it failed at), and the horizon's lag.
     Status {
         #[command(flatten)]
         database: DatabaseArgs,
@@ -107,6 +109,18 @@ enum ProjectionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Build a new version of a projection's read models into tables of its own, from the
+    /// start of the log in bounded batches, while the current ones keep serving (and `serve`
+    /// keeps applying to them); when it has caught up, switch readers to it in one
+    /// transaction. The previous version is kept (`activate` brings it back, `drop` removes
+    /// it). A rebuild stopped midway goes on from where it stopped when run again. Never
+    /// issues a command.
+    Rebuild(projections::RebuildArgs),
+    /// Switch a projection's readers to one of its kept builds (a rollback), retiring the
+    /// active one.
+    Activate(projections::BuildArgs),
+    /// Drop a kept (retired or failed) build of a projection: its tables and its record.
+    Drop(projections::BuildArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,6 +199,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Projections(ProjectionsCommand::Status { database, json }) => {
             projections::status(&database, json).await
         }
+        Command::Projections(ProjectionsCommand::Rebuild(args)) => {
+            projections::rebuild(&args).await
+        }
+        Command::Projections(ProjectionsCommand::Activate(args)) => {
+            projections::activate(&args).await
+        }
+        Command::Projections(ProjectionsCommand::Drop(args)) => projections::drop(&args).await,
         Command::Bench(BenchCommand::Log(args)) => bench::log::run(&args).await,
         Command::Bench(BenchCommand::Pipeline(args)) => bench::pipeline::run(&args).await,
         Command::Bench(BenchCommand::Gateway(args)) => bench::gateway::run(&args).await,

@@ -53,6 +53,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_PROJECTION_BATCH", default_value_t = 1_000,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     projection_batch: u64,
+    /// A projection whose stored read models were built by another version of its code is
+    /// rebuilt at start beside them (they keep serving) and switched in when caught up; with
+    /// `false` its runner stops at the mismatch until `leasehold projections rebuild` is run.
+    #[arg(long, env = "LEASEHOLD_REBUILD_ON_VERSION_CHANGE", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "true|false")]
+    rebuild_on_version_change: bool,
     /// Longest a read-your-writes query waits for the projections, in milliseconds.
     #[arg(long, env = "LEASEHOLD_CONSISTENCY_WAIT_MS", default_value_t = 5_000)]
     consistency_wait_ms: u64,
@@ -239,7 +245,11 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let batch_events = usize::try_from(args.projection_batch).unwrap_or(1_000);
     let runner_config = RunnerConfig { batch_events, ..RunnerConfig::default() };
-    let projectors = crate::projectors::start(&store, runner_config, &stopped);
+    let start = crate::projectors::Start {
+        config: runner_config,
+        rebuild_on_version_change: args.rebuild_on_version_change,
+    };
+    let projectors = crate::projectors::start(&store, start, &stopped);
     let progress = projectors.progress.clone();
     let secret = args.secret.secret()?;
     let (backends, _demo_sim) = match &args.backends_file {
@@ -272,7 +282,8 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         .with_vm_credentials_key(&vm_credentials_key(args)?)
         .with_callback_base(&base)
         .with_manifests(manifests.clone())
-        .with_rentals(rental_config(args, &base, &providers)?);
+        .with_rentals(rental_config(args, &base, &providers)?)
+        .with_rebuilds(Arc::new(crate::projectors::ServeRebuilds::new(&store, batch_events)));
     if let Some((backends, order)) = &backends {
         let secrets = backends.iter().map(|(name, b)| (name.clone(), b.config().secret.clone()));
         let router = leasehold_adapters::backends::Router::new(backends, order);

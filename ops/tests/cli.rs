@@ -550,3 +550,59 @@ async fn tail_follows_the_live_log_from_a_cursor_with_the_exports_filters() {
     }
     child.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn projections_rebuild_activate_drop_and_status_show_each_build() {
+    use leasehold_domain::EventStore as _;
+    let db = TestDb::migrated().await;
+    let url = url_of(&db);
+    let rebuild = ["projections", "rebuild", "lease_views", "--database-url", &url];
+    let rebuilt = leasehold(&rebuild).await;
+    assert!(rebuilt.status.success(), "{rebuilt:?}");
+    assert!(String::from_utf8_lossy(&rebuilt.stdout).contains("lease_views build 1 is active"));
+    let unknown = leasehold(&["projections", "rebuild", "nothing", "--database-url", &url]).await;
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no projection is named"));
+
+    // A lease event this code cannot read fails the next build at its position; the active
+    // tables are untouched.
+    three_charges(&db, &format!("lease-{}", uuid::Uuid::now_v7())).await;
+    below_the_horizon(&db, 3).await;
+    assert!(!leasehold(&rebuild).await.status.success());
+    let status = leasehold(&["projections", "status", "--json", "--database-url", &url]).await;
+    let builds: Vec<(u64, String, Option<u64>)> = json_lines(&status)
+        .iter()
+        .filter(|line| line["build"] == "lease_views")
+        .map(|line| {
+            let state = line["state"].as_str().unwrap().to_owned();
+            (line["build_no"].as_u64().unwrap(), state, line["error_position"].as_u64())
+        })
+        .collect();
+    let first = db.store().read_log(leasehold_domain::Cursor::START, 1).await.unwrap().events[0]
+        .cursor
+        .position;
+    assert_eq!(
+        builds,
+        [
+            (0, "retired".into(), None),
+            (1, "active".into(), None),
+            (2, "failed".into(), Some(first))
+        ]
+    );
+
+    let args = |verb: &'static str, version: &'static str| {
+        vec!["projections", verb, "lease_views", "--version", version, "--database-url"]
+    };
+    let mut drop_failed = args("drop", "2");
+    drop_failed.push(&url);
+    assert!(leasehold(&drop_failed).await.status.success());
+    let mut back = args("activate", "0");
+    back.push(&url);
+    let back = leasehold(&back).await;
+    assert!(back.status.success(), "{back:?}");
+    let mut drop_active = args("drop", "0");
+    drop_active.push(&url);
+    let refused = leasehold(&drop_active).await;
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is active"), "{refused:?}");
+}

@@ -29,6 +29,17 @@ pub trait ProjectionStore<P: Projection>: Clone + Send + Sync + 'static {
         after: Cursor,
         limit: usize,
     ) -> impl Future<Output = Result<LogPage, StoreError>> + Send;
+
+    /// Records why a session of the runner failed (and at which event's position, when an
+    /// event could not be applied), for status readers in any process. Best effort: a
+    /// failure to record is not an error.
+    fn record_failure(
+        &self,
+        _error: &str,
+        _position: Option<u64>,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A locked connection of one runner.

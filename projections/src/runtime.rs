@@ -175,6 +175,13 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
                 Ok(None) => Ok(false),
                 Err(error) => Err(error.into()),
             };
+            if let Err(error) = &outcome {
+                let position = match error {
+                    SessionError::Projection(error) => Some(error.position),
+                    SessionError::Store(_) => None,
+                };
+                self.store.record_failure(&error.to_string(), position).await;
+            }
             let what = ("projection", P::NAME);
             if !end_session(&self.stats, what, outcome, self.config.retry_interval, &mut shutdown)
                 .await
@@ -204,7 +211,14 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             if page.events.is_empty() {
                 tokio::select! {
                     () = &mut notified => {}
-                    () = tokio::time::sleep(self.config.poll_interval) => {}
+                    () = tokio::time::sleep(self.config.poll_interval) => {
+                        // Idle: the checkpoint may have been moved under this session (a
+                        // rebuild's switch or a rollback to a kept build). A new session
+                        // starts from wherever it now is.
+                        if session.checkpoint().await? != checkpoint {
+                            return Ok(());
+                        }
+                    }
                     changed = shutdown.changed() => if changed.is_err() { break },
                 }
                 continue;

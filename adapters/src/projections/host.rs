@@ -12,6 +12,8 @@ use leasehold_domain::values::fleet::HostId;
 use leasehold_projections::host::{HostChange, HostProjection, HostRows};
 
 use super::kind::{PgProjected, ReadError, decode, encode};
+use super::tables::Owned;
+use super::tables::dead_letters_of;
 use super::{Param, WriteError, execute};
 use crate::store::PgEventStore;
 
@@ -35,6 +37,9 @@ const PUT_HOSTS_SQL: &str = "INSERT INTO hosts (host_id, state, backend, region,
      last_seen = excluded.last_seen, updated_at = excluded.updated_at";
 
 impl PgProjected for HostProjection {
+    const TABLES: &'static [Owned] =
+        &[Owned::Table("host_view_states"), Owned::Table("hosts"), dead_letters_of!("host")];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[HostId],
@@ -59,7 +64,9 @@ impl PgProjected for HostProjection {
         for change in changes {
             match change {
                 HostChange::Put(rows) => puts.push(*rows),
-                HostChange::DeadLetter(letter) => super::vm::write_dead_letter(tx, &letter).await?,
+                HostChange::DeadLetter(letter) => {
+                    super::vm::write_dead_letter(tx, super::vm::LetterSource::Host, &letter).await?
+                }
             }
         }
         if puts.is_empty() {

@@ -18,6 +18,10 @@ use super::{PgProjectionSession, PgProjectionStore, WriteError};
 
 /// A projection whose read models live in PostgreSQL.
 pub trait PgProjected: Projection {
+    /// Every table it writes, and only it (its partitions of shared tables included): what a
+    /// rebuild creates beside the active ones and a switch swaps (`build.rs`).
+    const TABLES: &'static [super::tables::Owned];
+
     /// The stored views of `keys` (absent keys have none yet).
     fn read_views(
         client: &ClientWrapper,
@@ -79,6 +83,12 @@ impl<P: PgProjected> ProjectionStore<P> for PgProjectionStore {
     async fn read_log(&self, after: Cursor, limit: usize) -> Result<LogPage, StoreError> {
         self.log().read_log(after, limit).await
     }
+
+    async fn record_failure(&self, error: &str, position: Option<u64>) {
+        if let Err(failed) = self.record_projection_failure(P::NAME, error, position).await {
+            tracing::warn!(projection = P::NAME, %failed, "its failure could not be recorded");
+        }
+    }
 }
 
 impl<P: PgProjected> ProjectionSession<P> for PgProjectionSession {
@@ -100,7 +110,7 @@ impl<P: PgProjected> ProjectionSession<P> for PgProjectionSession {
         events: u64,
         changes: Vec<P::Change>,
     ) -> Result<(), StoreError> {
-        let identity = (self.name, self.version, self.kind);
+        let identity = (self.name, self.version, self.kind, self.build_no);
         let endpoint = self.endpoint.clone();
         let fail = |error| crate::store::from_driver(error, &endpoint);
         let tx = self.client.transaction().await.map_err(fail)?;

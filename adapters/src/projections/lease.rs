@@ -13,6 +13,8 @@ use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
 use super::shared::SharedWrites;
+use super::tables::Owned;
+use super::tables::workload_partitions;
 use super::{Param, WriteError, execute};
 use crate::store::to_i64;
 
@@ -66,6 +68,17 @@ const SET_RELEASES_SQL: &str = "UPDATE releases r SET status = u.s, reason = u.r
      WHERE r.lease_id = u.l AND r.version = u.v";
 
 impl PgProjected for LeaseProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("lease_view_states"),
+        Owned::Table("leases"),
+        Owned::Table("lease_diagnostics"),
+        Owned::Table("releases"),
+        Owned::Table("retained_leases"),
+        workload_partitions!("lease")[0],
+        workload_partitions!("lease")[1],
+        workload_partitions!("lease")[2],
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[LeaseId],

@@ -2,6 +2,7 @@
 //! read-model writers of each projection (`lease.rs`, `vm.rs`, `host.rs`), each a
 //! [`kind::PgProjected`] whose runner storage is shared (`kind.rs`).
 
+mod build;
 mod host;
 mod kind;
 mod lease;
@@ -15,13 +16,16 @@ mod runner_job;
 mod shared;
 mod snapshot;
 mod status;
+pub mod tables;
 mod vm;
 mod workload_quota;
 
 use deadpool_postgres::ClientWrapper;
 use leasehold_domain::{Cursor, StoreError};
 
+pub use build::{BuildError, BuildProgress, BuildStatus};
 pub use host::PgHostCatalog;
+pub use kind::PgProjected;
 pub use status::ProjectionStatus;
 
 use crate::store::{PgEventStore, Xid8, from_driver, to_i64};
@@ -51,10 +55,11 @@ const START_CHECKPOINT_SQL: &str = "INSERT INTO projection_checkpoints \
      (projection, version, log_epoch, tx_id, position, events_applied, kind) \
      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
 
-/// A projection's checkpoint moved, only from where it was (else another writer moved it).
+/// A projection's checkpoint moved, only from where it was and in the build it was read in
+/// (else another writer moved it, or a rebuild was switched in: `build.rs`).
 const MOVE_CHECKPOINT_SQL: &str = "UPDATE projection_checkpoints SET log_epoch = $2, \
      tx_id = $3, position = $4, events_applied = events_applied + $5, updated_at = now() \
-     WHERE projection = $1 AND (log_epoch, tx_id, position) = ($6, $7, $8)";
+     WHERE projection = $1 AND (log_epoch, tx_id, position) = ($6, $7, $8) AND build_no = $9";
 
 /// Runs one prepared (cached) statement in `tx`.
 pub(crate) async fn execute(
@@ -84,6 +89,27 @@ impl PgProjectionStore {
     pub fn log(&self) -> &PgEventStore {
         &self.log
     }
+
+    /// Records projection `name`'s last failure (`projections status` shows it while it is
+    /// newer than the projection's last commit).
+    pub(crate) async fn record_projection_failure(
+        &self,
+        name: &str,
+        error: &str,
+        position: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let client = self.log.client().await?;
+        client
+            .execute(
+                "INSERT INTO projection_failures (projection, error, position) VALUES ($1, $2, $3) \
+                 ON CONFLICT (projection) DO UPDATE SET error = excluded.error, \
+                 position = excluded.position, failed_at = now()",
+                &[&name, &error, &position.map(to_i64)],
+            )
+            .await
+            .map_err(|e| from_driver(e, self.log.endpoint()))?;
+        Ok(())
+    }
 }
 
 /// A runner's own connection (never returned to the pool: the lock is the session's).
@@ -95,6 +121,8 @@ pub struct PgProjectionSession {
     version: u32,
     /// `projection` or `reconciler`: what its checkpoint row says it is.
     kind: &'static str,
+    /// The build its checkpoint was read in (0 before any rebuild).
+    build_no: i32,
 }
 
 impl PgProjectionStore {
@@ -122,7 +150,14 @@ impl PgProjectionStore {
             .await
             .map_err(|e| from_driver(e, &endpoint))?;
         let locked: bool = row.get(0);
-        Ok(locked.then_some(PgProjectionSession { client, endpoint, name, version, kind }))
+        Ok(locked.then_some(PgProjectionSession {
+            client,
+            endpoint,
+            name,
+            version,
+            kind,
+            build_no: 0,
+        }))
     }
 }
 
@@ -138,13 +173,14 @@ impl PgProjectionSession {
         let row = self
             .client
             .query_opt(
-                "SELECT log_epoch, tx_id, position, version, kind FROM projection_checkpoints \
-                 WHERE projection = $1",
+                "SELECT log_epoch, tx_id, position, version, kind, build_no \
+                 FROM projection_checkpoints WHERE projection = $1",
                 &[&self.name],
             )
             .await
             .map_err(self.fail())?;
         let Some(row) = row else { return Ok(None) };
+        self.build_no = row.get(5);
         let version = u32::try_from(row.get::<_, i32>(3)).unwrap_or_default();
         let kind: &str = row.get(4);
         if kind != self.kind {
@@ -166,7 +202,7 @@ impl PgProjectionSession {
     /// Moves the checkpoint from `from` to `to` inside `tx`; `false` if it was not at `from`.
     pub(crate) async fn move_checkpoint(
         tx: &deadpool_postgres::Transaction<'_>,
-        (name, version, kind): (&str, u32, &str),
+        (name, version, kind, build_no): (&str, u32, &str, i32),
         from: Option<Cursor>,
         to: Cursor,
         events: u64,
@@ -198,6 +234,7 @@ impl PgProjectionSession {
                         &from_epoch,
                         &Xid8(from.tx_id),
                         &to_i64(from.position),
+                        &build_no,
                     ],
                 )
                 .await?

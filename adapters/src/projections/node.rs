@@ -9,6 +9,7 @@ use leasehold_projections::node::{NodeChange, NodeProjection, NodeView};
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
+use super::tables::Owned;
 use super::{Param, WriteError, execute};
 
 const VIEWS_SQL: &str = "SELECT node_id, state FROM node_view_states WHERE node_id = ANY($1)";
@@ -30,6 +31,8 @@ const PUT_NODES_SQL: &str = "INSERT INTO nodes (node_id, tenant_id, rental_id, g
      pending_operations = excluded.pending_operations, updated_at = excluded.updated_at";
 
 impl PgProjected for NodeProjection {
+    const TABLES: &'static [Owned] = &[Owned::Table("node_view_states"), Owned::Table("nodes")];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[NodeId],

@@ -41,7 +41,7 @@ impl ReconcilerSession for PgProjectionSession {
         to: Cursor,
         events: u64,
     ) -> Result<(), StoreError> {
-        let identity = (self.name, self.version, self.kind);
+        let identity = (self.name, self.version, self.kind, self.build_no);
         let endpoint = self.endpoint.clone();
         let fail = |error| from_driver(error, &endpoint);
         let tx = self.client.transaction().await.map_err(fail)?;

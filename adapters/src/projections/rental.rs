@@ -10,6 +10,8 @@ use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
 use super::shared::SharedWrites;
+use super::tables::Owned;
+use super::tables::workload_partitions;
 use super::{Param, WriteError, execute};
 
 const VIEWS_SQL: &str = "SELECT rental_id, state FROM rental_view_states \
@@ -36,6 +38,14 @@ const PUT_RENTALS_SQL: &str = "INSERT INTO rentals (rental_id, tenant_id, connec
      updated_at = excluded.updated_at";
 
 impl PgProjected for RentalProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("rental_view_states"),
+        Owned::Table("rentals"),
+        workload_partitions!("rental")[0],
+        workload_partitions!("rental")[1],
+        workload_partitions!("rental")[2],
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[RentalId],

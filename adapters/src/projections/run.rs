@@ -10,6 +10,8 @@ use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
 use super::shared::SharedWrites;
+use super::tables::Owned;
+use super::tables::workload_partitions;
 use super::{Param, WriteError, execute};
 
 const VIEWS_SQL: &str = "SELECT run_id, state FROM run_view_states WHERE run_id = ANY($1)";
@@ -32,6 +34,14 @@ const PUT_RUNS_SQL: &str = "INSERT INTO run_timeline (run_id, tenant_id, rental_
      updated_at = excluded.updated_at";
 
 impl PgProjected for RunProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("run_view_states"),
+        Owned::Table("run_timeline"),
+        workload_partitions!("run")[0],
+        workload_partitions!("run")[1],
+        workload_partitions!("run")[2],
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[RunId],

@@ -12,6 +12,8 @@ use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, UuidViewStates};
 use super::shared::SharedWrites;
+use super::tables::Owned;
+use super::tables::workload_partitions;
 use super::{Param, WriteError, execute};
 
 const VIEWS: UuidViewStates = UuidViewStates { table: "runner_lease_view_states", key: "lease_id" };
@@ -49,6 +51,16 @@ const ADD_USAGE_SQL: &str = "INSERT INTO runner_usage (tier, node, leases, vcpu,
      memory_mb = runner_usage.memory_mb + excluded.memory_mb";
 
 impl PgProjected for RunnerProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("runner_lease_view_states"),
+        Owned::Table("runner_leases"),
+        Owned::Table("runner_lease_holds"),
+        Owned::Table("runner_usage"),
+        workload_partitions!("runner")[0],
+        workload_partitions!("runner")[1],
+        workload_partitions!("runner")[2],
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[RunnerLeaseId],

@@ -10,6 +10,8 @@ use leasehold_projections::runner_fleet::{
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, UuidViewStates};
+use super::tables::Owned;
+use super::tables::dead_letters_of;
 use super::{Param, WriteError, execute};
 
 const VIEWS: UuidViewStates =
@@ -36,6 +38,13 @@ const PUT_NODE_SQL: &str = "INSERT INTO runner_nodes (node, provider, guest_os, 
      updated_at = excluded.updated_at";
 
 impl PgProjected for RunnerFleetProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("runner_fleet_view_states"),
+        Owned::Table("runner_capacities"),
+        Owned::Table("runner_nodes"),
+        dead_letters_of!("runner_fleet"),
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[Uuid],
@@ -60,7 +69,10 @@ impl PgProjected for RunnerFleetProjection {
                 FleetRow::Capacity(row) => capacities.push(row),
                 FleetRow::Node(Some(row)) => put_node(tx, row).await?,
                 FleetRow::Node(None) => {}
-                FleetRow::DeadLetter(letter) => super::vm::write_dead_letter(tx, letter).await?,
+                FleetRow::DeadLetter(letter) => {
+                    super::vm::write_dead_letter(tx, super::vm::LetterSource::RunnerFleet, letter)
+                        .await?
+                }
             }
         }
         put_capacities(tx, &capacities).await

@@ -9,6 +9,7 @@ use leasehold_projections::runner_job::{JobChange, JobProjection, JobView};
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, UuidViewStates};
+use super::tables::Owned;
 use super::{Param, WriteError, execute};
 
 const VIEWS: UuidViewStates = UuidViewStates { table: "runner_job_view_states", key: "job_id" };
@@ -23,6 +24,9 @@ const PUT_JOBS_SQL: &str = "INSERT INTO job_history (job_id, tenant_id, request_
      failure_reason = excluded.failure_reason";
 
 impl PgProjected for JobProjection {
+    const TABLES: &'static [Owned] =
+        &[Owned::Table("runner_job_view_states"), Owned::Table("job_history")];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[RunnerJobId],

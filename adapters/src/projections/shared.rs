@@ -1,7 +1,9 @@
 //! The one writer of the tables every kind's projection shares: `workloads` (one row per
 //! workload of any kind) and `quota_usage` / `quota_usage_skus` (each tenant's usage, kept by
 //! deltas). A kind's projection hands its rows and deltas to [`SharedWrites`] and writes its
-//! own tables itself, in the same transaction.
+//! own tables itself, in the same transaction. Each shared table is partitioned by kind
+//! (schema/postgres/0026): a kind's rows go to its own partition (`workloads_<kind>`, ...),
+//! which belongs to its projection alone and is rebuilt and switched with it.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +13,7 @@ use uuid::Uuid;
 
 use super::{Param, WriteError, execute};
 
-const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads (kind, workload_id, tenant_id, status, \
+const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads_KIND (kind, workload_id, tenant_id, status, \
      backend_name, items, created_at, updated_at) \
      SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
      $6::jsonb[], $7::timestamptz[], $8::timestamptz[]) \
@@ -19,15 +21,14 @@ const PUT_WORKLOADS_SQL: &str = "INSERT INTO workloads (kind, workload_id, tenan
      backend_name = excluded.backend_name, items = excluded.items, \
      updated_at = excluded.updated_at";
 
-const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage (tenant_id, kind, active_count) \
+const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage_KIND AS u (tenant_id, kind, active_count) \
      SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
      ON CONFLICT (tenant_id, kind) DO UPDATE \
-     SET active_count = quota_usage.active_count + excluded.active_count";
+     SET active_count = u.active_count + excluded.active_count";
 
-const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus (tenant_id, kind, sku, quantity) \
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
-     ON CONFLICT (tenant_id, kind, sku) DO UPDATE \
-     SET quantity = quota_usage_skus.quantity + excluded.quantity";
+const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus_KIND AS u (tenant_id, kind, sku, \
+     quantity) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
+     ON CONFLICT (tenant_id, kind, sku) DO UPDATE SET quantity = u.quantity + excluded.quantity";
 
 /// A batch's writes to the shared tables, gathered so each table is written once.
 #[derive(Debug, Default)]
@@ -66,9 +67,28 @@ async fn write_workloads(
     tx: &deadpool_postgres::Transaction<'_>,
     rows: &[WorkloadRow],
 ) -> Result<(), WriteError> {
-    if rows.is_empty() {
-        return Ok(());
+    let mut kinds: Vec<&'static str> = rows.iter().map(|r| r.kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let of_kind: Vec<&WorkloadRow> = rows.iter().filter(|r| r.kind == kind).collect();
+        write_workloads_of(tx, kind, &of_kind).await?;
     }
+    Ok(())
+}
+
+/// The table of `kind`'s part of a shared table: `table` with `KIND` replaced. Kinds are the
+/// code's own constants, never input.
+fn of_kind(sql: &str, kind: &str) -> String {
+    debug_assert!(kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{kind}");
+    sql.replace("KIND", kind)
+}
+
+async fn write_workloads_of(
+    tx: &deadpool_postgres::Transaction<'_>,
+    kind: &'static str,
+    rows: &[&WorkloadRow],
+) -> Result<(), WriteError> {
     let kinds: Vec<&str> = rows.iter().map(|r| r.kind).collect();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.workload_id).collect();
     let tenants: Vec<&str> = rows.iter().map(|r| r.tenant_id.as_str()).collect();
@@ -79,7 +99,7 @@ async fn write_workloads(
     let updated: Vec<DateTime<Utc>> = rows.iter().map(|r| r.updated_at).collect();
     let params: [Param<'_>; 8] =
         [&kinds, &ids, &tenants, &statuses, &backends, &items, &created, &updated];
-    execute(tx, PUT_WORKLOADS_SQL, &params).await
+    execute(tx, &of_kind(PUT_WORKLOADS_SQL, kind), &params).await
 }
 
 async fn write_usage(
@@ -87,20 +107,29 @@ async fn write_usage(
     usage: &BTreeMap<(String, &'static str), i64>,
     sku_usage: &BTreeMap<(String, &'static str, String), i64>,
 ) -> Result<(), WriteError> {
-    let usage: Vec<_> = usage.iter().filter(|(_, delta)| **delta != 0).collect();
-    if !usage.is_empty() {
-        let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
-        let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
-        let deltas: Vec<i64> = usage.iter().map(|(_, d)| **d).collect();
-        execute(tx, ADD_USAGE_SQL, &[&tenants, &kinds, &deltas]).await?;
-    }
-    let sku_usage: Vec<_> = sku_usage.iter().filter(|(_, delta)| **delta != 0).collect();
-    if !sku_usage.is_empty() {
-        let tenants: Vec<&str> = sku_usage.iter().map(|((t, _, _), _)| t.as_str()).collect();
-        let kinds: Vec<&str> = sku_usage.iter().map(|((_, k, _), _)| *k).collect();
-        let skus: Vec<&str> = sku_usage.iter().map(|((_, _, s), _)| s.as_str()).collect();
-        let deltas: Vec<i64> = sku_usage.iter().map(|(_, d)| **d).collect();
-        execute(tx, ADD_SKU_USAGE_SQL, &[&tenants, &kinds, &skus, &deltas]).await?;
+    let mut kinds: Vec<&'static str> = usage.keys().map(|(_, kind)| *kind).collect();
+    kinds.extend(sku_usage.keys().map(|(_, kind, _)| *kind));
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let usage: Vec<_> =
+            usage.iter().filter(|((_, k), delta)| *k == kind && **delta != 0).collect();
+        if !usage.is_empty() {
+            let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
+            let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
+            let deltas: Vec<i64> = usage.iter().map(|(_, d)| **d).collect();
+            execute(tx, &of_kind(ADD_USAGE_SQL, kind), &[&tenants, &kinds, &deltas]).await?;
+        }
+        let skus: Vec<_> =
+            sku_usage.iter().filter(|((_, k, _), delta)| *k == kind && **delta != 0).collect();
+        if !skus.is_empty() {
+            let tenants: Vec<&str> = skus.iter().map(|((t, _, _), _)| t.as_str()).collect();
+            let kinds: Vec<&str> = skus.iter().map(|((_, k, _), _)| *k).collect();
+            let names: Vec<&str> = skus.iter().map(|((_, _, s), _)| s.as_str()).collect();
+            let deltas: Vec<i64> = skus.iter().map(|(_, d)| **d).collect();
+            let sql = of_kind(ADD_SKU_USAGE_SQL, kind);
+            execute(tx, &sql, &[&tenants, &kinds, &names, &deltas]).await?;
+        }
     }
     Ok(())
 }

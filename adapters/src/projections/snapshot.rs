@@ -11,6 +11,8 @@ use leasehold_projections::snapshot::{
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
+use super::tables::Owned;
+use super::tables::dead_letters_of;
 use super::{Param, WriteError, execute};
 
 const VIEWS_SQL: &str =
@@ -43,6 +45,13 @@ const PUT_QUOTAS_SQL: &str = "INSERT INTO snapshot_quota_usage (tenant_id, count
      updated_at = excluded.updated_at";
 
 impl PgProjected for SnapshotProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("snapshot_view_states"),
+        Owned::Table("snapshot_records"),
+        Owned::Table("snapshot_quota_usage"),
+        dead_letters_of!("snapshot"),
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[StreamId],
@@ -68,7 +77,8 @@ impl PgProjected for SnapshotProjection {
             match change {
                 SnapshotChange::Put(put) => puts.push(*put),
                 SnapshotChange::DeadLetter(letter) => {
-                    super::vm::write_dead_letter(tx, &letter).await?
+                    super::vm::write_dead_letter(tx, super::vm::LetterSource::Snapshot, &letter)
+                        .await?
                 }
             }
         }

@@ -28,7 +28,23 @@ pub struct ProjectionStatus {
     pub seconds_behind: f64,
     /// When it last committed.
     pub updated_at: DateTime<Utc>,
+    /// Why it is failing, and at which event's position when an event could not be applied:
+    /// its runner's last failure, while newer than its last commit.
+    pub failure: Option<(String, Option<u64>)>,
 }
+
+/// Every checkpoint, and every projection failing before its first commit (cursor columns
+/// first, then projection, version, events applied, updated at, kind, and the failure while
+/// it is newer than the last commit).
+const STATUS_SQL: &str = "SELECT coalesce(c.log_epoch, 0), coalesce(c.tx_id, '0'::xid8), \
+     coalesce(c.position, 0), coalesce(c.projection, f.projection), coalesce(c.version, 0), \
+     coalesce(c.events_applied, 0), coalesce(c.updated_at, f.failed_at), \
+     coalesce(c.kind, 'projection') AS kind, \
+     CASE WHEN c.updated_at IS NULL OR f.failed_at > c.updated_at THEN f.error END AS failure, \
+     CASE WHEN c.updated_at IS NULL OR f.failed_at > c.updated_at THEN f.position END \
+       AS failure_position \
+     FROM projection_checkpoints c FULL JOIN projection_failures f ON f.projection = c.projection \
+     ORDER BY 4";
 
 impl PgReadModels {
     /// The progress of every projection and reconciler with a checkpoint.
@@ -36,13 +52,7 @@ impl PgReadModels {
     /// # Errors
     /// When the database cannot be read.
     pub async fn projection_status(&self) -> Result<Vec<ProjectionStatus>, StoreError> {
-        let rows = self
-            .query(
-                "SELECT log_epoch, tx_id, position, projection, version, events_applied, \
-                 updated_at, kind FROM projection_checkpoints ORDER BY projection",
-                &[],
-            )
-            .await?;
+        let rows = self.query(STATUS_SQL, &[]).await?;
         let mut statuses = Vec::with_capacity(rows.len());
         for row in rows {
             let behind = self.behind(cursor_of(&row)).await?;
@@ -132,5 +142,9 @@ fn status_of(
         events_behind,
         seconds_behind,
         updated_at: row.get(6),
+        failure: row.try_get::<_, Option<String>>("failure").ok().flatten().map(|error| {
+            let position = row.try_get::<_, Option<i64>>("failure_position").ok().flatten();
+            (error, position.and_then(|p| u64::try_from(p).ok()))
+        }),
     }
 }

@@ -10,6 +10,9 @@ use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, decode, encode};
 use super::shared::SharedWrites;
+use super::tables::Owned;
+use super::tables::dead_letters_of;
+use super::tables::workload_partitions;
 use super::{Param, WriteError, execute};
 
 const VIEWS_SQL: &str = "SELECT vm_id, state FROM vm_view_states WHERE vm_id = ANY($1)";
@@ -30,12 +33,43 @@ const PUT_VMS_SQL: &str = "INSERT INTO vms (vm_id, tenant_id, task_id, state, ta
      destroy_reason = excluded.destroy_reason, updated_at = excluded.updated_at, \
      migrating_to = excluded.migrating_to";
 
-const PUT_DEAD_LETTER_SQL: &str = "INSERT INTO dead_letters (kind, entity_id, task_id, reason, \
-     retry_count, payload, first_seen, last_seen) VALUES ($1, $2, $3, $4, 1, $5, $6, $6) \
-     ON CONFLICT (kind, entity_id) DO UPDATE SET retry_count = dead_letters.retry_count + 1, \
+/// A dead letter, into its source's partition of `dead_letters` (`dead_letters_SOURCE`).
+const PUT_DEAD_LETTER_SQL: &str = "INSERT INTO dead_letters_SOURCE AS d (source, kind, \
+     entity_id, task_id, reason, retry_count, payload, first_seen, last_seen) \
+     VALUES ('SOURCE', $1, $2, $3, $4, 1, $5, $6, $6) \
+     ON CONFLICT (source, kind, entity_id) DO UPDATE SET retry_count = d.retry_count + 1, \
      reason = excluded.reason, payload = excluded.payload, last_seen = excluded.last_seen";
 
+/// The projections that write dead letters, each into its own partition.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LetterSource {
+    Vm,
+    Host,
+    Snapshot,
+    RunnerFleet,
+}
+
+impl LetterSource {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Vm => "vm",
+            Self::Host => "host",
+            Self::Snapshot => "snapshot",
+            Self::RunnerFleet => "runner_fleet",
+        }
+    }
+}
+
 impl PgProjected for VmProjection {
+    const TABLES: &'static [Owned] = &[
+        Owned::Table("vm_view_states"),
+        Owned::Table("vms"),
+        dead_letters_of!("vm"),
+        workload_partitions!("vm")[0],
+        workload_partitions!("vm")[1],
+        workload_partitions!("vm")[2],
+    ];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[VmId],
@@ -76,14 +110,15 @@ async fn write_dead_letters(
     letters: &[DeadLetterRow],
 ) -> Result<(), WriteError> {
     for letter in letters {
-        write_dead_letter(tx, letter).await?;
+        write_dead_letter(tx, LetterSource::Vm, letter).await?;
     }
     Ok(())
 }
 
-/// One dead letter, counted again when its kind and entity are there already.
+/// One dead letter of `source`, counted again when its kind and entity are there already.
 pub(super) async fn write_dead_letter(
     tx: &Transaction<'_>,
+    source: LetterSource,
     letter: &DeadLetterRow,
 ) -> Result<(), WriteError> {
     let params: [Param<'_>; 6] = [
@@ -94,7 +129,7 @@ pub(super) async fn write_dead_letter(
         &letter.payload,
         &letter.at,
     ];
-    execute(tx, PUT_DEAD_LETTER_SQL, &params).await
+    execute(tx, &PUT_DEAD_LETTER_SQL.replace("SOURCE", source.name()), &params).await
 }
 
 async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteError> {

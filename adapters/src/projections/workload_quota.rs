@@ -8,6 +8,7 @@ use leasehold_projections::workload_quota::{QuotaChange, QuotaView, WorkloadQuot
 use uuid::Uuid;
 
 use super::kind::{PgProjected, ReadError, UuidViewStates};
+use super::tables::Owned;
 use super::{Param, WriteError, execute};
 
 const VIEWS: UuidViewStates =
@@ -19,6 +20,9 @@ const PUT_QUOTAS_SQL: &str = "INSERT INTO workload_quotas (tenant_id, kind, limi
      updated_at = excluded.updated_at";
 
 impl PgProjected for WorkloadQuotaProjection {
+    const TABLES: &'static [Owned] =
+        &[Owned::Table("workload_quota_view_states"), Owned::Table("workload_quotas")];
+
     async fn read_views(
         client: &ClientWrapper,
         keys: &[Uuid],

@@ -102,7 +102,11 @@ impl std::fmt::Display for ChainBreak {
         if self.stream_id.is_empty() && self.position == 0 {
             write!(f, "{:?}", self.kind)
         } else if self.stream_id.is_empty() {
-            write!(f, "position {} (its stream is not known): {:?}", self.position, self.kind)
+            write!(
+                f,
+                "position {} (its event is gone; its stream is not known): {:?}",
+                self.position, self.kind
+            )
         } else {
             write!(
                 f,

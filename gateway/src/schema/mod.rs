@@ -8,7 +8,7 @@ pub(crate) mod command;
 mod events;
 pub(crate) mod host;
 pub(crate) mod lease;
-mod projections;
+pub mod projections;
 mod query;
 pub(crate) mod quota;
 pub(crate) mod rental;
@@ -40,10 +40,10 @@ macro_rules! kinds {
         #[graphql(name = "Query")]
         pub struct QueryRoot(query::LogQuery, $($kind::$query),+);
 
-        // Every mutation: each kind's own.
+        // Every mutation: the projections' control, then each kind's own.
         #[derive(Debug, Default, MergedObject)]
         #[graphql(name = "Mutation")]
-        pub struct MutationRoot($($kind::$mutation),+);
+        pub struct MutationRoot(projections::ProjectionMutation, $($kind::$mutation),+);
 
         /// What every kind's root query fields read, for read-your-writes.
         pub const KIND_READS: &[&crate::reads::KindReads] =

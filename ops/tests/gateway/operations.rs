@@ -113,3 +113,95 @@ async fn a_metrics_scrape_never_reads_the_log() {
         "{text}"
     );
 }
+
+/// `projections`' entry for `name`, asked again (every 50 ms, at most 60 s) until `done`.
+async fn projection_until(
+    server: &Server,
+    name: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let query = "{ projections { name state error errorPosition builds { buildNo state eventsApplied eventsTotal } } }";
+    let operator = role_token(Role::Operator, None);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let answer = server.graphql(&operator, query, json!({})).await;
+        let found = data(&answer)["projections"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["name"] == name).cloned());
+        if let Some(found) = found.filter(|found| done(found)) {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name} never got there: {answer}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_rebuild_a_projection_through_graphql_and_watch_it_switch_in() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let read = json!({ "query": "{ quotaUsage { kind } }", "extensions": { "minCursor": lease["cursor"] } });
+    data(&server.graphql_with(&acme, read).await);
+
+    let rebuild = "mutation($name: String!) { rebuildProjection(name: $name) }";
+    let operator = role_token(Role::Operator, None);
+    let refused = server.graphql(&acme, rebuild, json!({ "name": "lease_views" })).await;
+    assert_eq!(code(&refused), Some("FORBIDDEN"));
+    let unknown = server.graphql(&operator, rebuild, json!({ "name": "nothing" })).await;
+    assert_eq!(code(&unknown), Some("BAD_USER_INPUT"));
+    let started = server.graphql(&operator, rebuild, json!({ "name": "lease_views" })).await;
+    assert_eq!(data(&started)["rebuildProjection"], true);
+
+    let switched = projection_until(&server, "lease_views", |p| {
+        p["builds"].as_array().is_some_and(|b| b.iter().any(|b| b["state"] == "active"))
+    })
+    .await;
+    assert_eq!(switched["state"], "RUNNING", "{switched}");
+    let builds: Vec<(i64, &str)> = switched["builds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["buildNo"].as_i64().unwrap(), b["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(builds, [(0, "retired"), (1, "active")]);
+    // The tenant reads its lease from the new tables, and what it does next lands in them.
+    let query = "query($id: ID!) { lease(id: $id) { id } }";
+    let found = server.graphql(&acme, query, json!({ "id": lease["id"] })).await;
+    assert_eq!(data(&found)["lease"]["id"], lease["id"]);
+    let next = request_lease(&server, &acme, "req-2").await;
+    let read = json!({ "query": query, "variables": { "id": next["id"] }, "extensions": { "minCursor": next["cursor"] } });
+    assert_eq!(data(&server.graphql_with(&acme, read).await)["lease"]["id"], next["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projection_that_cannot_apply_an_event_shows_failed_at_its_position() {
+    use leasehold_domain::{EventStore as _, ExpectedVersion, StreamAppend};
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    // An event of the lease kind no code of this version reads, on the lease's stream.
+    let stream = leasehold_domain::StreamId::parse(lease["streamId"].as_str().unwrap()).unwrap();
+    let event = leasehold_domain::NewEvent {
+        event_id: leasehold_domain::EventId::from_uuid(uuid::Uuid::now_v7()),
+        event_type: leasehold_domain::EventType::parse("LeaseTeleported").unwrap(),
+        schema_version: 1,
+        payload: json!({ "to": "the moon" }),
+        metadata: leasehold_domain::Metadata::default(),
+    };
+    let appended = server
+        .db
+        .store()
+        .append(vec![StreamAppend {
+            stream_id: stream,
+            stream_type: leasehold_domain::StreamType::parse("lease").unwrap(),
+            tenant_id: leasehold_domain::TenantId::parse("acme").unwrap(),
+            expected: ExpectedVersion::Any,
+            events: vec![event],
+        }])
+        .await
+        .unwrap();
+    let failed = projection_until(&server, "lease_views", |p| p["state"] == "FAILED").await;
+    assert_eq!(failed["errorPosition"], appended.cursor.position, "{failed}");
+    assert!(failed["error"].as_str().unwrap().contains("LeaseTeleported"), "{failed}");
+}

@@ -2,5 +2,6 @@
 
 mod every_kind;
 mod lease;
+mod rebuild;
 mod runtime;
 pub(crate) mod support;
