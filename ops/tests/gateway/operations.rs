@@ -205,3 +205,36 @@ async fn a_projection_that_cannot_apply_an_event_shows_failed_at_its_position() 
     assert_eq!(failed["errorPosition"], appended.cursor.position, "{failed}");
     assert!(failed["error"].as_str().unwrap().contains("LeaseTeleported"), "{failed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_rebuilds_a_projection_whose_tables_another_version_built() {
+    let mut server = Server::start().await;
+    let acme = tenant_token("acme");
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let read = json!({ "query": "{ quotaUsage { kind } }", "extensions": { "minCursor": lease["cursor"] } });
+    data(&server.graphql_with(&acme, read).await);
+    server.terminate().await;
+    // As if an older binary had built the lease tables.
+    let client = server.db.client().await;
+    let sql = "UPDATE projection_checkpoints SET version = version + 100 WHERE projection = 'lease_views'";
+    assert_eq!(client.execute(sql, &[]).await.unwrap(), 1);
+
+    server.restart_with(&[]).await;
+    let rebuilt = projection_until(&server, "lease_views", |p| {
+        p["builds"].as_array().is_some_and(|b| b.iter().any(|b| b["state"] == "active"))
+    })
+    .await;
+    assert_eq!(rebuilt["state"], "RUNNING", "{rebuilt}");
+    let query = "query($id: ID!) { lease(id: $id) { id } }";
+    let found = server.graphql(&acme, query, json!({ "id": lease["id"] })).await;
+    assert_eq!(data(&found)["lease"]["id"], lease["id"]);
+    let version: i32 = client
+        .query_one(
+            "SELECT version FROM projection_checkpoints WHERE projection = 'lease_views'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(version < 100, "the checkpoint is the rebuilt version's: {version}");
+}
