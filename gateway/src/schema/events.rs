@@ -87,10 +87,19 @@ pub(crate) fn scope_of(principal: &Principal, filter: Option<EventFilter>) -> Ap
 
 /// The cursor an `after` argument names, or `None`.
 pub(crate) fn after_of(ctx: &Context<'_>, after: Option<&str>) -> ApiResult<Option<Cursor>> {
-    let Some(text) = after else { return Ok(None) };
+    cursor_arg(ctx, "after", after)
+}
+
+/// The log cursor argument `field` names (one this caller was given), or `None`.
+pub(crate) fn cursor_arg(
+    ctx: &Context<'_>,
+    field: &str,
+    given: Option<&str>,
+) -> ApiResult<Option<Cursor>> {
+    let Some(text) = given else { return Ok(None) };
     let scope = caller(ctx)?.cursor_scope();
-    let text: String = shared(ctx).cursors.open(CursorKind::Log, &scope, "after", text)?;
-    text.parse().map(Some).map_err(|_| ApiError::bad_input("after: malformed cursor"))
+    let text: String = shared(ctx).cursors.open(CursorKind::Log, &scope, field, text)?;
+    text.parse().map(Some).map_err(|_| ApiError::bad_input(format!("{field}: malformed cursor")))
 }
 
 /// The event as `principal` may see it, with a cursor sealed for it.
@@ -170,17 +179,27 @@ pub struct EventEdge {
     pub node: LifecycleEvent,
 }
 
-/// `events(after, first, filter)`.
+/// Where an `events` page starts and where it may go: `after` and `until`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bounds {
+    /// Events after this cursor.
+    pub after: Option<String>,
+    /// Events up to and including this cursor (the log as it stood then).
+    pub until: Option<String>,
+}
+
+/// `events(after, until, first, filter)`.
 pub(crate) async fn page(
     ctx: &Context<'_>,
-    after: Option<String>,
+    bounds: Bounds,
     first: usize,
     filter: Option<EventFilter>,
 ) -> ApiResult<EventConnection> {
     let principal = caller(ctx)?;
     let scope = scope_of(principal, filter)?;
     let state = shared(ctx);
-    let started = after_of(ctx, after.as_deref())?;
+    let started = after_of(ctx, bounds.after.as_deref())?;
+    let until = cursor_arg(ctx, "until", bounds.until.as_deref())?;
     let mut position = started.unwrap_or(Cursor::START);
     let (mut found, mut scanned, mut has_next) = (Vec::new(), 0, false);
     let budget = first.max(1) * SCAN_EVENTS_PER_WANTED;
@@ -189,7 +208,12 @@ pub(crate) async fn page(
         let page = state.store.read_log(position, want).await?;
         let full = page.events.len() == want;
         scanned += page.events.len();
+        let mut ended = false;
         for event in page.events {
+            if until.is_some_and(|until| event.cursor > until) {
+                ended = true;
+                break;
+            }
             if found.len() == first {
                 has_next = true;
                 break;
@@ -199,7 +223,7 @@ pub(crate) async fn page(
                 found.push(event);
             }
         }
-        if has_next {
+        if has_next || ended {
             break;
         }
         position = position.max(page.next);

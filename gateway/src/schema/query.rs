@@ -60,8 +60,14 @@ impl LogQuery {
         after: Option<String>,
         #[graphql(desc = "Events wanted, 1 to 100 (default 20).")] first: Option<i32>,
         filter: Option<EventFilter>,
+        #[graphql(
+            desc = "A cursor you were given; events up to and including it only: the log as it \
+                    stood then (the page ends there, `hasNextPage` false)."
+        )]
+        until: Option<String>,
     ) -> ApiResult<EventConnection> {
-        super::events::page(ctx, after, page_rows(first)?, filter).await
+        let bounds = super::events::Bounds { after, until };
+        super::events::page(ctx, bounds, page_rows(first)?, filter).await
     }
 
     /// Your workloads of every kind, newest first.

@@ -217,7 +217,7 @@ fn stream_append(
 }
 
 /// Appends whole lease lifecycles until the log holds at least `events` lease events.
-async fn fill_leases(store: &PgEventStore, events: u64) -> anyhow::Result<()> {
+pub(super) async fn fill_leases(store: &PgEventStore, events: u64) -> anyhow::Result<()> {
     let leases = events.div_ceil(EVENTS_PER_LEASE);
     let appends = leases.div_ceil(FILL_LEASES_PER_APPEND);
     let tasks: Vec<_> = (0..FILL_WRITERS)
@@ -242,7 +242,7 @@ async fn fill_leases(store: &PgEventStore, events: u64) -> anyhow::Result<()> {
 }
 
 /// Runs the lease projection from an empty checkpoint until it has applied the whole log.
-async fn catch_up(store: &PgEventStore) -> anyhow::Result<f64> {
+pub(super) async fn catch_up(store: &PgEventStore) -> anyhow::Result<f64> {
     let client = store.pool().get().await?;
     let row = client
         .query_one(

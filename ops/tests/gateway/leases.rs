@@ -261,3 +261,35 @@ async fn a_tenant_reads_its_leases_releases() {
     let answer = server.graphql(&other, releases, json!({ "id": lease["id"] })).await;
     assert_eq!(code(&answer), Some("NOT_FOUND"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_until_a_cursor_show_the_log_as_it_stood_then() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let leases: Vec<serde_json::Value> = [
+        request_lease(&server, &acme, "req-1").await,
+        request_lease(&server, &acme, "req-2").await,
+        request_lease(&server, &acme, "req-3").await,
+    ]
+    .into();
+    let page = "query($until: String) { events(first: 100, until: $until, filter: { streamTypes: [\"lease\"] }) {
+        edges { node { streamId } } pageInfo { hasNextPage } } }";
+    let read = |until: &serde_json::Value| json!({ "query": page, "variables": { "until": until }, "extensions": { "minCursor": leases[2]["cursor"] } });
+    let answer = answered(&server, &acme, read(&leases[1]["cursor"])).await;
+    let events = &data(&answer)["events"];
+    let streams: Vec<&str> = events["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["node"]["streamId"].as_str())
+        .collect();
+    assert_eq!(
+        streams,
+        [leases[0]["streamId"].as_str().unwrap(), leases[1]["streamId"].as_str().unwrap()]
+    );
+    assert_eq!(events["pageInfo"]["hasNextPage"], false);
+    // Another caller's cursor is refused, as an `after` is.
+    let globex = tenant_token("globex");
+    let foreign = server.graphql_with(&globex, read(&leases[1]["cursor"])).await;
+    assert_eq!(code(&foreign), Some("BAD_USER_INPUT"));
+}
