@@ -175,19 +175,31 @@ pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
     loop {
         let page = tokio::select! {
             page = store.wait_for_log(after, TAIL_PAGE_EVENTS, TAIL_WAIT) => page?,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tokio::signal::ctrl_c() => return stopped_at(after),
         };
         for event in &page.events {
             if filter.to_cursor.is_some_and(|to| event.cursor > to) {
-                return Ok(());
+                return stopped_at(after);
             }
             if filter.admits(event) {
                 filter.write_event(&mut out, EventLine::of(event))?;
             }
+            after = event.cursor;
         }
         out.flush()?;
-        after = page.next;
+        after = after.max(page.next);
+        if filter.to_cursor.is_some_and(|to| after >= to) {
+            return stopped_at(after);
+        }
     }
+}
+
+/// Says on standard error where a stopped tail stands: a tenant's lines carry no cursor, so
+/// this is where to resume it from (`--from-cursor`).
+#[allow(clippy::unnecessary_wraps)]
+fn stopped_at(after: Cursor) -> anyhow::Result<()> {
+    eprintln!("stopped after cursor {after} (resume with --from-cursor {after})");
+    Ok(())
 }
 
 /// Events read per page by `events tail`.

@@ -40,6 +40,11 @@ pub trait ProjectionStore<P: Projection>: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// Clears the recorded failure: the runner applies the log again (best effort).
+    fn clear_failure(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A locked connection of one runner.

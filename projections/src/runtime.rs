@@ -146,13 +146,25 @@ pub struct Runner<P, S> {
     config: RunnerConfig,
     stats: Arc<RunnerStats>,
     checkpoint: watch::Sender<Option<Cursor>>,
+    /// A failure was recorded and not cleared yet.
+    failing: std::sync::atomic::AtomicBool,
 }
+
+/// Idle polls between two re-reads of the checkpoint (about 2 s at the default interval).
+const IDLE_POLLS_PER_CHECK: u32 = 8;
 
 impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
     /// A runner of `projection` over `store`.
     pub fn new(projection: P, store: S, config: RunnerConfig) -> Self {
         let (checkpoint, _) = watch::channel(None);
-        Self { projection, store, config, stats: Arc::default(), checkpoint }
+        Self {
+            projection,
+            store,
+            config,
+            stats: Arc::default(),
+            checkpoint,
+            failing: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// The checkpoint as this runner last read or committed it: wait on it to know the read
@@ -181,6 +193,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
                     SessionError::Store(_) => None,
                 };
                 self.store.record_failure(&error.to_string(), position).await;
+                self.failing.store(true, Ordering::Relaxed);
             }
             let what = ("projection", P::NAME);
             if !end_session(&self.stats, what, outcome, self.config.retry_interval, &mut shutdown)
@@ -188,6 +201,13 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             {
                 break;
             }
+        }
+    }
+
+    /// Clears a recorded failure once the runner applies (or has caught up with) the log.
+    async fn cleared(&self) {
+        if self.failing.swap(false, Ordering::Relaxed) {
+            self.store.clear_failure().await;
         }
     }
 
@@ -200,6 +220,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
         let mut checkpoint = session.checkpoint().await?;
         self.checkpoint.send_replace(checkpoint);
         let appended = self.store.appended();
+        let mut idle_polls = 0;
         while !*shutdown.borrow() {
             // Register for the wake-up before reading, so an append committed between the read
             // and the wait is not missed.
@@ -209,13 +230,17 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             let after = checkpoint.unwrap_or(Cursor::START);
             let page = self.store.read_log(after, self.config.batch_events).await?;
             if page.events.is_empty() {
+                self.cleared().await;
                 tokio::select! {
                     () = &mut notified => {}
                     () = tokio::time::sleep(self.config.poll_interval) => {
                         // Idle: the checkpoint may have been moved under this session (a
-                        // rebuild's switch or a rollback to a kept build). A new session
-                        // starts from wherever it now is.
-                        if session.checkpoint().await? != checkpoint {
+                        // rebuild's switch or a rollback to a kept build), now and then
+                        // looked at again. A new session starts from wherever it now is.
+                        idle_polls += 1;
+                        if idle_polls % IDLE_POLLS_PER_CHECK == 0
+                            && session.checkpoint().await? != checkpoint
+                        {
                             return Ok(());
                         }
                     }
@@ -228,6 +253,7 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
             let count = page.events.len() as u64;
             session.commit(checkpoint, page.next, count, changes).await?;
             checkpoint = Some(page.next);
+            self.cleared().await;
             // Counted before the checkpoint is published: whoever wakes on the checkpoint
             // reads counts that include this batch.
             self.stats.events.fetch_add(count, Ordering::Relaxed);

@@ -30,7 +30,24 @@ struct StreamWalk {
     line: u64,
     /// Its `stream` line was read.
     headed: bool,
+    /// Its type and tenant (as its events, whose hashes cover them, say), hashed: a stream
+    /// line must name the same.
+    owner: u64,
+    /// The transaction of its last event.
+    tx_id: u64,
 }
+
+/// A stream's type and tenant, hashed (compared, never shown).
+fn owner_of(stream_type: &str, tenant_id: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (stream_type, tenant_id).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The most events one seal covers (`events seal --every` at most): a file whose promised
+/// seal never comes holds no more than this in memory.
+const SEAL_RANGE_MAX: usize = 100_000;
 
 /// What part of the file the reader is in: the format's order of lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,6 +187,13 @@ impl FileCheck {
                 "the file is a tenant's view of the log: it holds no hashes to verify".into(),
             ));
         }
+        if header.complete != header.filters.is_complete() {
+            // A cut file posing as the whole log would have its first events and seals taken
+            // on trust.
+            return Err(ArchiveError::Unsuitable(
+                "the header says the file is complete, and its filters say it is not".into(),
+            ));
+        }
         self.header = Some(header.clone());
         Ok(())
     }
@@ -225,11 +249,14 @@ impl FileCheck {
             // Cut by the export's start: its first event here is taken on trust, then checked.
             Link { version: event.version.saturating_sub(1), hash: event.prev_hash.0 }
         };
+        let owner = owner_of(&event.stream_type, &event.tenant_id);
         let walk = self.streams.entry(event.stream_id.clone()).or_insert(StreamWalk {
             link: start,
             position: 0,
             line: 0,
             headed: false,
+            owner,
+            tx_id: 0,
         });
         if new_stream {
             self.report.streams_checked += 1;
@@ -256,7 +283,17 @@ impl FileCheck {
             hash: event.hash.0,
         };
         check_link(&mut walk.link, &linked, &mut self.report);
-        (walk.position, walk.line) = (event.position, number);
+        let moved_owner = walk.owner != owner;
+        (walk.position, walk.line, walk.tx_id) = (event.position, number, event.cursor.tx_id);
+        if moved_owner {
+            let reason = "its stream's earlier events name another type or tenant".to_owned();
+            self.event_fault(number, event, BreakKind::Malformed { reason });
+        }
+        if self.seals_to_come() && self.range.len() >= SEAL_RANGE_MAX {
+            let reason = format!("more than {SEAL_RANGE_MAX} events before the next seal");
+            self.event_fault(number, event, BreakKind::Malformed { reason });
+            self.range.clear();
+        }
         if self.seals_to_come() {
             self.range.push(Held {
                 position: i64::try_from(event.position).unwrap_or(i64::MAX),
@@ -332,7 +369,15 @@ impl FileCheck {
             Some(walk) if walk.link.version < recorded => {
                 (walk.link.version + 1, walk.position, BreakKind::EventsMissing { recorded })
             }
-            Some(walk) if walk.link.version > recorded || walk.link.hash != stream.last_hash.0 => {
+            Some(walk)
+                if walk.link.version > recorded
+                    || walk.link.hash != stream.last_hash.0
+                    || walk.owner != owner_of(&stream.stream_type, &stream.tenant_id)
+                    || (stream.last_tx_id != walk.tx_id && stream.last_tx_id != 0) =>
+            {
+                // A head of another type or tenant would hand the stream to another owner on
+                // import; its last transaction is its last event's (or 0, reset by a new
+                // epoch).
                 (walk.link.version, walk.position, BreakKind::HeadMismatch)
             }
             Some(_) => return,

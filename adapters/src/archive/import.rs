@@ -102,7 +102,8 @@ async fn refuse_a_log(
     let row = tx
         .query_one(
             "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM streams), \
-             (SELECT count(*) FROM ledger_seals)",
+             (SELECT count(*) FROM ledger_seals) + (SELECT count(*) FROM idempotency) \
+             + (SELECT count(*) FROM projection_checkpoints)",
             &[],
         )
         .await
@@ -163,7 +164,7 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
     async fn line(&mut self, line: Line) -> Result<(), ArchiveError> {
         match line {
             Line::Header(header) => {
-                if header.view != View::Full || !header.complete {
+                if header.view != View::Full || !header.complete || !header.filters.is_complete() {
                     return Err(ArchiveError::Unsuitable(
                         "only a complete export (no filter) can be imported".into(),
                     ));

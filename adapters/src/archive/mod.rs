@@ -52,7 +52,10 @@ pub enum ArchiveError {
     #[error("{0}")]
     Unsuitable(String),
     /// An import's target already holds a log.
-    #[error("the database is not empty: it holds {events} events and {streams} streams")]
+    #[error(
+        "the database already holds a log ({events} events, {streams} streams, or seals, \
+         idempotency records or projection checkpoints): import into a new database"
+    )]
     NotEmpty {
         /// Events it holds.
         events: u64,

@@ -7,8 +7,7 @@
 //! applying. A build is resumed where it stopped (a killed rebuild started again goes on from
 //! its checkpoint). It never issues a command: reconcilers read the active tables only.
 //!
-//! The switch: when the build has reached the active checkpoint (or, when the active tables
-//! are of another code version that nobody advances, the end of the log), one transaction
+//! The switch: when the build has reached the end of the log, one transaction
 //! locks the active checkpoint's row (the active runner's next commit waits on it), lets the
 //! build catch up to that frozen cursor, moves the active tables into their build's schema
 //! (kept for `activate`, until `drop`) and the build's into `public` (a partition of a shared
@@ -116,13 +115,13 @@ fn schema_of(name: &str, build_no: i32) -> String {
 }
 
 const ACTIVE_SQL: &str = "SELECT log_epoch, tx_id, position, version, events_applied, build_no \
-     FROM projection_checkpoints WHERE projection = $1 AND kind = 'projection'";
+     FROM public.projection_checkpoints WHERE projection = $1 AND kind = 'projection'";
 
 const BUILDING_SQL: &str = "SELECT build_no, version, log_epoch, tx_id, position, \
-     events_applied, events_total FROM projection_builds \
+     events_applied, events_total FROM public.projection_builds \
      WHERE projection = $1 AND state = 'building'";
 
-const MOVE_BUILD_SQL: &str = "UPDATE projection_builds SET log_epoch = $3, tx_id = $4, \
+const MOVE_BUILD_SQL: &str = "UPDATE public.projection_builds SET log_epoch = $3, tx_id = $4, \
      position = $5, events_applied = events_applied + $6, updated_at = now() \
      WHERE projection = $1 AND build_no = $2 AND state = 'building'";
 
@@ -161,30 +160,20 @@ impl PgProjectionStore {
         let mut client = self.build_lock(P::NAME).await?;
         let mut build = self.begin_build::<P>(&mut client).await?;
         let schema = schema_of(P::NAME, build.build_no);
+        // Its schema alone: a table the projection writes but does not declare fails the
+        // build instead of reaching the active one in `public`.
         client
-            .batch_execute(&format!("SET search_path TO {}, public", quoted(&schema)))
+            .batch_execute(&format!("SET search_path TO {}", quoted(&schema)))
             .await
             .map_err(self.fail())?;
-        loop {
-            let bound = self.active::<P>(&client).await?.map(|active| active.cursor);
-            if !self.build_batch(projection, &mut client, &mut build, bound, batch_events).await? {
-                break;
-            }
+        // To the end of the log as it stands: the active tables' runner, if one runs, is there
+        // too, and the switch catches the build up with it (or fences it, if it lags).
+        while self.build_batch(projection, &mut client, &mut build, None, batch_events).await? {
             progress(build.progress());
         }
         self.switch_in(projection, &mut client, &mut build, batch_events).await?;
         progress(build.progress());
         Ok(u32::try_from(build.build_no).unwrap_or_default())
-    }
-
-    /// The active checkpoint if `P`'s code of this version advances it (else a build goes to
-    /// the end of the log: nobody moves the active tables on).
-    async fn active<P: PgProjected>(
-        &self,
-        client: &ClientWrapper,
-    ) -> Result<Option<Active>, StoreError> {
-        let row = client.query_opt(ACTIVE_SQL, &[&P::NAME]).await.map_err(self.fail())?;
-        Ok(row.map(|row| active_of(&row)).filter(|active| active.version == P::VERSION))
     }
 
     /// Resumes the build of `P` in progress, or begins one: its row, its schema, its tables.
@@ -216,9 +205,9 @@ impl PgProjectionStore {
         let tx = client.transaction().await.map_err(&fail)?;
         let row = tx
             .query_one(
-                "SELECT greatest((SELECT max(build_no) FROM projection_builds WHERE projection = $1), \
-                 (SELECT max(build_no) FROM projection_checkpoints WHERE projection = $1), 0) + 1, \
-                 (SELECT count(*) FROM events)",
+                "SELECT greatest((SELECT max(build_no) FROM public.projection_builds WHERE projection = $1), \
+                 (SELECT max(build_no) FROM public.projection_checkpoints WHERE projection = $1), 0) + 1, \
+                 (SELECT count(*) FROM public.events)",
                 &[&P::NAME],
             )
             .await
@@ -226,7 +215,7 @@ impl PgProjectionStore {
         let (build_no, total): (i32, i64) = (row.get(0), row.get(1));
         let version = i32::try_from(P::VERSION).unwrap_or(i32::MAX);
         tx.execute(
-            "INSERT INTO projection_builds (projection, build_no, version, state, events_total) \
+            "INSERT INTO public.projection_builds (projection, build_no, version, state, events_total) \
              VALUES ($1, $2, $3, 'building', $4)",
             &[&P::NAME, &build_no, &version, &total],
         )
@@ -375,11 +364,9 @@ impl PgProjectionStore {
             events: to_i64(build.applied),
             build_no: build.build_no,
         };
-        point_checkpoint(&tx, P::NAME, (build.after != Cursor::START).then_some(target))
-            .await
-            .map_err(&fail)?;
+        point_checkpoint(&tx, P::NAME, target).await.map_err(&fail)?;
         tx.execute(
-            "UPDATE projection_builds SET state = 'active', switched_at = now(), \
+            "UPDATE public.projection_builds SET state = 'active', switched_at = now(), \
              updated_at = now(), version = $3 WHERE projection = $1 AND build_no = $2",
             &[&P::NAME, &build.build_no, &version],
         )
@@ -427,7 +414,7 @@ impl PgProjectionStore {
         let row = tx
             .query_opt(
                 "SELECT state, version, log_epoch, tx_id, position, events_applied \
-                 FROM projection_builds WHERE projection = $1 AND build_no = $2",
+                 FROM public.projection_builds WHERE projection = $1 AND build_no = $2",
                 &[&name, &build_no],
             )
             .await
@@ -451,15 +438,15 @@ impl PgProjectionStore {
         };
         swap(&tx, name, tables, active_no, build_no).await.map_err(|e| write_error(e, &fail))?;
         retire(&tx, name, locked).await.map_err(&fail)?;
-        let target = optional_cursor(&row, 2).map(|cursor| Active {
+        let target = Active {
             version: u32::try_from(row.get::<_, i32>(1)).unwrap_or_default(),
-            cursor,
+            cursor: optional_cursor(&row, 2).unwrap_or(Cursor::START),
             events: row.get(5),
             build_no,
-        });
+        };
         point_checkpoint(&tx, name, target).await.map_err(&fail)?;
         tx.execute(
-            "UPDATE projection_builds SET state = 'active', switched_at = now(), \
+            "UPDATE public.projection_builds SET state = 'active', switched_at = now(), \
              updated_at = now() WHERE projection = $1 AND build_no = $2",
             &[&name, &build_no],
         )
@@ -480,7 +467,7 @@ impl PgProjectionStore {
         let tx = client.transaction().await.map_err(&fail)?;
         let state: Option<String> = tx
             .query_opt(
-                "SELECT state FROM projection_builds WHERE projection = $1 AND build_no = $2",
+                "SELECT state FROM public.projection_builds WHERE projection = $1 AND build_no = $2",
                 &[&name, &build_no],
             )
             .await
@@ -502,7 +489,7 @@ impl PgProjectionStore {
             .await
             .map_err(&fail)?;
         tx.execute(
-            "DELETE FROM projection_builds WHERE projection = $1 AND build_no = $2",
+            "DELETE FROM public.projection_builds WHERE projection = $1 AND build_no = $2",
             &[&name, &build_no],
         )
         .await
@@ -521,7 +508,7 @@ impl PgProjectionStore {
             .query(
                 "SELECT projection, build_no, version, state, log_epoch, tx_id, position, \
                  events_applied, events_total, error, error_position, started_at, updated_at, \
-                 switched_at FROM projection_builds ORDER BY projection, build_no",
+                 switched_at FROM public.projection_builds ORDER BY projection, build_no",
                 &[],
             )
             .await
@@ -529,15 +516,17 @@ impl PgProjectionStore {
         Ok(rows.iter().map(build_status).collect())
     }
 
-    /// Whether `P`'s active checkpoint was written by another version of its code: its
-    /// tables must be rebuilt before it can run.
+    /// Whether `P`'s active checkpoint was written by an older version of its code: its
+    /// tables must be rebuilt before it can run. (Tables of a newer version are left alone: an
+    /// older binary restarting during an upgrade must not rebuild over them; its runner stops
+    /// at the mismatch instead.)
     ///
     /// # Errors
     /// When the database cannot be read.
     pub async fn needs_rebuild<P: PgProjected>(&self) -> Result<bool, StoreError> {
         let client = self.log().client().await?;
         let row = client.query_opt(ACTIVE_SQL, &[&P::NAME]).await.map_err(self.fail())?;
-        Ok(row.is_some_and(|row| active_of(&row).version != P::VERSION))
+        Ok(row.is_some_and(|row| active_of(&row).version < P::VERSION))
     }
 
     async fn fail_build(
@@ -550,7 +539,7 @@ impl PgProjectionStore {
     ) -> Result<(), StoreError> {
         client
             .execute(
-                "UPDATE projection_builds SET state = 'failed', error = $3, error_position = $4, \
+                "UPDATE public.projection_builds SET state = 'failed', error = $3, error_position = $4, \
                  updated_at = now() WHERE projection = $1 AND build_no = $2",
                 &[&name, &build_no, &reason, &position.map(to_i64)],
             )
@@ -575,7 +564,7 @@ impl Build {
 async fn active_build(tx: &Transaction<'_>, name: &str) -> Result<i32, tokio_postgres::Error> {
     let row = tx
         .query_one(
-            "SELECT coalesce((SELECT build_no FROM projection_builds WHERE projection = $1 \
+            "SELECT coalesce((SELECT build_no FROM public.projection_builds WHERE projection = $1 \
              AND state = 'active'), 0)",
             &[&name],
         )
@@ -665,16 +654,12 @@ async fn retire(
         None => active_build(tx, name).await?,
     };
     let version = active.map_or(0, |a| i32::try_from(a.version).unwrap_or(i32::MAX));
-    let (epoch, tx_id, position) = match active {
-        Some(active) => {
-            let (e, t, p) = cursor_params(active.cursor);
-            (Some(e), Some(t), Some(p))
-        }
-        None => (None, None, None),
-    };
+    // A build retired with no checkpoint stands at the log's start: activated again, its
+    // runner applies the log from there.
+    let (epoch, tx_id, position) = cursor_params(active.map_or(Cursor::START, |a| a.cursor));
     let events = active.map_or(0, |a| a.events);
     tx.execute(
-        "INSERT INTO projection_builds (projection, build_no, version, state, log_epoch, tx_id, \
+        "INSERT INTO public.projection_builds (projection, build_no, version, state, log_epoch, tx_id, \
          position, events_applied, events_total) VALUES ($1, $2, $3, 'retired', $4, $5, $6, $7, $7) \
          ON CONFLICT (projection, build_no) DO UPDATE SET state = 'retired', \
          version = excluded.version, log_epoch = excluded.log_epoch, tx_id = excluded.tx_id, \
@@ -686,21 +671,17 @@ async fn retire(
     Ok(())
 }
 
-/// Points `name`'s checkpoint at `target` (a build's), or removes it when the target has
-/// applied nothing.
+/// Points `name`'s checkpoint at `target` (a build's; one that applied nothing stands at the
+/// log's start), keeping the row and its build number, which fence every other runner.
 async fn point_checkpoint(
     tx: &Transaction<'_>,
     name: &str,
-    target: Option<Active>,
+    target: Active,
 ) -> Result<(), tokio_postgres::Error> {
-    let Some(target) = target else {
-        tx.execute("DELETE FROM projection_checkpoints WHERE projection = $1", &[&name]).await?;
-        return Ok(());
-    };
     let (epoch, tx_id, position) = cursor_params(target.cursor);
     let version = i32::try_from(target.version).unwrap_or(i32::MAX);
     tx.execute(
-        "INSERT INTO projection_checkpoints (projection, version, log_epoch, tx_id, position, \
+        "INSERT INTO public.projection_checkpoints (projection, version, log_epoch, tx_id, position, \
          events_applied, kind, build_no) VALUES ($1, $2, $3, $4, $5, $6, 'projection', $7) \
          ON CONFLICT (projection) DO UPDATE SET version = excluded.version, \
          log_epoch = excluded.log_epoch, tx_id = excluded.tx_id, position = excluded.position, \

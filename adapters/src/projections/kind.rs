@@ -89,6 +89,12 @@ impl<P: PgProjected> ProjectionStore<P> for PgProjectionStore {
             tracing::warn!(projection = P::NAME, %failed, "its failure could not be recorded");
         }
     }
+
+    async fn clear_failure(&self) {
+        if let Err(failed) = self.clear_projection_failure(P::NAME).await {
+            tracing::warn!(projection = P::NAME, %failed, "its failure could not be cleared");
+        }
+    }
 }
 
 impl<P: PgProjected> ProjectionSession<P> for PgProjectionSession {

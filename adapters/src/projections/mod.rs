@@ -50,10 +50,10 @@ impl From<tokio_postgres::Error> for WriteError {
     }
 }
 
-/// A projection's first checkpoint.
+/// A projection's first checkpoint (in the build its session read: 0 before any rebuild).
 const START_CHECKPOINT_SQL: &str = "INSERT INTO projection_checkpoints \
-     (projection, version, log_epoch, tx_id, position, events_applied, kind) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+     (projection, version, log_epoch, tx_id, position, events_applied, kind, build_no) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
 
 /// A projection's checkpoint moved, only from where it was and in the build it was read in
 /// (else another writer moved it, or a rebuild was switched in: `build.rs`).
@@ -88,6 +88,16 @@ impl PgProjectionStore {
     /// The log the projections read.
     pub fn log(&self) -> &PgEventStore {
         &self.log
+    }
+
+    /// Forgets projection `name`'s failure: it applies the log again.
+    pub(crate) async fn clear_projection_failure(&self, name: &str) -> Result<(), StoreError> {
+        let client = self.log.client().await?;
+        client
+            .execute("DELETE FROM projection_failures WHERE projection = $1", &[&name])
+            .await
+            .map_err(|e| from_driver(e, self.log.endpoint()))?;
+        Ok(())
     }
 
     /// Records projection `name`'s last failure (`projections status` shows it while it is
@@ -215,7 +225,7 @@ impl PgProjectionSession {
                 let statement = tx.prepare_cached(START_CHECKPOINT_SQL).await?;
                 tx.execute(
                     &statement,
-                    &[&name, &version, &epoch, &tx_id, &position, &events, &kind],
+                    &[&name, &version, &epoch, &tx_id, &position, &events, &kind, &build_no],
                 )
                 .await?
             }

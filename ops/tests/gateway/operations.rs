@@ -216,7 +216,7 @@ async fn serve_rebuilds_a_projection_whose_tables_another_version_built() {
     server.terminate().await;
     // As if an older binary had built the lease tables.
     let client = server.db.client().await;
-    let sql = "UPDATE projection_checkpoints SET version = version + 100 WHERE projection = 'lease_views'";
+    let sql = "UPDATE projection_checkpoints SET version = 0 WHERE projection = 'lease_views'";
     assert_eq!(client.execute(sql, &[]).await.unwrap(), 1);
 
     server.restart_with(&[]).await;
@@ -236,5 +236,5 @@ async fn serve_rebuilds_a_projection_whose_tables_another_version_built() {
         .await
         .unwrap()
         .get(0);
-    assert!(version < 100, "the checkpoint is the rebuilt version's: {version}");
+    assert!(version > 0, "the checkpoint is the rebuilt version's: {version}");
 }

@@ -273,3 +273,35 @@ async fn a_tenants_export_holds_nothing_of_another_tenant_and_no_operator_only_f
     let refused = check_file(text.as_bytes(), |_| {});
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 }
+
+#[tokio::test]
+async fn a_cut_file_posing_as_complete_and_a_stream_head_handed_to_another_tenant_are_refused() {
+    let db = TestDb::migrated().await;
+    let store = db.store();
+    a_log(&store).await;
+    // A file cut by a cursor that says it is the whole log would have its first events and
+    // seals taken on trust.
+    let log = store.read_log(Cursor::START, 100).await.unwrap().events;
+    let cut = ExportFilter { from_cursor: Some(log[7].cursor), ..ExportFilter::default() };
+    let (text, _) = exported(&store, &cut).await;
+    let posing = text.replacen("\"complete\":false", "\"complete\":true", 1);
+    let refused = check_file(posing.as_bytes(), |_| {});
+    assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
+    let target = TestDb::migrated().await;
+    let refused = import(&target.store(), posing.as_bytes(), |_| {}).await;
+    assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
+
+    // A stream's head naming another tenant would hand the stream to it on import.
+    let (text, _) = exported(&store, &ExportFilter::default()).await;
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.starts_with(r#"{"kind":"stream""#)).unwrap();
+    let handed = lines[at].replace("\"tenant_id\":\"acme\"", "\"tenant_id\":\"globex\"");
+    assert_ne!(handed, lines[at]);
+    let mut edited = lines.clone();
+    edited[at] = &handed;
+    let report = checked(&edited.join("\n")).report;
+    let first = report.first_break().expect("found");
+    assert_eq!((first.kind.clone(), first.line), (BreakKind::HeadMismatch, at as u64 + 1));
+    let refused = import(&target.store(), edited.join("\n").as_bytes(), |_| {}).await;
+    assert!(matches!(refused, Err(ArchiveError::DoesNotVerify { .. })), "{refused:?}");
+}
