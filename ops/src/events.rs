@@ -128,9 +128,9 @@ fn bytes_bar(path: &Path, what: &str) -> ProgressBar {
     )
 }
 
-fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead + Send>> {
+fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
     if is_stdio(path) {
-        return Ok(Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())));
+        return Ok(Box::new(BufReader::with_capacity(1 << 20, std::io::stdin().lock())));
     }
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     Ok(Box::new(BufReader::with_capacity(1 << 20, file)))

@@ -53,7 +53,7 @@ enum Copying {
 /// for one that does not verify (nothing is committed), or the database's or file's failure.
 pub async fn import(
     store: &PgEventStore,
-    reader: impl BufRead + Send + 'static,
+    mut reader: impl BufRead,
     mut progress: impl FnMut(u64),
 ) -> Result<ImportSummary, ArchiveError> {
     let endpoint = store.endpoint().to_owned();
@@ -68,69 +68,31 @@ pub async fn import(
     .map_err(fail)?;
     refuse_a_log(&tx, &fail).await?;
     let mut target = Target::new(&tx, &fail).await?;
-    // The file is read, parsed and verified on a thread of its own while this task copies
-    // what it parsed: the client's work overlaps the server's.
-    let (parsed, mut lines) = tokio::sync::mpsc::channel(CHUNKS_QUEUED);
-    let reading = tokio::task::spawn_blocking(move || read_and_check(reader, &parsed));
-    while let Some(chunk) = lines.recv().await {
-        for line in chunk.lines {
-            target.line(line).await?;
+    let mut check = FileCheck::default();
+    let (mut text, mut number, mut bytes) = (String::new(), 0_u64, 0_u64);
+    loop {
+        text.clear();
+        let read = reader.read_line(&mut text)?;
+        if read == 0 {
+            break;
         }
-        progress(chunk.bytes);
+        (number, bytes) = (number + 1, bytes + read as u64);
+        let line = Line::parse(number, text.trim_end_matches(['\n', '\r']))?;
+        check.line(number, &line)?;
+        target.line(line).await?;
+        if number % 10_000 == 0 {
+            progress(bytes);
+        }
     }
-    let checked = reading.await.map_err(|error| {
-        ArchiveError::Io(std::io::Error::other(format!("reading the file stopped: {error}")))
-    })??;
+    progress(bytes);
     target.close().await?;
+    let checked = check.finish()?;
     if let Some(first) = checked.report.first_break() {
         return Err(ArchiveError::DoesNotVerify { first: first.to_string() });
     }
     let epoch = settle(&tx, target.max_epoch).await.map_err(fail)?;
     tx.commit().await.map_err(fail)?;
     Ok(ImportSummary { checked, epoch })
-}
-
-/// Lines parsed and verified, with the bytes read so far.
-struct Parsed {
-    lines: Vec<Line>,
-    bytes: u64,
-}
-
-/// Lines sent to the copying task at a time.
-const LINES_PER_CHUNK: usize = 512;
-
-/// Chunks parsed ahead of the copy, at most.
-const CHUNKS_QUEUED: usize = 16;
-
-/// Reads every line of `reader`, verifying it, and sends them on in chunks; the file's report
-/// once it is read whole (or the error that stopped it: the copy then stops too).
-fn read_and_check(
-    mut reader: impl BufRead,
-    parsed: &tokio::sync::mpsc::Sender<Parsed>,
-) -> Result<FileReport, ArchiveError> {
-    let mut check = FileCheck::default();
-    let (mut text, mut number, mut bytes) = (String::new(), 0_u64, 0_u64);
-    let mut chunk = Vec::with_capacity(LINES_PER_CHUNK);
-    loop {
-        text.clear();
-        let read = reader.read_line(&mut text)?;
-        if read > 0 {
-            (number, bytes) = (number + 1, bytes + read as u64);
-            let line = Line::parse(number, text.trim_end_matches(['\n', '\r']))?;
-            check.line(number, &line)?;
-            chunk.push(line);
-        }
-        if chunk.len() == LINES_PER_CHUNK || (read == 0 && !chunk.is_empty()) {
-            let lines = std::mem::replace(&mut chunk, Vec::with_capacity(LINES_PER_CHUNK));
-            if parsed.blocking_send(Parsed { lines, bytes }).is_err() {
-                // The copy stopped: its own error is the one to report.
-                return Err(ArchiveError::Io(std::io::Error::other("the copy stopped")));
-            }
-        }
-        if read == 0 {
-            return check.finish();
-        }
-    }
 }
 
 async fn refuse_a_log(

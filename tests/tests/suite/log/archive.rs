@@ -93,8 +93,7 @@ async fn an_export_imports_into_an_empty_database_exactly_and_verifies() {
     assert_eq!(summary.seals, 9, "36 events sealed by 4");
 
     let target = TestDb::migrated().await;
-    let imported =
-        import(&target.store(), std::io::Cursor::new(text.clone()), |_| {}).await.unwrap();
+    let imported = import(&target.store(), text.as_bytes(), |_| {}).await.unwrap();
     assert!(imported.checked.report.breaks.is_empty(), "{:?}", imported.checked.report.breaks);
     for sql in [EVENTS, STREAMS, SEALS] {
         assert_eq!(rows(&source, sql).await, rows(&target, sql).await, "{sql}");
@@ -119,7 +118,7 @@ async fn an_export_imports_into_an_empty_database_exactly_and_verifies() {
     assert_eq!(source_ids, target_ids);
 
     // A database that holds a log is refused, and nothing is added to it.
-    let again = import(&target.store(), std::io::Cursor::new(text.clone()), |_| {}).await;
+    let again = import(&target.store(), text.as_bytes(), |_| {}).await;
     assert!(matches!(again, Err(ArchiveError::NotEmpty { events: 37, streams: 7 })), "{again:?}");
 }
 
@@ -131,7 +130,7 @@ async fn a_file_that_does_not_verify_imports_nothing_and_a_filtered_one_is_refus
     let target = TestDb::migrated().await;
 
     let altered = text.replacen("operator-only detail 3/1", "operator-only detail 3/9", 1);
-    let refused = import(&target.store(), std::io::Cursor::new(altered.clone()), |_| {}).await;
+    let refused = import(&target.store(), altered.as_bytes(), |_| {}).await;
     let Err(ArchiveError::DoesNotVerify { first }) = refused else { panic!("{refused:?}") };
     assert!(first.contains("HashMismatch"), "{first}");
     let counts = rows(&target, "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM streams) + (SELECT count(*) FROM ledger_seals) AS n").await;
@@ -139,7 +138,7 @@ async fn a_file_that_does_not_verify_imports_nothing_and_a_filtered_one_is_refus
 
     let filter = ExportFilter { stream_types: vec!["lease".into()], ..ExportFilter::default() };
     let (filtered, _) = exported(&source.store(), &filter).await;
-    let refused = import(&target.store(), std::io::Cursor::new(filtered.clone()), |_| {}).await;
+    let refused = import(&target.store(), filtered.as_bytes(), |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 }
 
@@ -289,7 +288,7 @@ async fn a_cut_file_posing_as_complete_and_a_stream_head_handed_to_another_tenan
     let refused = check_file(posing.as_bytes(), |_| {});
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
     let target = TestDb::migrated().await;
-    let refused = import(&target.store(), std::io::Cursor::new(posing.clone()), |_| {}).await;
+    let refused = import(&target.store(), posing.as_bytes(), |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 
     // A stream's head naming another tenant would hand the stream to it on import.
@@ -303,6 +302,6 @@ async fn a_cut_file_posing_as_complete_and_a_stream_head_handed_to_another_tenan
     let report = checked(&edited.join("\n")).report;
     let first = report.first_break().expect("found");
     assert_eq!((first.kind.clone(), first.line), (BreakKind::HeadMismatch, at as u64 + 1));
-    let refused = import(&target.store(), std::io::Cursor::new(edited.join("\n")), |_| {}).await;
+    let refused = import(&target.store(), edited.join("\n").as_bytes(), |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::DoesNotVerify { .. })), "{refused:?}");
 }
