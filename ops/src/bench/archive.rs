@@ -205,21 +205,49 @@ async fn import_beside_copy(
     measured
 }
 
-/// Events/s of a binary `COPY` of the log's rows into a table of the log's shape (its columns,
-/// keys and indexes) in `target`, in one transaction, from a local file as the import reads
-/// its own: the rows are first copied out of `source` into that file, untimed.
+/// The stream heads' columns, as the import writes them.
+const STREAM_COLUMNS: &str = "stream_id, stream_type, tenant_id, version, last_hash, last_tx_id";
+
+/// Events/s of a binary `COPY` of the rows an import writes (the log's events and its streams'
+/// heads) into tables of their shape (columns, keys and indexes) in `target`, in one
+/// transaction, from local files as the import reads its own: the rows are first copied out of
+/// `source` into those files, untimed.
 async fn raw_copy(source: &DatabaseUrl, target: &DatabaseUrl) -> anyhow::Result<f64> {
     let (from, mut to) = (source.connect().await?, target.connect().await?);
-    to.batch_execute("CREATE TABLE bench_copied (LIKE events INCLUDING ALL)").await?;
+    to.batch_execute(
+        "CREATE TABLE bench_copied (LIKE events INCLUDING ALL); \
+         CREATE TABLE bench_copied_streams (LIKE streams INCLUDING ALL)",
+    )
+    .await?;
     let count: i64 = from.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
-    let file = std::env::temp_dir().join(format!("leasehold-bench-{}.copy", std::process::id()));
-    copy_out_to(&from, &file).await?;
+    let dir = std::env::temp_dir();
+    let events = dir.join(format!("leasehold-bench-{}.events.copy", std::process::id()));
+    let streams = dir.join(format!("leasehold-bench-{}.streams.copy", std::process::id()));
+    let events_sql = format!("SELECT {COLUMNS} FROM events ORDER BY log_epoch, tx_id, position");
+    copy_out_to(&from, &events_sql, &events).await?;
+    let streams_sql = format!("SELECT {STREAM_COLUMNS} FROM streams ORDER BY stream_id");
+    copy_out_to(&from, &streams_sql, &streams).await?;
     let started = Instant::now();
     let tx = to.transaction().await?;
-    let sink =
-        tx.copy_in(&format!("COPY bench_copied ({COLUMNS}) FROM STDIN (FORMAT binary)")).await?;
+    let copied = copy_in_from(&tx, &format!("bench_copied ({COLUMNS})"), &events).await?;
+    copy_in_from(&tx, &format!("bench_copied_streams ({STREAM_COLUMNS})"), &streams).await?;
+    tx.commit().await?;
+    let elapsed = started.elapsed();
+    std::fs::remove_file(&events).ok();
+    std::fs::remove_file(&streams).ok();
+    anyhow::ensure!(copied == u64::try_from(count)?, "the raw copy copied {copied} of {count}");
+    Ok(rate(copied, elapsed))
+}
+
+/// Copies `file` (PostgreSQL's binary `COPY` format) into `table (columns)`; the rows copied.
+async fn copy_in_from(
+    tx: &tokio_postgres::Transaction<'_>,
+    table: &str,
+    file: &std::path::Path,
+) -> anyhow::Result<u64> {
+    let sink = tx.copy_in(&format!("COPY {table} FROM STDIN (FORMAT binary)")).await?;
     futures_util::pin_mut!(sink);
-    let mut reader = File::open(&file)?;
+    let mut reader = File::open(file)?;
     let mut chunk = vec![0; 1 << 20];
     loop {
         let read = std::io::Read::read(&mut reader, &mut chunk)?;
@@ -228,23 +256,16 @@ async fn raw_copy(source: &DatabaseUrl, target: &DatabaseUrl) -> anyhow::Result<
         }
         sink.send(std::io::Cursor::new(chunk[..read].to_vec())).await?;
     }
-    let copied = sink.finish().await?;
-    tx.commit().await?;
-    let elapsed = started.elapsed();
-    std::fs::remove_file(&file).ok();
-    anyhow::ensure!(copied == u64::try_from(count)?, "the raw copy copied {copied} of {count}");
-    Ok(rate(copied, elapsed))
+    Ok(sink.finish().await?)
 }
 
-/// The log's rows in commit order, as a binary `COPY` writes them, into `file`.
+/// The rows `select` reads, as a binary `COPY` writes them, into `file`.
 async fn copy_out_to(
     client: &tokio_postgres::Client,
+    select: &str,
     file: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let out = format!(
-        "COPY (SELECT {COLUMNS} FROM events ORDER BY log_epoch, tx_id, position) \
-         TO STDOUT (FORMAT binary)"
-    );
+    let out = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
     let rows = client.copy_out(&out).await?;
     futures_util::pin_mut!(rows);
     let mut writer = BufWriter::new(File::create(file)?);
