@@ -5,7 +5,7 @@
 //! the old one back; a rebuild killed midway goes on where it stopped.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_adapters::PgProjectionStore;
@@ -90,13 +90,13 @@ async fn a_rebuild_under_writes_and_reads_switches_in_equal_and_rolls_back() {
 
     // Writers append new leases and readers read throughout the rebuild and its switch.
     let stop = Arc::new(AtomicBool::new(false));
-    let written = Arc::new(AtomicU64::new(0));
+    let (wrote, mut written) = tokio::sync::watch::channel(0_u64);
     let writer = {
-        let (pipeline, stop, written) = (pipeline(&db), Arc::clone(&stop), Arc::clone(&written));
+        let (pipeline, stop) = (pipeline(&db), Arc::clone(&stop));
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 ready_lease(&pipeline, "tenant-9").await;
-                written.fetch_add(1, Ordering::Relaxed);
+                wrote.send_modify(|count| *count += 1);
             }
         })
     };
@@ -107,13 +107,12 @@ async fn a_rebuild_under_writes_and_reads_switches_in_equal_and_rolls_back() {
     assert_eq!(built, 1);
     assert!(batches > 4, "the rebuild ran in batches: {batches}");
     // Writes go on after the switch, into the new tables.
-    let switched_at = written.load(Ordering::Relaxed);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while written.load(Ordering::Relaxed) < switched_at + 3 {
-        assert!(tokio::time::Instant::now() < deadline, "writes go on after the switch");
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let switched_at = *written.borrow();
+    let more = written.wait_for(|count| *count >= switched_at + 3);
+    tokio::time::timeout(Duration::from_secs(60), more)
+        .await
+        .expect("writes go on after the switch")
+        .expect("the writer runs");
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     let reads = reader.await.unwrap();
