@@ -26,6 +26,7 @@ use leasehold_domain::{Cursor, StoreError};
 pub use build::{BuildError, BuildProgress, BuildStatus};
 pub use host::PgHostCatalog;
 pub use kind::PgProjected;
+pub(crate) use kind::ReadError;
 pub use status::ProjectionStatus;
 
 use crate::store::{PgEventStore, Xid8, from_driver, to_i64};

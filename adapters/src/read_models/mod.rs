@@ -2,6 +2,8 @@
 //! verified token) and filters by it in SQL: another tenant's row is simply not found. Tenant
 //! queries select only tenant-safe columns; operator-only data has its own queries.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use leasehold_domain::lease::{LeaseId, LeaseItem};
 use leasehold_domain::{Cursor, StoreError, TenantId};
@@ -13,6 +15,7 @@ use deadpool_postgres::Pool;
 use crate::store::{PgEventStore, cursor_of, from_driver, from_pool};
 
 mod artifacts;
+mod as_of;
 mod fleet;
 mod rented;
 mod runner_views;
@@ -22,6 +25,7 @@ mod workload_quotas;
 mod workloads;
 
 pub use artifacts::LayerHit;
+pub use as_of::Entity;
 pub use fleet::{DeadLetter, HostSummary, VmListing, VmSummary};
 pub use rented::{LifetimePassed, NodeSummary, RentalSummary, RentedListing, RunSummary, Scope};
 pub use runner_views::{HoldFacts, JobSummary, RunnerLeaseSummary, RunnerUsageRow};
@@ -36,12 +40,15 @@ pub use workloads::{WorkloadItem, WorkloadListing, WorkloadSummary};
 pub struct PgReadModels {
     pool: Pool,
     endpoint: String,
+    /// A connection of its own that every query runs on, holding the past read models of one
+    /// entity ([`PgReadModels::as_of`]); `None` for the live ones, read from the pool.
+    pinned: Option<Arc<tokio::sync::Mutex<deadpool_postgres::ClientWrapper>>>,
 }
 
 impl PgReadModels {
     /// The read models of the database `store` writes to, over its pool.
     pub fn of(store: &PgEventStore) -> Self {
-        Self { pool: store.pool().clone(), endpoint: store.endpoint().to_owned() }
+        Self { pool: store.pool().clone(), endpoint: store.endpoint().to_owned(), pinned: None }
     }
 
     pub(crate) async fn query(
@@ -49,10 +56,25 @@ impl PgReadModels {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
+        if let Some(pinned) = &self.pinned {
+            let client = pinned.lock().await;
+            return Self::query_on(&client, sql, params).await.map_err(|e| self.driver(e));
+        }
         let client = self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))?;
-        let statement =
-            client.prepare_cached(sql).await.map_err(|e| from_driver(e, &self.endpoint))?;
-        client.query(&statement, params).await.map_err(|e| from_driver(e, &self.endpoint))
+        Self::query_on(&client, sql, params).await.map_err(|e| self.driver(e))
+    }
+
+    async fn query_on(
+        client: &deadpool_postgres::ClientWrapper,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = client.prepare_cached(sql).await?;
+        client.query(&statement, params).await
+    }
+
+    fn driver(&self, error: tokio_postgres::Error) -> StoreError {
+        from_driver(error, &self.endpoint)
     }
 }
 

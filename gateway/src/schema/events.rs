@@ -4,6 +4,8 @@
 
 use async_graphql::{Context, InputObject, Json, SimpleObject};
 use chrono::{DateTime, Utc};
+use leasehold_adapters::PgReadModels;
+use leasehold_adapters::read_models::Entity;
 use leasehold_domain::{Cursor, EventStore as _, RecordedEvent, StreamType};
 
 use super::{caller, shared};
@@ -100,6 +102,21 @@ pub(crate) fn cursor_arg(
     let scope = caller(ctx)?.cursor_scope();
     let text: String = shared(ctx).cursors.open(CursorKind::Log, &scope, field, text)?;
     text.parse().map(Some).map_err(|_| ApiError::bad_input(format!("{field}: malformed cursor")))
+}
+
+/// The read models a single-entity query reads: the live ones, or with `asOf` (a log cursor
+/// this caller was given) `entity`'s as its projection had written them when it reached that
+/// cursor ([`PgReadModels::as_of`]).
+pub(crate) async fn read_models_as_of(
+    ctx: &Context<'_>,
+    as_of: Option<&str>,
+    entity: Entity,
+) -> ApiResult<PgReadModels> {
+    let read_models = &shared(ctx).read_models;
+    match cursor_arg(ctx, "asOf", as_of)? {
+        None => Ok(read_models.clone()),
+        Some(at) => Ok(read_models.as_of(at, entity).await?),
+    }
 }
 
 /// The event as `principal` may see it, with a cursor sealed for it.

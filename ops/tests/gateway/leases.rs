@@ -293,3 +293,91 @@ async fn events_until_a_cursor_show_the_log_as_it_stood_then() {
     let foreign = server.graphql_with(&globex, read(&leases[1]["cursor"])).await;
     assert_eq!(code(&foreign), Some("BAD_USER_INPUT"));
 }
+
+/// The cursor of the last of the lease's events `token` may read, once at least `count` of
+/// them are visible (the log's readers may lag a commit a moment; at most 60 s).
+async fn last_cursor(
+    server: &Server,
+    token: &str,
+    stream: &serde_json::Value,
+    count: usize,
+) -> serde_json::Value {
+    let page = "query($id: String!) { events(first: 100, filter: { streamIds: [$id] }) { edges { node { cursor } } } }";
+    let found = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let answer = server.graphql(token, page, json!({ "id": stream })).await;
+            let edges = data(&answer)["events"]["edges"].as_array().cloned().unwrap_or_default();
+            if edges.len() >= count {
+                return edges.last().expect("an event")["node"]["cursor"].clone();
+            }
+        }
+    });
+    found.await.expect("the events are visible in time")
+}
+
+/// Issue 15: `lease(id, asOf: c)` answers what `lease(id)` answered when the projection had
+/// reached `c`, at every step of the lease's life, long after the lease has moved on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_as_of_a_cursor_is_the_lease_the_read_model_showed_then() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let agent = role_token(Role::Agent, None);
+    let query = LEASE_AS_OF;
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let mut seen = vec![lease_then(&server, &acme, &lease, 1).await];
+    let input = report_input(&server, &lease["id"], "up-1").await;
+    let reported = server.graphql(&agent, REPORT_PROVISIONED, input).await;
+    let events = reported_version(&reported, "reportLeaseProvisioned");
+    seen.push(lease_then(&server, &acme, &lease, events).await);
+    let restart =
+        "mutation($input: LeaseOperationInput!) { restartLease(input: $input) { version } }";
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "restart-1" } });
+    let restarted = server.graphql(&acme, restart, input).await;
+    let events = reported_version(&restarted, "restartLease");
+    seen.push(lease_then(&server, &acme, &lease, events).await);
+    let down =
+        "mutation($input: LeaseOperationInput!) { deprovisionLease(input: $input) { version } }";
+    let input = json!({ "input": { "leaseId": lease["id"], "operationKey": "down-1" } });
+    let released = server.graphql(&acme, down, input).await;
+    let events = reported_version(&released, "deprovisionLease");
+    seen.push(lease_then(&server, &acme, &lease, events).await);
+    // Every past state, asked for by its cursor after the last step.
+    for (cursor, then) in &seen {
+        let variables = json!({ "id": lease["id"], "asOf": cursor });
+        let answer = server.graphql(&acme, query, variables).await;
+        assert_eq!(&data(&answer)["lease"], then, "as of {cursor}: {answer}");
+    }
+    assert_ne!(seen[0].1["status"], seen[3].1["status"], "the lease moved on: {seen:?}");
+    // Another tenant, with a cursor of its own, finds no such lease then either.
+    let globex = tenant_token("globex");
+    let theirs = request_lease(&server, &globex, "req-1").await;
+    let variables = json!({ "id": lease["id"], "asOf": theirs["cursor"] });
+    let answer = server.graphql(&globex, query, variables).await;
+    assert_eq!(code(&answer), Some("NOT_FOUND"), "{answer}");
+    // A cursor sealed for another caller is refused, as `after` refuses it.
+    let variables = json!({ "id": lease["id"], "asOf": theirs["cursor"] });
+    let answer = server.graphql(&acme, query, variables).await;
+    assert_eq!(code(&answer), Some("BAD_USER_INPUT"), "{answer}");
+}
+
+const LEASE_AS_OF: &str = "query($id: ID!, $asOf: String) { lease(id: $id, asOf: $asOf) { id providerId status chainState reason message items { sku quantity } failCount createdAt updatedAt retainedUntil restoredFrom } }";
+
+/// The cursor of the lease's `events`-th event and `lease(id)` read once the projection has
+/// reached it.
+async fn lease_then(
+    server: &Server,
+    token: &str,
+    lease: &serde_json::Value,
+    events: usize,
+) -> (serde_json::Value, serde_json::Value) {
+    let cursor = last_cursor(server, token, &lease["streamId"], events).await;
+    let read = json!({ "query": LEASE_AS_OF, "variables": { "id": lease["id"] }, "extensions": { "minCursor": cursor } });
+    let answer = answered(server, token, read).await;
+    (cursor, data(&answer)["lease"].clone())
+}
+
+/// The stream version a mutation's answer reports, as an event count.
+fn reported_version(answer: &serde_json::Value, field: &str) -> usize {
+    let version = data(answer)[field]["version"].as_u64();
+    usize::try_from(version.unwrap_or_else(|| panic!("{field}: {answer}"))).expect("small")
+}

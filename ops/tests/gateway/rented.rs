@@ -279,3 +279,32 @@ async fn another_tenants_rental_node_and_run_are_absent_everywhere() {
         assert!(!leaked.contains(id.as_str().expect("an id")), "{leaked}");
     }
 }
+
+/// Issue 15: a rental as of a cursor is read beside its node as of the same cursor (the
+/// query joins the node's row: both are folded up to there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rental_as_of_a_cursor_shows_it_and_its_node_as_they_were_then() {
+    let (server, _dir) = rented_server().await;
+    let acme = tenant_token("acme");
+    let rental = active_rental(&server, &acme, "r-1").await;
+    let events =
+        server.graphql(&acme, "{ events(first: 100) { edges { cursor } } }", json!({})).await;
+    let edges = data(&events)["events"]["edges"].as_array().cloned().unwrap_or_default();
+    let then_at = edges.last().expect("the rental's events")["cursor"].clone();
+    let query = "query($id: ID!, $asOf: String) { rental(id: $id, asOf: $asOf) { id state observedState generation nodeState stateSince createdAt updatedAt } }";
+    let then = read_at(&server, &acme, (query, json!({ "id": rental })), &then_at).await;
+    assert_eq!(data(&then)["rental"]["nodeState"], "enrolling", "{then}");
+    let stop = "mutation($input: RentalGenerationInput!) { stopRental(input: $input) { cursor } }";
+    let input = json!({ "input": { "rentalId": rental, "generation": 1, "operationKey": "s-1" } });
+    let stopped = server.graphql(&acme, stop, input).await;
+    let now = read_at(
+        &server,
+        &acme,
+        (query, json!({ "id": rental })),
+        &data(&stopped)["stopRental"]["cursor"],
+    )
+    .await;
+    assert_ne!(data(&now)["rental"], data(&then)["rental"], "the rental moved on: {now}");
+    let past = server.graphql(&acme, query, json!({ "id": rental, "asOf": then_at })).await;
+    assert_eq!(data(&past)["rental"], data(&then)["rental"], "{past}");
+}

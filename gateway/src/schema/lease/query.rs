@@ -3,6 +3,7 @@
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID, Object};
 use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::LeaseListing;
 use leasehold_domain::lease::LeaseId;
 use uuid::Uuid;
@@ -12,6 +13,7 @@ use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
 use crate::schema::command::caller_of;
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::{page_rows, uuid_arg};
 use crate::schema::{caller, require_lease, shared, tenant_of};
 
@@ -33,10 +35,18 @@ impl LeaseReadQuery {
     }
 
     /// One of your leases by id (`NOT_FOUND` when you have none with that id).
-    async fn lease(&self, ctx: &Context<'_>, id: ID) -> ApiResult<LeaseView> {
+    async fn lease(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(desc = "A log cursor you were given: the lease as it was when the log \
+                          stood there.")]
+        as_of: Option<String>,
+    ) -> ApiResult<LeaseView> {
         let tenant = tenant_of(ctx, "read leases")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
-        let found = shared(ctx).read_models.lease(tenant, lease).await?;
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Lease(lease)).await?;
+        let found = read_models.lease(tenant, lease).await?;
         found.map(LeaseView::from).ok_or_else(|| ApiError::not_found("lease"))
     }
 

@@ -2,11 +2,13 @@
 
 use async_graphql::connection::Connection;
 use async_graphql::{Context, ID, Object};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::RentedListing;
 
 use super::types::{Rental, RentalFilter, RentalNode};
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::uuid_arg;
 use crate::schema::rented::{Page, reader_scope};
 use crate::schema::shared;
@@ -19,10 +21,20 @@ pub struct RentalQuery;
 impl RentalQuery {
     /// One of your rentals by id, beside its current node (`NOT_FOUND` when you have none
     /// with that id). Operators read any tenant's.
-    async fn rental(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Rental> {
+    async fn rental(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(
+            desc = "A log cursor you were given: the rental (and its node) as it was when the log \
+                          stood there."
+        )]
+        as_of: Option<String>,
+    ) -> ApiResult<Rental> {
         let (scope, operator) = reader_scope(ctx, "read rentals")?;
         let rental = uuid_arg("id", &id)?;
-        let found = shared(ctx).read_models.rental(scope, rental).await?;
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Rental(rental)).await?;
+        let found = read_models.rental(scope, rental).await?;
         let now = shared(ctx).rented.rentals.pipeline().clock().now();
         found.map(|row| Rental::of(row, operator, now)).ok_or_else(|| ApiError::not_found("rental"))
     }

@@ -2,11 +2,13 @@
 
 use async_graphql::connection::Connection;
 use async_graphql::{Context, ID, Object};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::RentedListing;
 
 use super::types::{Run, RunFilter};
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::uuid_arg;
 use crate::schema::rented::{Page, reader_scope};
 use crate::schema::shared;
@@ -19,9 +21,20 @@ pub struct RunQuery;
 impl RunQuery {
     /// One of your runs by id (`NOT_FOUND` when you have none with that id). Operators read
     /// any tenant's.
-    async fn run(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Run> {
+    async fn run(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(
+            desc = "A log cursor you were given: the run (and its node and rental) as it was when the log \
+                          stood there."
+        )]
+        as_of: Option<String>,
+    ) -> ApiResult<Run> {
         let (scope, _) = reader_scope(ctx, "read runs")?;
-        let found = shared(ctx).read_models.run(scope, uuid_arg("id", &id)?).await?;
+        let run = uuid_arg("id", &id)?;
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Run(run)).await?;
+        let found = read_models.run(scope, run).await?;
         found.map(Run::from).ok_or_else(|| ApiError::not_found("run"))
     }
 

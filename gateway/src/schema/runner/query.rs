@@ -2,6 +2,7 @@
 
 use async_graphql::connection::Connection;
 use async_graphql::{Context, ID, Object};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::RentedListing;
 
 use super::types::{
@@ -11,6 +12,7 @@ use super::{node_agent, runners};
 use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::uuid_arg;
 use crate::schema::rented::{Page, reader_scope};
 use crate::schema::{require, shared, tenant_of};
@@ -23,9 +25,19 @@ pub struct RunnerQuery;
 impl RunnerQuery {
     /// One of your runner leases by id (`NOT_FOUND` when you have none with that id).
     /// Operators read any tenant's, with its node, epoch and instance.
-    async fn runner_lease(&self, ctx: &Context<'_>, id: ID) -> ApiResult<RunnerLease> {
+    async fn runner_lease(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(desc = "A log cursor you were given: the runner lease as it was when the log \
+                          stood there.")]
+        as_of: Option<String>,
+    ) -> ApiResult<RunnerLease> {
         let (scope, operator) = reader_scope(ctx, "read runner leases")?;
-        let found = shared(ctx).read_models.runner_lease(scope, uuid_arg("id", &id)?).await?;
+        let lease = uuid_arg("id", &id)?;
+        let entity = Entity::RunnerLease(lease);
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), entity).await?;
+        let found = read_models.runner_lease(scope, lease).await?;
         found
             .map(|row| RunnerLease::of(row, operator))
             .ok_or_else(|| ApiError::not_found("runner lease"))

@@ -5,6 +5,7 @@
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID, Object};
 use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::SnapshotPage;
 use leasehold_domain::snapshot::{Digest, LayerKey, SnapshotId, SnapshotMode};
 use leasehold_domain::values::fleet::Arch;
@@ -14,6 +15,7 @@ use super::types::{Snapshot, SnapshotFilter, SnapshotQuotaUsage};
 use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::{page_rows, uuid_arg};
 use crate::schema::{caller, require, shared, tenant_of};
 
@@ -39,10 +41,19 @@ fn page_of(filter: SnapshotFilter, first: usize) -> ApiResult<SnapshotPage> {
 #[Object]
 impl SnapshotQuery {
     /// One of your snapshots by id (`NOT_FOUND` when you have none with that id).
-    async fn snapshot(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Snapshot> {
+    async fn snapshot(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(desc = "A log cursor you were given: the snapshot as it was when the log \
+                          stood there.")]
+        as_of: Option<String>,
+    ) -> ApiResult<Snapshot> {
         let tenant = tenant_of(ctx, "read snapshots")?;
         let snapshot = SnapshotId(uuid_arg("id", &id)?);
-        let found = shared(ctx).read_models.snapshot(tenant, snapshot).await?;
+        let entity = Entity::Snapshot(snapshot);
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), entity).await?;
+        let found = read_models.snapshot(tenant, snapshot).await?;
         found.map(Snapshot::from).ok_or_else(|| ApiError::not_found("snapshot"))
     }
 

@@ -3,6 +3,7 @@
 use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID, Object};
 use chrono::{DateTime, Utc};
+use leasehold_adapters::read_models::Entity;
 use leasehold_adapters::read_models::VmListing;
 use leasehold_domain::values::fleet::VmId;
 use uuid::Uuid;
@@ -11,6 +12,7 @@ use super::types::{DeadLetter, Vm, VmFilter};
 use crate::auth::Role;
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
+use crate::schema::events::read_models_as_of;
 use crate::schema::query::{page_rows, uuid_arg};
 use crate::schema::{caller, require, shared, tenant_of};
 
@@ -21,10 +23,18 @@ pub struct VmQuery;
 #[Object]
 impl VmQuery {
     /// One of your VMs by id (`NOT_FOUND` when you have none with that id).
-    async fn vm(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Vm> {
+    async fn vm(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(desc = "A log cursor you were given: the VM as it was when the log \
+                          stood there.")]
+        as_of: Option<String>,
+    ) -> ApiResult<Vm> {
         let tenant = tenant_of(ctx, "read VMs")?;
         let vm = VmId(uuid_arg("id", &id)?);
-        let found = shared(ctx).read_models.vm(tenant, vm).await?;
+        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Vm(vm)).await?;
+        let found = read_models.vm(tenant, vm).await?;
         found.map(Vm::from).ok_or_else(|| ApiError::not_found("VM"))
     }
 
