@@ -19,6 +19,7 @@ pub mod projections;
 pub mod providers;
 pub mod read_models;
 pub mod rented;
+pub mod replay;
 pub mod retention;
 pub mod runner_providers;
 pub mod runners;

@@ -75,6 +75,13 @@ enum EventsCommand {
     /// verifies. Refuses a database that already holds a log. The epoch is raised past the
     /// restored events' so that new events sort after them.
     Import(events::ImportArgs),
+    /// Replay a complete export through every projection in memory, with no database: each
+    /// stream's aggregate folded and every read model written as `serve` writes it, then a
+    /// digest (SHA-256) of each read model's rows. With --compare DATABASE_URL, read the same
+    /// tables of that database and name every row that differs (missing, extra, or which
+    /// columns); exits with status 1 if any does. The file is verified as it is read: one that
+    /// does not verify replays nothing.
+    Replay(events::ReplayArgs),
     /// Follow the live log: one line per event the filters admit (the export's filters and
     /// lines; with --tenant, the tenant's view), from --from-cursor (else the log's start),
     /// in commit order with no gap and no duplicate, until Ctrl-C or past --to-cursor. Resume
@@ -192,6 +199,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(EventsCommand::Export(args)) => events::export(&args).await,
         Command::Events(EventsCommand::Import(args)) => events::import(&args).await,
         Command::Events(EventsCommand::Tail(args)) => events::tail(&args).await,
+        Command::Events(EventsCommand::Replay(args)) => events::replay(&args).await,
         Command::Events(EventsCommand::NewEpoch(args)) => events::new_epoch(&args.parse()?).await,
         Command::Events(EventsCommand::Seal { database, every }) => {
             events::seal(&database.parse()?, every).await

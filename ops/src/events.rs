@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_adapters::archive::{
     EventLine, ExportFilter, check::check_file, import::import as import_file,
 };
+use leasehold_adapters::replay::{Comparison, ReplayReport, compare, replay_file};
 use leasehold_adapters::verify::VerifyReport;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 use leasehold_domain::Cursor;
@@ -91,6 +92,21 @@ pub struct TailArgs {
     database: DatabaseArgs,
     #[command(flatten)]
     filter: FilterArgs,
+}
+
+/// `events replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The complete export to replay (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    from: PathBuf,
+    /// Compare the replayed read models with this database's (a PostgreSQL URL) and name
+    /// every row that differs; exits with status 1 if any does.
+    #[arg(long, value_name = "DATABASE_URL")]
+    compare: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `events import`.
@@ -225,6 +241,88 @@ pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
          in epoch {}",
         report.events_checked, report.streams_checked, report.seals_checked, imported.epoch
     );
+    Ok(())
+}
+
+/// Replays an export through every projection in memory, prints each read model's digest
+/// and, with `--compare`, every row the live read models hold otherwise.
+pub async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
+    let bar = bytes_bar(&args.from, "replaying");
+    let replayed =
+        replay_file(open(&args.from)?, |bytes| bar.set_position(bytes)).context("replaying")?;
+    bar.finish_and_clear();
+    let compared = match &args.compare {
+        Some(url) => {
+            let url = DatabaseUrl::parse(url).context("--compare")?;
+            let store =
+                PgEventStore::new(&url, StoreConfig { pool_size: 1, ..Default::default() })?;
+            Some(compare(&store, &replayed.tables, replayed.last).await.context("comparing")?)
+        }
+        None => None,
+    };
+    if args.json {
+        print_replay_json(&replayed, compared.as_ref())?;
+    } else {
+        print_replay(&replayed, compared.as_ref());
+    }
+    match compared {
+        Some(compared) if !compared.differences.is_empty() => {
+            let differ = compared.differences.len();
+            bail!("{differ} rows of the live read models differ from the replay")
+        }
+        _ => Ok(()),
+    }
+}
+
+fn print_replay(replayed: &ReplayReport, compared: Option<&Comparison>) {
+    println!("{} events replayed through every projection", replayed.events);
+    let width = replayed.digests.iter().map(|d| d.table.len()).max().unwrap_or(5);
+    println!("{:width$}  {:>9}  digest", "table", "rows");
+    for digest in &replayed.digests {
+        let live = compared.and_then(|c| c.live.iter().find(|l| l.table == digest.table));
+        let same = match live {
+            Some(live) if live.digest == digest.digest => "  (live: equal)",
+            Some(_) => "  (live: DIFFERS)",
+            None => "",
+        };
+        println!("{:width$}  {:>9}  {}{same}", digest.table, digest.rows, digest.digest);
+    }
+    let Some(Comparison { differences, behind, .. }) = compared else { return };
+    for name in behind {
+        println!(
+            "projection {name} has not reached the file's last event: its rows may differ \
+             for that alone"
+        );
+    }
+    for difference in differences {
+        println!("DIFFERS {difference}");
+    }
+    println!("compared with the live read models: {} rows differ", differences.len());
+}
+
+fn print_replay_json(replayed: &ReplayReport, compared: Option<&Comparison>) -> anyhow::Result<()> {
+    let tables: Vec<serde_json::Value> = replayed
+        .digests
+        .iter()
+        .map(|d| serde_json::json!({ "table": d.table, "rows": d.rows, "digest": d.digest }))
+        .collect();
+    let mut out = serde_json::json!({
+        "events": replayed.events,
+        "last_cursor": replayed.last.map(|cursor| cursor.to_string()),
+        "tables": tables,
+    });
+    if let Some(compared) = compared {
+        let listed: Vec<String> = compared.differences.iter().map(ToString::to_string).collect();
+        let live: Vec<serde_json::Value> = compared
+            .live
+            .iter()
+            .map(|d| serde_json::json!({ "table": d.table, "rows": d.rows, "digest": d.digest }))
+            .collect();
+        out["live"] = serde_json::json!(live);
+        out["differences"] = serde_json::json!(listed);
+        out["behind"] = serde_json::json!(compared.behind);
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }
 

@@ -240,4 +240,13 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn an_offline_replay_runs_every_projection_serve_runs() {
+        let mut served = super::NAMES.to_vec();
+        let mut replayed = leasehold_adapters::replay::REPLAYED.to_vec();
+        served.sort_unstable();
+        replayed.sort_unstable();
+        assert_eq!(replayed, served, "`events replay` runs what `serve` runs");
+    }
 }

@@ -606,3 +606,64 @@ async fn projections_rebuild_activate_drop_and_status_show_each_build() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("is active"), "{refused:?}");
 }
+
+/// Two tenants' leases requested through the lease service (real events every projection of
+/// leases reads).
+async fn two_leases(db: &TestDb) {
+    use leasehold_commands::lease_input::{ItemInput, LeaseInputLimits, RequestLeaseInput};
+    use leasehold_commands::lease_service::{Caller, LeaseService};
+    use leasehold_commands::{CommandPipeline, PipelineConfig};
+    use leasehold_domain::lease::ServiceName;
+    use leasehold_domain::{Actor, TenantId};
+    let backend = ServiceName::parse("backend", "docker-1").unwrap();
+    let pipeline = CommandPipeline::new(db.store(), PipelineConfig::default());
+    let leases = LeaseService::new(pipeline, Some(backend), LeaseInputLimits::default());
+    let input = RequestLeaseInput {
+        provider_id: uuid::Uuid::from_u128(7).to_string(),
+        items: vec![ItemInput { sku: "gpu.h100.1x".into(), quantity: 2, service_name: None }],
+        payload_hash: "ab".repeat(32),
+    };
+    for tenant in ["acme", "globex"] {
+        let caller = Caller {
+            actor: Actor { subject: format!("{tenant}-user"), role: "tenant".into() },
+            tenant: Some(TenantId::parse(tenant).unwrap()),
+            provider: None,
+            namespace: None,
+        };
+        leases.request(&caller, "lease-1", None, &input).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn replay_prints_each_read_models_digest_and_names_the_rows_a_database_lacks() {
+    let db = TestDb::migrated().await;
+    two_leases(&db).await;
+    let url = url_of(&db);
+    let file = std::env::temp_dir().join(format!("lh-replay-{}.ndjson", uuid::Uuid::now_v7()));
+    let path = file.to_str().unwrap();
+    let export = leasehold(&["events", "export", "--database-url", &url, "-o", path]).await;
+    assert!(export.status.success(), "{export:?}");
+
+    // No database: a digest of every read model.
+    let replay = leasehold(&["events", "replay", "--from", path, "--json"]).await;
+    assert!(replay.status.success(), "{replay:?}");
+    let out: serde_json::Value = serde_json::from_slice(&replay.stdout).expect("JSON");
+    let leases = out["tables"].as_array().unwrap().iter().find(|t| t["table"] == "leases");
+    let leases = leases.expect("the leases read model");
+    assert_eq!(leases["rows"], 2, "{out}");
+    assert_eq!(leases["digest"].as_str().map(str::len), Some(64), "{out}");
+
+    // Against a database whose projections never ran: every row is named, every projection
+    // is said to be behind, and the exit status says so.
+    let replay = leasehold(&["events", "replay", "--from", path, "--compare", &url]).await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(!replay.status.success(), "{replay:?}");
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert!(stdout.contains("projection lease_views has not reached"), "{stdout}");
+    let missing = stdout.lines().filter(|l| l.starts_with("DIFFERS leases ")).count();
+    assert_eq!(missing, 2, "{stdout}");
+    assert!(stdout.contains("not in the live table"), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&replay.stderr).contains("rows of the live read models differ")
+    );
+}

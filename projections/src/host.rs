@@ -32,7 +32,7 @@ pub struct HostRows {
 }
 
 /// A row of `hosts`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0014_fleet.sql.
 pub struct HostRow {
     pub host_id: String,

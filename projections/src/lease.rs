@@ -76,7 +76,7 @@ pub struct LeaseRows {
 }
 
 /// A row of `leases`: what a tenant may see of its lease.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
 pub struct LeaseRow {
     pub lease_id: Uuid,
@@ -95,7 +95,7 @@ pub struct LeaseRow {
 }
 
 /// A row of `lease_diagnostics`: operators only.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
 pub struct DiagnosticsRow {
     pub lease_id: Uuid,
@@ -110,7 +110,7 @@ pub struct DiagnosticsRow {
 }
 
 /// A row of `retained_leases`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
 pub struct RetainedRow {
     pub lease_id: Uuid,
@@ -122,7 +122,7 @@ pub struct RetainedRow {
 }
 
 /// A row of `releases` as it starts.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
 pub struct ReleaseRow {
     pub lease_id: Uuid,

@@ -36,7 +36,7 @@ pub struct NodeChange {
 }
 
 /// A row of `nodes`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0020_nodes.sql.
 pub struct NodeRow {
     pub node_id: Uuid,

@@ -53,7 +53,7 @@ pub struct RentalRows {
 }
 
 /// A row of `rentals`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0019_rentals.sql.
 pub struct RentalRow {
     pub rental_id: Uuid,

@@ -57,7 +57,7 @@ pub struct RunRows {
 }
 
 /// A row of `run_timeline`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0021_run_timeline.sql.
 pub struct RunRow {
     pub run_id: Uuid,

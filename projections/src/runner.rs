@@ -58,7 +58,7 @@ pub struct RunnerRows {
 }
 
 /// A row of `runner_leases`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0022_runners.sql.
 pub struct RunnerLeaseRow {
     pub lease_id: Uuid,
@@ -82,7 +82,7 @@ pub struct RunnerLeaseRow {
 }
 
 /// A row of `runner_lease_holds`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0022_runners.sql.
 pub struct RunnerHoldRow {
     pub lease_id: Uuid,

@@ -61,7 +61,7 @@ pub enum FleetRow {
 }
 
 /// A row of `runner_capacities`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0023_runner_fleet.sql.
 pub struct CapacityRow {
     pub tenant_id: String,
@@ -79,7 +79,7 @@ pub struct CapacityRow {
 }
 
 /// A row of `runner_nodes`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0023_runner_fleet.sql.
 pub struct NodeRow {
     pub node: String,

@@ -49,7 +49,7 @@ pub struct JobChange {
 }
 
 /// A row of `job_history`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0022_runners.sql.
 pub struct JobRow {
     pub job_id: Uuid,

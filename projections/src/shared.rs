@@ -7,7 +7,7 @@ use leasehold_domain::workload_quota::Charge;
 use uuid::Uuid;
 
 /// A row of `workloads`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0004_read_models.sql.
 pub struct WorkloadRow {
     pub kind: &'static str,

@@ -70,7 +70,7 @@ pub enum SnapshotRowKind {
 }
 
 /// A row of `snapshot_records`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0017_snapshots.sql.
 pub struct SnapshotRow {
     pub snapshot_id: Uuid,
@@ -99,7 +99,7 @@ pub struct SnapshotRow {
 }
 
 /// A row of `snapshot_quota_usage`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0017_snapshots.sql.
 pub struct QuotaRow {
     pub tenant_id: String,

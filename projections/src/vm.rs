@@ -42,7 +42,7 @@ pub enum VmChange {
 }
 
 /// A row of `dead_letters` (operators only).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0014_fleet.sql.
 pub struct DeadLetterRow {
     pub kind: &'static str,
@@ -85,7 +85,7 @@ pub struct VmRows {
 }
 
 /// A row of `vms`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0014_fleet.sql.
 pub struct VmRow {
     pub vm_id: Uuid,

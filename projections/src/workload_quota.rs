@@ -36,7 +36,7 @@ pub struct QuotaChange {
 }
 
 /// A row of `workload_quotas`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[allow(missing_docs)] // The columns of 0025_workload_quotas.sql.
 pub struct QuotaRow {
     pub tenant_id: String,

@@ -103,6 +103,35 @@ impl EventLine {
     }
 }
 
+impl EventLine {
+    /// The event as a reader of the log would have decoded it.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Malformed`] (of line `number`) for a name the log would not hold.
+    pub fn recorded(&self, number: u64) -> Result<RecordedEvent, ArchiveError> {
+        use leasehold_domain::{EventId, EventType, StreamId, StreamType, TenantId};
+        let malformed = |reason: String| ArchiveError::Malformed { line: number, reason };
+        let name = |error: leasehold_domain::IdError| malformed(error.to_string());
+        Ok(RecordedEvent {
+            cursor: self.cursor,
+            event_id: EventId::from_uuid(self.event_id),
+            stream_id: StreamId::parse(self.stream_id.clone()).map_err(name)?,
+            stream_type: StreamType::parse(self.stream_type.clone()).map_err(name)?,
+            tenant_id: TenantId::parse(self.tenant_id.clone()).map_err(name)?,
+            version: self.version,
+            event_type: EventType::parse(self.event_type.clone()).map_err(name)?,
+            schema_version: u16::try_from(self.schema_version)
+                .map_err(|_| malformed("schema_version out of range".into()))?,
+            payload: self.payload.clone(),
+            metadata: serde_json::from_value(self.metadata.clone())
+                .map_err(|error| malformed(format!("metadata: {error}")))?,
+            recorded_at: self.recorded_at,
+            prev_hash: self.prev_hash.0,
+            hash: self.hash.0,
+        })
+    }
+}
+
 /// One event as its tenant sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantEventLine {

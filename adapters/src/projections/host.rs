@@ -195,3 +195,24 @@ const SEED_COPIES_SQL: &str = "SELECT same.host_id, same.store_ref, \
        AND seed.state IN ('ready', 'restoring') \
      ORDER BY same.host_id, same.snapshot_id = seed.snapshot_id DESC, \
        (same.kind = 'disk' AND same.digest IS NOT NULL) DESC, same.snapshot_id";
+
+impl crate::replay::MemProjected for HostProjection {
+    fn write_memory(
+        changes: Vec<HostChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut puts: Vec<HostRows> = Vec::new();
+        for change in changes {
+            match change {
+                HostChange::Put(rows) => puts.push(*rows),
+                HostChange::DeadLetter(letter) => {
+                    super::vm::dead_letter_memory(tables, super::vm::LetterSource::Host, &letter)?
+                }
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_HOSTS_SQL, &rows.host, &[])?;
+        }
+        Ok(())
+    }
+}

@@ -266,3 +266,46 @@ async fn write_releases(
 fn to_i32(value: u32) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
+
+impl crate::replay::MemProjected for LeaseProjection {
+    fn write_memory(
+        changes: Vec<LeaseChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        use serde_json::{Value, json};
+        let (mut puts, mut starts, mut settled) = (Vec::new(), Vec::new(), Settled::new());
+        let mut shared = SharedWrites::default();
+        for change in changes {
+            match change {
+                LeaseChange::Put(rows) => puts.push(*rows),
+                LeaseChange::StartRelease(row) => starts.push(row),
+                LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
+                    settled.insert((lease_id, version), (status, reason, message, at));
+                }
+                LeaseChange::Quota(delta) => shared.quota(delta),
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_LEASES_SQL, &rows.lease, &[])?;
+            tables.put(PUT_DIAGNOSTICS_SQL, &rows.diagnostics, &[])?;
+            match &rows.retained {
+                Some(retained) => tables.put(PUT_RETAINED_SQL, retained, &[])?,
+                None => tables.delete("retained_leases", &[json!(rows.lease.lease_id)]),
+            }
+        }
+        for rows in puts {
+            shared.workload(rows.workload);
+        }
+        for row in &starts {
+            let extra = [("status", json!("deploying")), ("updated_at", json!(row.created_at))];
+            tables.put(START_RELEASES_SQL, row, &extra)?;
+        }
+        for ((lease, version), (status, reason, message, at)) in settled {
+            let values =
+                json!({ "status": status, "reason": reason, "message": message, "updated_at": at });
+            let Value::Object(values) = values else { unreachable!("an object") };
+            tables.update("releases", &[json!(lease), json!(version)], values);
+        }
+        shared.write_memory(tables)
+    }
+}

@@ -96,3 +96,15 @@ impl PgProjected for NodeProjection {
         execute(tx, PUT_NODES_SQL, &params).await
     }
 }
+
+impl crate::replay::MemProjected for NodeProjection {
+    fn write_memory(
+        changes: Vec<NodeChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        for change in &changes {
+            tables.put(PUT_NODES_SQL, &change.row, &[])?;
+        }
+        Ok(())
+    }
+}

@@ -136,3 +136,26 @@ async fn write_puts(tx: &Transaction<'_>, puts: &[RentalRows]) -> Result<(), Wri
     ];
     execute(tx, PUT_RENTALS_SQL, &params).await
 }
+
+impl crate::replay::MemProjected for RentalProjection {
+    fn write_memory(
+        changes: Vec<RentalChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut puts = Vec::new();
+        let mut shared = SharedWrites::default();
+        for change in changes {
+            match change {
+                RentalChange::Put(rows) => puts.push(*rows),
+                RentalChange::Quota(delta) => shared.quota(delta),
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_RENTALS_SQL, &rows.rental, &[])?;
+        }
+        for rows in puts {
+            shared.workload(rows.workload);
+        }
+        shared.write_memory(tables)
+    }
+}

@@ -108,3 +108,26 @@ async fn write_puts(tx: &Transaction<'_>, puts: &[RunRows]) -> Result<(), WriteE
     ];
     execute(tx, PUT_RUNS_SQL, &params).await
 }
+
+impl crate::replay::MemProjected for RunProjection {
+    fn write_memory(
+        changes: Vec<RunChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut puts = Vec::new();
+        let mut shared = SharedWrites::default();
+        for change in changes {
+            match change {
+                RunChange::Put(rows) => puts.push(*rows),
+                RunChange::Quota(delta) => shared.quota(delta),
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_RUNS_SQL, &rows.row, &[])?;
+        }
+        for rows in puts {
+            shared.workload(rows.workload);
+        }
+        shared.write_memory(tables)
+    }
+}

@@ -165,3 +165,40 @@ async fn write_usage(
     let memory: Vec<i64> = usage.iter().map(|(_, sums)| sums[2]).collect();
     execute(tx, ADD_USAGE_SQL, &[&tiers, &nodes, &leases, &vcpus, &memory]).await
 }
+
+impl crate::replay::MemProjected for RunnerProjection {
+    fn write_memory(
+        changes: Vec<RunnerChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut puts = Vec::new();
+        let mut shared = SharedWrites::default();
+        let mut usage: BTreeMap<(String, String), [i64; 3]> = BTreeMap::new();
+        for change in changes {
+            match change {
+                RunnerChange::Put(rows) => puts.push(*rows),
+                RunnerChange::Quota(delta) => shared.quota(delta),
+                RunnerChange::Usage(UsageDelta { tier, node, leases, vcpu, memory_mb }) => {
+                    let sums = usage.entry((tier, node)).or_default();
+                    sums[0] += leases;
+                    sums[1] += vcpu;
+                    sums[2] += memory_mb;
+                }
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_LEASES_SQL, &rows.row, &[])?;
+            tables.put(PUT_HOLDS_SQL, &rows.hold, &[])?;
+        }
+        for ((tier, node), [leases, vcpu, memory_mb]) in usage {
+            let row = serde_json::json!({
+                "tier": tier, "node": node, "leases": leases, "vcpu": vcpu, "memory_mb": memory_mb,
+            });
+            tables.put(ADD_USAGE_SQL, &row, &[])?;
+        }
+        for rows in puts {
+            shared.workload(rows.workload);
+        }
+        shared.write_memory(tables)
+    }
+}

@@ -133,3 +133,28 @@ async fn put_node(tx: &Transaction<'_>, row: &NodeRow) -> Result<(), WriteError>
     ];
     execute(tx, PUT_NODE_SQL, &params).await
 }
+
+impl crate::replay::MemProjected for RunnerFleetProjection {
+    fn write_memory(
+        changes: Vec<FleetChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut capacities = Vec::new();
+        for change in &changes {
+            match &change.row {
+                FleetRow::Capacity(row) => capacities.push(row),
+                FleetRow::Node(Some(row)) => tables.put(PUT_NODE_SQL, row, &[])?,
+                FleetRow::Node(None) => {}
+                FleetRow::DeadLetter(letter) => super::vm::dead_letter_memory(
+                    tables,
+                    super::vm::LetterSource::RunnerFleet,
+                    letter,
+                )?,
+            }
+        }
+        for row in capacities {
+            tables.put(PUT_CAPACITIES_SQL, row, &[])?;
+        }
+        Ok(())
+    }
+}

@@ -66,3 +66,15 @@ impl PgProjected for JobProjection {
         execute(tx, PUT_JOBS_SQL, &params).await
     }
 }
+
+impl crate::replay::MemProjected for JobProjection {
+    fn write_memory(
+        changes: Vec<JobChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        for change in &changes {
+            tables.put(PUT_JOBS_SQL, &change.row, &[])?;
+        }
+        Ok(())
+    }
+}

@@ -133,3 +133,26 @@ async fn write_usage(
     }
     Ok(())
 }
+
+impl SharedWrites {
+    /// Writes what was gathered into the tables in memory, as [`SharedWrites::write`] writes
+    /// it into PostgreSQL (through the same statements).
+    pub(crate) fn write_memory(
+        self,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        for row in &self.workloads {
+            tables.put(PUT_WORKLOADS_SQL, row, &[])?;
+        }
+        for ((tenant, kind), delta) in self.usage {
+            let row =
+                serde_json::json!({ "tenant_id": tenant, "kind": kind, "active_count": delta });
+            tables.put(ADD_USAGE_SQL, &row, &[])?;
+        }
+        for ((tenant, kind, sku), delta) in self.sku_usage {
+            let row = serde_json::json!({ "tenant_id": tenant, "kind": kind, "sku": sku, "quantity": delta });
+            tables.put(ADD_SKU_USAGE_SQL, &row, &[])?;
+        }
+        Ok(())
+    }
+}

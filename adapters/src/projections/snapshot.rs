@@ -146,3 +146,34 @@ async fn write_quotas(tx: &Transaction<'_>, rows: &[&QuotaRow]) -> Result<(), Wr
     let params: [Param<'_>; 6] = [&tenants, &counts, &bytes, &max_counts, &max_bytes, &updated];
     execute(tx, PUT_QUOTAS_SQL, &params).await
 }
+
+impl crate::replay::MemProjected for SnapshotProjection {
+    fn write_memory(
+        changes: Vec<SnapshotChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let mut puts: Vec<SnapshotPut> = Vec::new();
+        for change in changes {
+            match change {
+                SnapshotChange::Put(put) => puts.push(*put),
+                SnapshotChange::DeadLetter(letter) => super::vm::dead_letter_memory(
+                    tables,
+                    super::vm::LetterSource::Snapshot,
+                    &letter,
+                )?,
+            }
+        }
+        // As the database: every snapshot's row, then every quota's.
+        for put in &puts {
+            if let SnapshotRowKind::Snapshot(row) = &put.row {
+                tables.put(PUT_SNAPSHOTS_SQL, &**row, &[])?;
+            }
+        }
+        for put in &puts {
+            if let SnapshotRowKind::Quota(row) = &put.row {
+                tables.put(PUT_QUOTAS_SQL, row, &[])?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -178,3 +178,46 @@ async fn write_puts(tx: &Transaction<'_>, puts: &[VmRows]) -> Result<(), WriteEr
     ];
     execute(tx, PUT_VMS_SQL, &params).await
 }
+
+/// One dead letter of `source` in memory, as [`write_dead_letter`] writes it.
+pub(super) fn dead_letter_memory(
+    tables: &mut crate::replay::MemTables,
+    source: LetterSource,
+    letter: &DeadLetterRow,
+) -> Result<(), crate::replay::MemError> {
+    use serde_json::json;
+    let extra = [
+        ("source", json!(source.name())),
+        ("retry_count", json!(1)),
+        ("first_seen", json!(letter.at)),
+        ("last_seen", json!(letter.at)),
+    ];
+    tables.put(PUT_DEAD_LETTER_SQL, letter, &extra)
+}
+
+impl crate::replay::MemProjected for VmProjection {
+    fn write_memory(
+        changes: Vec<VmChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        let (mut puts, mut letters) = (Vec::new(), Vec::new());
+        let mut shared = SharedWrites::default();
+        for change in changes {
+            match change {
+                VmChange::Put(rows) => puts.push(*rows),
+                VmChange::Quota(delta) => shared.quota(delta),
+                VmChange::DeadLetter(letter) => letters.push(letter),
+            }
+        }
+        for rows in &puts {
+            tables.put(PUT_VMS_SQL, &rows.vm, &[])?;
+        }
+        for letter in &letters {
+            dead_letter_memory(tables, LetterSource::Vm, letter)?;
+        }
+        for rows in puts {
+            shared.workload(rows.workload);
+        }
+        shared.write_memory(tables)
+    }
+}

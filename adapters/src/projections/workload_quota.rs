@@ -51,3 +51,15 @@ impl PgProjected for WorkloadQuotaProjection {
         execute(tx, PUT_QUOTAS_SQL, &params).await
     }
 }
+
+impl crate::replay::MemProjected for WorkloadQuotaProjection {
+    fn write_memory(
+        changes: Vec<QuotaChange>,
+        tables: &mut crate::replay::MemTables,
+    ) -> Result<(), crate::replay::MemError> {
+        for change in &changes {
+            tables.put(PUT_QUOTAS_SQL, &change.row, &[])?;
+        }
+        Ok(())
+    }
+}
