@@ -34,6 +34,18 @@ use crate::projections::tables::{Owned, quoted};
 use crate::projections::{PgProjected, ReadError, WriteError};
 use crate::store::{EVENT_COLUMNS, Xid8, decode_all, from_driver, from_pool, to_i64};
 
+/// Past read models read at once, at most: each holds a connection of its own (taken out of
+/// the pool, which then opens another), so a burst of `asOf` queries waits here rather than
+/// opening connections without bound.
+pub(crate) const AS_OF_AT_ONCE: usize = 4;
+
+/// The connection a past read model is read on, and its leave to be read now.
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pub(crate) client: Mutex<ClientWrapper>,
+    _leave: tokio::sync::OwnedSemaphorePermit,
+}
+
 /// Events folded per page: one page's changes are one transaction's writes.
 const FOLD_PAGE_EVENTS: i64 = 1_000;
 
@@ -72,6 +84,9 @@ impl PgReadModels {
     /// # Errors
     /// When the database cannot be read, or an event cannot be projected.
     pub async fn as_of(&self, at: Cursor, entity: Entity) -> Result<PgReadModels, StoreError> {
+        let leave = Arc::clone(&self.as_of_leave).acquire_owned().await.map_err(|_| {
+            StoreError::Database { reason: "the past read models are closed".into() }
+        })?;
         let object = self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))?;
         let client = deadpool_postgres::Object::take(object);
         // Statements this connection prepared before name the active tables, not the
@@ -82,7 +97,8 @@ impl PgReadModels {
         Ok(PgReadModels {
             pool: self.pool.clone(),
             endpoint: self.endpoint.clone(),
-            pinned: Some(Arc::new(Mutex::new(past.client))),
+            pinned: Some(Arc::new(Pinned { client: Mutex::new(past.client), _leave: leave })),
+            as_of_leave: Arc::clone(&self.as_of_leave),
         })
     }
 

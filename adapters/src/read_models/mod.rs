@@ -42,13 +42,21 @@ pub struct PgReadModels {
     endpoint: String,
     /// A connection of its own that every query runs on, holding the past read models of one
     /// entity ([`PgReadModels::as_of`]); `None` for the live ones, read from the pool.
-    pinned: Option<Arc<tokio::sync::Mutex<deadpool_postgres::ClientWrapper>>>,
+    pinned: Option<Arc<as_of::Pinned>>,
+    /// Leave for the past read models being read at once ([`as_of::AS_OF_AT_ONCE`]): each
+    /// holds a connection of its own, outside the pool's count.
+    as_of_leave: Arc<tokio::sync::Semaphore>,
 }
 
 impl PgReadModels {
     /// The read models of the database `store` writes to, over its pool.
     pub fn of(store: &PgEventStore) -> Self {
-        Self { pool: store.pool().clone(), endpoint: store.endpoint().to_owned(), pinned: None }
+        Self {
+            pool: store.pool().clone(),
+            endpoint: store.endpoint().to_owned(),
+            pinned: None,
+            as_of_leave: Arc::new(tokio::sync::Semaphore::new(as_of::AS_OF_AT_ONCE)),
+        }
     }
 
     pub(crate) async fn query(
@@ -57,7 +65,7 @@ impl PgReadModels {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         if let Some(pinned) = &self.pinned {
-            let client = pinned.lock().await;
+            let client = pinned.client.lock().await;
             return Self::query_on(&client, sql, params).await.map_err(|e| self.driver(e));
         }
         let client = self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))?;
