@@ -155,7 +155,8 @@ enum BenchCommand {
     /// fenced command, recorded every 30 s per node and (the alternative) every one, beside
     /// the lease request's commands/s.
     Nodes(bench::nodes::NodeBenchArgs),
-    /// Events/s of `events export`, `events verify --from` and `events import` at 100,000 and
+    /// Events/s of `events export`, `events verify --from`, `events replay` and `events
+    /// import` at 100,000 and
     /// 1,000,000 events of mixed kinds, beside a raw binary COPY of the same log out of
     /// PostgreSQL (and, for the import, into a table of the log's shape); and each one's peak
     /// memory (RSS) at each size.

@@ -102,7 +102,12 @@ pub struct ReplayArgs {
     from: PathBuf,
     /// Compare the replayed read models with this database's (a PostgreSQL URL) and name
     /// every row that differs; exits with status 1 if any does.
-    #[arg(long, value_name = "DATABASE_URL")]
+    #[arg(
+        long,
+        value_name = "DATABASE_URL",
+        env = "LEASEHOLD_COMPARE_DATABASE_URL",
+        hide_env_values = true
+    )]
     compare: Option<String>,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -287,11 +292,17 @@ fn print_replay(replayed: &ReplayReport, compared: Option<&Comparison>) {
         };
         println!("{:width$}  {:>9}  {}{same}", digest.table, digest.rows, digest.digest);
     }
-    let Some(Comparison { differences, behind, .. }) = compared else { return };
+    let Some(Comparison { differences, behind, ahead, .. }) = compared else { return };
     for name in behind {
         println!(
             "projection {name} has not reached the file's last event: its rows may differ \
              for that alone"
+        );
+    }
+    for name in ahead {
+        println!(
+            "projection {name} has applied events past the file's last one: its rows may \
+             differ for that alone"
         );
     }
     for difference in differences {
@@ -321,6 +332,7 @@ fn print_replay_json(replayed: &ReplayReport, compared: Option<&Comparison>) -> 
         out["live"] = serde_json::json!(live);
         out["differences"] = serde_json::json!(listed);
         out["behind"] = serde_json::json!(compared.behind);
+        out["ahead"] = serde_json::json!(compared.ahead);
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

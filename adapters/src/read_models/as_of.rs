@@ -39,6 +39,12 @@ use crate::store::{EVENT_COLUMNS, Xid8, decode_all, from_driver, from_pool, to_i
 /// opening connections without bound.
 pub(crate) const AS_OF_AT_ONCE: usize = 4;
 
+/// How long a past read model waits for its turn before the caller is told to try again.
+const AS_OF_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest one statement of a past read model may run (a fold's page, a query).
+const AS_OF_STATEMENT_MS: u32 = 10_000;
+
 /// The connection a past read model is read on, and its leave to be read now.
 #[derive(Debug)]
 pub(crate) struct Pinned {
@@ -66,6 +72,20 @@ pub enum Entity {
     RunnerLease(Uuid),
 }
 
+impl Entity {
+    /// Its stream.
+    fn stream_id(self) -> StreamId {
+        match self {
+            Self::Lease(lease) => lease.stream_id(),
+            Self::Vm(vm) => vm.stream_id(),
+            Self::Snapshot(snapshot) => snapshot.stream_id(),
+            Self::Rental(id) => leasehold_domain::rental::RentalId(id).stream_id(),
+            Self::Run(id) => leasehold_domain::run::RunId(id).stream_id(),
+            Self::RunnerLease(id) => leasehold_domain::runner::RunnerLeaseId(id).stream_id(),
+        }
+    }
+}
+
 /// A connection holding temporary read-model tables folded up to one cursor.
 #[derive(Debug)]
 pub(crate) struct Past {
@@ -83,23 +103,50 @@ impl PgReadModels {
     ///
     /// # Errors
     /// When the database cannot be read, or an event cannot be projected.
-    pub async fn as_of(&self, at: Cursor, entity: Entity) -> Result<PgReadModels, StoreError> {
-        let leave = Arc::clone(&self.as_of_leave).acquire_owned().await.map_err(|_| {
-            StoreError::Database { reason: "the past read models are closed".into() }
-        })?;
+    ///
+    /// With `owner`, an entity whose stream another tenant owns (or none) is `None` before
+    /// anything is folded: it costs no connection and takes no longer than an unknown id.
+    pub async fn as_of(
+        &self,
+        at: Cursor,
+        entity: Entity,
+        owner: Option<&str>,
+    ) -> Result<Option<PgReadModels>, StoreError> {
+        if let Some(owner) = owner {
+            let sql = "SELECT tenant_id FROM streams WHERE stream_id = $1";
+            let rows = self.query(sql, &[&entity.stream_id().as_str()]).await?;
+            if rows.first().map(|row| row.get::<_, &str>(0)) != Some(owner) {
+                return Ok(None);
+            }
+        }
+        let waited =
+            tokio::time::timeout(AS_OF_WAIT, Arc::clone(&self.as_of_leave).acquire_owned());
+        let leave = match waited.await {
+            Ok(Ok(leave)) => leave,
+            _ => {
+                return Err(StoreError::Unavailable {
+                    endpoint: self.endpoint.clone(),
+                    reason: format!(
+                        "{AS_OF_AT_ONCE} past read models are being read already: try again"
+                    ),
+                });
+            }
+        };
         let object = self.pool.get().await.map_err(|e| from_pool(e, &self.endpoint))?;
         let client = deadpool_postgres::Object::take(object);
         // Statements this connection prepared before name the active tables, not the
         // temporary ones that now hide them.
         client.statement_cache.clear();
+        let bounded = format!("SET statement_timeout = {}", AS_OF_STATEMENT_MS);
+        client.batch_execute(&bounded).await.map_err(|e| from_driver(e, &self.endpoint))?;
         let mut past = Past { client, at, created: HashSet::new() };
         past.fold_entity(entity).await.map_err(|error| self.store_error(error))?;
-        Ok(PgReadModels {
+        Ok(Some(PgReadModels {
             pool: self.pool.clone(),
             endpoint: self.endpoint.clone(),
             pinned: Some(Arc::new(Pinned { client: Mutex::new(past.client), _leave: leave })),
             as_of_leave: Arc::clone(&self.as_of_leave),
-        })
+        }))
     }
 
     fn store_error(&self, error: FoldError) -> StoreError {
@@ -158,27 +205,23 @@ fn stream_page_sql() -> String {
 
 impl Past {
     async fn fold_entity(&mut self, entity: Entity) -> Result<(), FoldError> {
+        let stream = entity.stream_id();
         match entity {
-            Entity::Lease(lease) => self.fold(&LeaseProjection, &lease.stream_id()).await,
-            Entity::Vm(vm) => self.fold(&VmProjection, &vm.stream_id()).await,
-            Entity::Snapshot(snapshot) => {
-                self.fold(&SnapshotProjection, &snapshot.stream_id()).await
-            }
-            Entity::RunnerLease(id) => {
-                let lease = leasehold_domain::runner::RunnerLeaseId(id);
-                self.fold(&RunnerProjection, &lease.stream_id()).await
-            }
+            Entity::Lease(_) => self.fold(&LeaseProjection, &stream).await,
+            Entity::Vm(_) => self.fold(&VmProjection, &stream).await,
+            Entity::Snapshot(_) => self.fold(&SnapshotProjection, &stream).await,
+            Entity::RunnerLease(_) => self.fold(&RunnerProjection, &stream).await,
             Entity::Rental(id) => {
-                let rental = leasehold_domain::rental::RentalId(id);
-                self.fold(&RentalProjection, &rental.stream_id()).await?;
+                self.fold(&RentalProjection, &stream).await?;
                 let node = self.joined("SELECT node_id FROM rentals WHERE rental_id = $1", id);
                 self.fold_node(node.await?).await
             }
             Entity::Run(id) => {
-                let run = leasehold_domain::run::RunId(id);
-                self.fold(&RunProjection, &run.stream_id()).await?;
+                self.fold(&RunProjection, &stream).await?;
                 let node = self.joined("SELECT node_id FROM run_timeline WHERE run_id = $1", id);
                 self.fold_node(node.await?).await?;
+                // The rental's tables hide the live ones even when the run names none.
+                self.shadow(RentalProjection::TABLES).await?;
                 let rental =
                     self.joined("SELECT rental_id FROM run_timeline WHERE run_id = $1", id);
                 match rental.await? {
@@ -194,6 +237,8 @@ impl Past {
 
     /// The node the folded rows name, folded too (the queries join its state).
     async fn fold_node(&mut self, node: Option<Uuid>) -> Result<(), FoldError> {
+        // The node's tables hide the live ones even when the row names no node.
+        self.shadow(NodeProjection::TABLES).await?;
         match node {
             Some(node) => {
                 let node = leasehold_domain::node::NodeId(node);

@@ -21,7 +21,7 @@ pub enum Scope<'a> {
 
 impl<'a> Scope<'a> {
     /// The tenant to filter by (none: every tenant).
-    pub(super) fn param(self) -> Option<&'a str> {
+    pub fn param(self) -> Option<&'a str> {
         match self {
             Scope::Tenant(tenant) => Some(tenant.as_str()),
             Scope::Every => None,

@@ -74,6 +74,9 @@ pub struct Comparison {
     /// The projections whose checkpoint stands before the file's last event: their tables
     /// may differ for that alone.
     pub behind: Vec<String>,
+    /// The projections whose checkpoint stands past it (the database holds later events):
+    /// their tables may differ for that alone.
+    pub ahead: Vec<String>,
 }
 
 /// Every row of `replayed` that the live read models in `store`'s database do not hold
@@ -86,8 +89,17 @@ pub async fn compare(
     replayed: &MemTables,
     last: Option<Cursor>,
 ) -> Result<Comparison, StoreError> {
-    let client = store.client().await?;
+    let mut client = store.client().await?;
     let fail = |error| from_driver(error, store.endpoint());
+    // One snapshot for every table and checkpoint: a running `serve` moves none of them
+    // between two reads.
+    let client = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(fail)?;
     let (mut differences, mut live_digests) = (Vec::new(), Vec::new());
     for (name, table) in replayed.tables() {
         let live = read_live(&client, name, table).await.map_err(|error| match error {
@@ -99,7 +111,7 @@ pub async fn compare(
         let (rows, digest) = (live_rows.len(), digest_of(&live_rows));
         live_digests.push(TableDigest { table: name.clone(), rows, digest });
     }
-    let mut behind = Vec::new();
+    let (mut behind, mut ahead) = (Vec::new(), Vec::new());
     if let Some(last) = last {
         let rows = client
             .query(
@@ -112,12 +124,15 @@ pub async fn compare(
         let reached: BTreeMap<String, Cursor> =
             rows.iter().map(|row| (row.get(3), cursor_of(row))).collect();
         for name in REPLAYED {
-            if reached.get(*name).is_none_or(|at| *at < last) {
-                behind.push((*name).to_owned());
+            match reached.get(*name) {
+                Some(at) if *at > last => ahead.push((*name).to_owned()),
+                Some(at) if *at == last => {}
+                _ => behind.push((*name).to_owned()),
             }
         }
     }
-    Ok(Comparison { differences, live: live_digests, behind })
+    client.commit().await.map_err(fail)?;
+    Ok(Comparison { differences, live: live_digests, behind, ahead })
 }
 
 enum LiveError {
@@ -134,7 +149,7 @@ impl From<tokio_postgres::Error> for LiveError {
 /// The live rows of `name` by the columns `replayed` holds (by its primary key's alone when
 /// the replay wrote it no row), as a table of the same shape.
 async fn read_live(
-    client: &deadpool_postgres::Object,
+    client: &impl deadpool_postgres::GenericClient,
     name: &str,
     replayed: &MemTable,
 ) -> Result<MemTable, LiveError> {
@@ -161,7 +176,7 @@ async fn read_live(
 
 /// The columns of `table`'s primary key, in order.
 async fn primary_key(
-    client: &deadpool_postgres::Object,
+    client: &impl deadpool_postgres::GenericClient,
     table: &str,
 ) -> Result<Vec<String>, LiveError> {
     let rows = client

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use chrono::Timelike as _;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
@@ -223,12 +224,18 @@ impl MemTables {
     }
 
     /// Sets `values` on the row of `table` whose key is `key` (`UPDATE … WHERE key`), if
-    /// there is one.
+    /// there is one. A column only an update writes joins the table's columns: it is
+    /// compared too.
     pub fn update(&mut self, table: &str, key: &[Value], values: Map<String, Value>) {
         let key = serde_json::to_string(key).unwrap_or_default();
-        if let Some(row) = self.tables.get_mut(table).and_then(|t| t.rows.get_mut(&key)) {
-            row.extend(values);
+        let Some(table) = self.tables.get_mut(table) else { return };
+        let Some(row) = table.rows.get_mut(&key) else { return };
+        for column in values.keys() {
+            if !table.columns.contains(column) {
+                table.columns.push(column.clone());
+            }
         }
+        row.extend(values);
     }
 
     /// Deletes the row of `table` whose key is `key`, if there is one.
@@ -245,13 +252,21 @@ fn as_i64(value: &Value) -> i64 {
 }
 
 impl MemTable {
-    /// Its rows as compared: each row's key and its canonical text, zero rows of added
-    /// columns left out.
+    /// Its rows as compared: each row's key and the canonical text of its columns (one a
+    /// row was never written, such as an update's before the update, as null, as the
+    /// database holds it), zero rows of added columns left out.
     pub fn compared_rows(&self) -> BTreeMap<String, String> {
         self.rows
             .iter()
             .filter(|(_, row)| !self.all_zero(row))
-            .map(|(key, row)| (key.clone(), canonical(&Value::Object(row.clone()))))
+            .map(|(key, row)| {
+                let columns: Map<String, Value> = self
+                    .columns
+                    .iter()
+                    .map(|c| (c.clone(), row.get(c).cloned().unwrap_or(Value::Null)))
+                    .collect();
+                (key.clone(), canonical(&Value::Object(columns)))
+            })
             .collect()
     }
 
@@ -274,10 +289,13 @@ pub fn digest_of(rows: &BTreeMap<String, String>) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// `value` as JSON text with every object's keys in order: the same value, the same text.
+/// `value` as JSON text with every object's keys in order, and every timestamp (RFC 3339)
+/// written to the microsecond, cut as PostgreSQL stores it (a provider's clock may say
+/// nanoseconds): the same value, the same text.
 pub fn canonical(value: &Value) -> String {
     fn sorted(value: &Value) -> Value {
         match value {
+            Value::String(text) => Value::String(to_micros(text)),
             Value::Object(map) => {
                 let ordered: BTreeMap<&String, Value> =
                     map.iter().map(|(k, v)| (k, sorted(v))).collect();
@@ -288,6 +306,21 @@ pub fn canonical(value: &Value) -> String {
         }
     }
     serde_json::to_string(&sorted(value)).unwrap_or_default()
+}
+
+/// `text` as the same instant to the microsecond (truncated, as a `timestamptz` parameter is)
+/// in UTC, if it is an RFC 3339 timestamp; else `text` unchanged.
+fn to_micros(text: &str) -> String {
+    let looks_like_time = text.len() >= 20 && text.as_bytes().get(10) == Some(&b'T');
+    match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(at) if looks_like_time => {
+            let at = at.with_timezone(&chrono::Utc);
+            let micros = at.timestamp_subsec_micros();
+            let cut = at.with_nanosecond(micros * 1_000).unwrap_or(at);
+            cut.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        }
+        _ => text.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -333,5 +366,17 @@ mod tests {
         );
         let missing = serde_json::json!({ "id": 2 }).as_object().cloned().expect("an object");
         assert!(matches!(tables.upsert(&statement, &missing), Err(MemError::MissingColumn { .. })));
+        // An update's column is the table's too: compared like the others.
+        let set = serde_json::json!({ "settled": "yes" }).as_object().cloned().expect("an object");
+        tables.update("t", &[serde_json::json!(1)], set);
+        assert!(tables.tables()["t"].columns.contains(&"settled".to_owned()));
+    }
+
+    #[test]
+    fn a_timestamp_compares_to_the_microsecond_whatever_its_zone_or_precision() {
+        let nanos = canonical(&serde_json::json!({ "at": "2026-12-03T09:01:00.123456789Z" }));
+        let stored = canonical(&serde_json::json!({ "at": "2026-12-03T10:01:00.123456+01:00" }));
+        assert_eq!(nanos, stored);
+        assert_eq!(canonical(&serde_json::json!("not a time")), "\"not a time\"");
     }
 }

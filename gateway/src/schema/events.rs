@@ -13,6 +13,7 @@ use crate::auth::{Principal, Role};
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, ApiResult};
 use crate::live::feed::Scope;
+use crate::reads::Reads;
 
 /// Most entries one filter list may hold.
 const FILTER_ENTRIES_MAX: usize = 100;
@@ -106,16 +107,26 @@ pub(crate) fn cursor_arg(
 
 /// The read models a single-entity query reads: the live ones, or with `asOf` (a log cursor
 /// this caller was given) `entity`'s as its projection had written them when it reached that
-/// cursor ([`PgReadModels::as_of`]).
+/// cursor ([`PgReadModels::as_of`]); `what` names it in a `NOT_FOUND`. `owner` is the caller's
+/// tenant (`None` for an operator's query of any tenant's): another tenant's entity is not
+/// found before anything is folded.
 pub(crate) async fn read_models_as_of(
     ctx: &Context<'_>,
     as_of: Option<&str>,
-    entity: Entity,
+    (entity, what): (Entity, &str),
+    owner: Option<&str>,
 ) -> ApiResult<PgReadModels> {
-    let read_models = &shared(ctx).read_models;
-    match cursor_arg(ctx, "asOf", as_of)? {
-        None => Ok(read_models.clone()),
-        Some(at) => Ok(read_models.as_of(at, entity).await?),
+    let state = shared(ctx);
+    let Some(at) = cursor_arg(ctx, "asOf", as_of)? else { return Ok(state.read_models.clone()) };
+    // A mutation's cursor is handed out at its commit, perhaps before the log's readers can
+    // read up to it (an earlier transaction still open): until they can, the past there may
+    // still change. Wait as a `minCursor` on the log does.
+    let stores = (&state.store, &state.read_models);
+    let wait = state.config.consistency_wait;
+    state.projections.reached(stores, at, wait, &Reads::Some(Vec::new())).await?;
+    match state.read_models.as_of(at, entity, owner).await? {
+        Some(past) => Ok(past),
+        None => Err(ApiError::not_found(what)),
     }
 }
 

@@ -1,6 +1,7 @@
-//! `leasehold bench archive`: export, verify from the file, import and the lease projection's
-//! rebuild, at 100,000 and at 1,000,000 events of mixed kinds (half of them whole lease
-//! lifecycles, half VM, rental and run events the lease projection skips), each beside the
+//! `leasehold bench archive`: export, verify from the file, replay (every projection in
+//! memory), import and the lease projection's rebuild, at 100,000 and at 1,000,000 events of mixed kinds (half of them whole lease
+//! lifecycles, half VM, rental and run events the projections skip: their streams' ids are not
+//! their kinds'), each beside the
 //! raw read of the same log (a binary `COPY ... TO STDOUT` in commit order) and the import
 //! beside a raw binary `COPY` of the same rows into a table of the log's shape; with each
 //! one's peak memory (RSS) at each size.
@@ -15,6 +16,7 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use leasehold_adapters::archive::ExportFilter;
 use leasehold_adapters::archive::check::check_file;
 use leasehold_adapters::archive::import::import;
+use leasehold_adapters::replay::replay_file;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
 use leasehold_domain::{EventStore as _, StreamAppend, StreamType};
 
@@ -65,6 +67,8 @@ async fn measure_all(url: &DatabaseUrl, args: &ArchiveBenchArgs) -> anyhow::Resu
         common.progress(&format!("export at {size} events"));
         let (exported, export_rss) = peak(export(&store, &file)).await?;
         let (verified, verify_rss) = peak(async { verify(&file) }).await?;
+        common.progress(&format!("replay at {size} events"));
+        let (replayed, replay_rss) = peak(async { replay(&file) }).await?;
         common.progress(&format!("import at {size} events"));
         let (raw_copy, (imported, import_rss)) = import_beside_copy(url, &file).await?;
         common.progress(&format!("the lease projection's rebuild at {size} events"));
@@ -75,6 +79,7 @@ async fn measure_all(url: &DatabaseUrl, args: &ArchiveBenchArgs) -> anyhow::Resu
         for (name, value, baseline) in [
             ("export", exported, raw),
             ("verify_file", verified, raw),
+            ("replay", replayed, raw),
             ("import", imported, raw_copy),
             ("rebuild_lease_views", rebuilt, raw),
         ] {
@@ -84,6 +89,7 @@ async fn measure_all(url: &DatabaseUrl, args: &ArchiveBenchArgs) -> anyhow::Resu
         for (name, rss) in [
             ("export", export_rss),
             ("verify_file", verify_rss),
+            ("replay", replay_rss),
             ("import", import_rss),
             ("rebuild_lease_views", rebuild_rss),
         ] {
@@ -178,6 +184,13 @@ fn verify(file: &std::path::Path) -> anyhow::Result<f64> {
     let checked = check_file(BufReader::with_capacity(1 << 20, File::open(file)?), |_| {})?;
     anyhow::ensure!(checked.report.breaks.is_empty(), "the export does not verify");
     Ok(rate(checked.report.events_checked, started.elapsed()))
+}
+
+/// Events/s of `events replay` of the file: every projection in memory.
+fn replay(file: &std::path::Path) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let replayed = replay_file(BufReader::with_capacity(1 << 20, File::open(file)?), |_| {})?;
+    Ok(rate(replayed.events, started.elapsed()))
 }
 
 /// The raw copy's events/s, then the import's and its peak RSS, into a new database each.

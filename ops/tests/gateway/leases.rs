@@ -310,6 +310,7 @@ async fn last_cursor(
             if edges.len() >= count {
                 return edges.last().expect("an event")["node"]["cursor"].clone();
             }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     });
     found.await.expect("the events are visible in time")

@@ -45,17 +45,32 @@ impl LeaseReadQuery {
     ) -> ApiResult<LeaseView> {
         let tenant = tenant_of(ctx, "read leases")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Lease(lease)).await?;
+        let read_models = read_models_as_of(
+            ctx,
+            as_of.as_deref(),
+            (Entity::Lease(lease), "lease"),
+            Some(tenant.as_str()),
+        )
+        .await?;
         let found = read_models.lease(tenant, lease).await?;
         found.map(LeaseView::from).ok_or_else(|| ApiError::not_found("lease"))
     }
 
     /// The releases of one of your leases, oldest first (`NOT_FOUND` when you have no lease
     /// with that id), each with its image when the lease's backend says it within 2 s.
-    async fn lease_releases(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Vec<ReleaseView>> {
+    async fn lease_releases(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        #[graphql(desc = "A log cursor you were given: the releases as they were when the \
+                          log stood there.")]
+        as_of: Option<String>,
+    ) -> ApiResult<Vec<ReleaseView>> {
         let tenant = tenant_of(ctx, "read leases")?;
         let lease = LeaseId(uuid_arg("id", &id)?);
-        let read_models = &shared(ctx).read_models;
+        let entity = (Entity::Lease(lease), "lease");
+        let read_models =
+            read_models_as_of(ctx, as_of.as_deref(), entity, Some(tenant.as_str())).await?;
         if read_models.lease(tenant, lease).await?.is_none() {
             return Err(ApiError::not_found("lease"));
         }

@@ -33,7 +33,13 @@ impl RentalQuery {
     ) -> ApiResult<Rental> {
         let (scope, operator) = reader_scope(ctx, "read rentals")?;
         let rental = uuid_arg("id", &id)?;
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Rental(rental)).await?;
+        let read_models = read_models_as_of(
+            ctx,
+            as_of.as_deref(),
+            (Entity::Rental(rental), "rental"),
+            scope.param(),
+        )
+        .await?;
         let found = read_models.rental(scope, rental).await?;
         let now = shared(ctx).rented.rentals.pipeline().clock().now();
         found.map(|row| Rental::of(row, operator, now)).ok_or_else(|| ApiError::not_found("rental"))

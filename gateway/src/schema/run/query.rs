@@ -33,7 +33,9 @@ impl RunQuery {
     ) -> ApiResult<Run> {
         let (scope, _) = reader_scope(ctx, "read runs")?;
         let run = uuid_arg("id", &id)?;
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Run(run)).await?;
+        let read_models =
+            read_models_as_of(ctx, as_of.as_deref(), (Entity::Run(run), "run"), scope.param())
+                .await?;
         let found = read_models.run(scope, run).await?;
         found.map(Run::from).ok_or_else(|| ApiError::not_found("run"))
     }

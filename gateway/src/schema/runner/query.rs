@@ -36,7 +36,9 @@ impl RunnerQuery {
         let (scope, operator) = reader_scope(ctx, "read runner leases")?;
         let lease = uuid_arg("id", &id)?;
         let entity = Entity::RunnerLease(lease);
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), entity).await?;
+        let read_models =
+            read_models_as_of(ctx, as_of.as_deref(), (entity, "runner lease"), scope.param())
+                .await?;
         let found = read_models.runner_lease(scope, lease).await?;
         found
             .map(|row| RunnerLease::of(row, operator))

@@ -52,7 +52,9 @@ impl SnapshotQuery {
         let tenant = tenant_of(ctx, "read snapshots")?;
         let snapshot = SnapshotId(uuid_arg("id", &id)?);
         let entity = Entity::Snapshot(snapshot);
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), entity).await?;
+        let read_models =
+            read_models_as_of(ctx, as_of.as_deref(), (entity, "snapshot"), Some(tenant.as_str()))
+                .await?;
         let found = read_models.snapshot(tenant, snapshot).await?;
         found.map(Snapshot::from).ok_or_else(|| ApiError::not_found("snapshot"))
     }

@@ -33,7 +33,9 @@ impl VmQuery {
     ) -> ApiResult<Vm> {
         let tenant = tenant_of(ctx, "read VMs")?;
         let vm = VmId(uuid_arg("id", &id)?);
-        let read_models = read_models_as_of(ctx, as_of.as_deref(), Entity::Vm(vm)).await?;
+        let read_models =
+            read_models_as_of(ctx, as_of.as_deref(), (Entity::Vm(vm), "VM"), Some(tenant.as_str()))
+                .await?;
         let found = read_models.vm(tenant, vm).await?;
         found.map(Vm::from).ok_or_else(|| ApiError::not_found("VM"))
     }
