@@ -308,3 +308,39 @@ async fn a_rental_as_of_a_cursor_shows_it_and_its_node_as_they_were_then() {
     let past = server.graphql(&acme, query, json!({ "id": rental, "asOf": then_at })).await;
     assert_eq!(data(&past)["rental"], data(&then)["rental"], "{past}");
 }
+
+/// Issue 15: a run as of a cursor, beside its rental's booking and its node as of the same
+/// cursor; another tenant's run is not found then either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_as_of_a_cursor_is_the_run_as_it_was_then() {
+    let (server, _dir) = rented_server().await;
+    let (acme, globex) = (tenant_token("acme"), tenant_token("globex"));
+    let rental = active_rental(&server, &acme, "r-1").await;
+    let submit = json!({ "input": {
+        "operationKey": "run-1", "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "a".repeat(64)), "maxRuntimeSeconds": 3600,
+    }});
+    let submitted = server.graphql(&acme, SUBMIT, submit).await;
+    let run = data(&submitted)["submitRun"].clone();
+    let query = "query($id: ID!, $asOf: String) { run(id: $id, asOf: $asOf) { id rentalId bookingState status cancelRequested outcome nodeState createdAt updatedAt } }";
+    let then = read_at(&server, &acme, (query, json!({ "id": run["id"] })), &run["cursor"]).await;
+    assert_eq!(data(&then)["run"]["status"], "booked", "{then}");
+    let cancel = "mutation($input: CancelRunInput!) { cancelRun(input: $input) { cursor } }";
+    let input = json!({ "input": { "runId": run["id"], "operationKey": "c-1" } });
+    let cancelled = server.graphql(&acme, cancel, input).await;
+    let at = &data(&cancelled)["cancelRun"]["cursor"];
+    let now = read_at(&server, &acme, (query, json!({ "id": run["id"] })), at).await;
+    assert_ne!(data(&now)["run"], data(&then)["run"], "the run moved on: {now}");
+    let past =
+        server.graphql(&acme, query, json!({ "id": run["id"], "asOf": run["cursor"] })).await;
+    assert_eq!(data(&past)["run"], data(&then)["run"], "{past}");
+    // globex, with a cursor of its own, finds no such run then.
+    let theirs = active_rental(&server, &globex, "r-1").await;
+    let events =
+        server.graphql(&globex, "{ events(first: 1) { edges { cursor } } }", json!({})).await;
+    let own_cursor = data(&events)["events"]["edges"][0]["cursor"].clone();
+    assert_ne!(theirs, rental);
+    let foreign =
+        server.graphql(&globex, query, json!({ "id": run["id"], "asOf": own_cursor })).await;
+    assert_eq!(code(&foreign), Some("NOT_FOUND"), "{foreign}");
+}
