@@ -180,13 +180,7 @@ impl PgEventStore {
         let endpoint = self.endpoint().to_owned();
         let fail = |error| ArchiveError::Store(from_driver(error, &endpoint));
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(fail)?;
+        let tx = crate::store::read_only_snapshot(&mut client).await.map_err(fail)?;
         // Writing to a slow reader leaves the transaction idle between pages; it holds no
         // transaction id, so it holds no reader back.
         tx.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 0")

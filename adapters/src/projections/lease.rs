@@ -107,21 +107,7 @@ async fn write_changes(
     tx: &deadpool_postgres::Transaction<'_>,
     changes: Vec<LeaseChange>,
 ) -> Result<(), WriteError> {
-    let mut puts = Vec::new();
-    let mut starts = Vec::new();
-    // Later settlements of the same release win: only the final status is written.
-    let mut settled: Settled = BTreeMap::new();
-    let mut shared = SharedWrites::default();
-    for change in changes {
-        match change {
-            LeaseChange::Put(rows) => puts.push(*rows),
-            LeaseChange::StartRelease(row) => starts.push(row),
-            LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
-                settled.insert((lease_id, version), (status, reason, message, at));
-            }
-            LeaseChange::Quota(delta) => shared.quota(delta),
-        }
-    }
+    let Gathered { puts, starts, settled, mut shared } = gather(changes);
     write_puts(tx, &puts).await?;
     for rows in &puts {
         shared.workload(rows.workload.clone());
@@ -273,18 +259,7 @@ impl crate::replay::MemProjected for LeaseProjection {
         tables: &mut crate::replay::MemTables,
     ) -> Result<(), crate::replay::MemError> {
         use serde_json::{Value, json};
-        let (mut puts, mut starts, mut settled) = (Vec::new(), Vec::new(), Settled::new());
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                LeaseChange::Put(rows) => puts.push(*rows),
-                LeaseChange::StartRelease(row) => starts.push(row),
-                LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
-                    settled.insert((lease_id, version), (status, reason, message, at));
-                }
-                LeaseChange::Quota(delta) => shared.quota(delta),
-            }
-        }
+        let Gathered { puts, starts, settled, mut shared } = gather(changes);
         for rows in &puts {
             tables.put(PUT_LEASES_SQL, &rows.lease, &[])?;
             tables.put(PUT_DIAGNOSTICS_SQL, &rows.diagnostics, &[])?;
@@ -308,4 +283,33 @@ impl crate::replay::MemProjected for LeaseProjection {
         }
         shared.write_memory(tables)
     }
+}
+
+/// A batch's changes as both writers write them.
+struct Gathered {
+    puts: Vec<LeaseRows>,
+    starts: Vec<ReleaseRow>,
+    /// Later settlements of the same release win: only the final status is written.
+    settled: Settled,
+    shared: SharedWrites,
+}
+
+fn gather(changes: Vec<LeaseChange>) -> Gathered {
+    let mut gathered = Gathered {
+        puts: Vec::new(),
+        starts: Vec::new(),
+        settled: Settled::new(),
+        shared: SharedWrites::default(),
+    };
+    for change in changes {
+        match change {
+            LeaseChange::Put(rows) => gathered.puts.push(*rows),
+            LeaseChange::StartRelease(row) => gathered.starts.push(row),
+            LeaseChange::SetRelease { lease_id, version, status, reason, message, at } => {
+                gathered.settled.insert((lease_id, version), (status, reason, message, at));
+            }
+            LeaseChange::Quota(delta) => gathered.shared.quota(delta),
+        }
+    }
+    gathered
 }

@@ -65,14 +65,7 @@ impl PgProjected for RentalProjection {
         tx: &Transaction<'_>,
         changes: Vec<RentalChange>,
     ) -> Result<(), WriteError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                RentalChange::Put(rows) => puts.push(*rows),
-                RentalChange::Quota(delta) => shared.quota(delta),
-            }
-        }
+        let (puts, mut shared) = gather(changes);
         write_puts(tx, &puts).await?;
         for rows in &puts {
             shared.workload(rows.workload.clone());
@@ -142,14 +135,7 @@ impl crate::replay::MemProjected for RentalProjection {
         changes: Vec<RentalChange>,
         tables: &mut crate::replay::MemTables,
     ) -> Result<(), crate::replay::MemError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                RentalChange::Put(rows) => puts.push(*rows),
-                RentalChange::Quota(delta) => shared.quota(delta),
-            }
-        }
+        let (puts, mut shared) = gather(changes);
         for rows in &puts {
             tables.put(PUT_RENTALS_SQL, &rows.rental, &[])?;
         }
@@ -158,4 +144,17 @@ impl crate::replay::MemProjected for RentalProjection {
         }
         shared.write_memory(tables)
     }
+}
+
+/// A batch's changes as both writers write them: the rentals' rows, and the shared tables'.
+fn gather(changes: Vec<RentalChange>) -> (Vec<RentalRows>, SharedWrites) {
+    let mut puts = Vec::new();
+    let mut shared = SharedWrites::default();
+    for change in changes {
+        match change {
+            RentalChange::Put(rows) => puts.push(*rows),
+            RentalChange::Quota(delta) => shared.quota(delta),
+        }
+    }
+    (puts, shared)
 }

@@ -61,14 +61,7 @@ impl PgProjected for RunProjection {
         tx: &Transaction<'_>,
         changes: Vec<RunChange>,
     ) -> Result<(), WriteError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                RunChange::Put(rows) => puts.push(*rows),
-                RunChange::Quota(delta) => shared.quota(delta),
-            }
-        }
+        let (puts, mut shared) = gather(changes);
         write_puts(tx, &puts).await?;
         for rows in puts {
             shared.workload(rows.workload);
@@ -114,14 +107,7 @@ impl crate::replay::MemProjected for RunProjection {
         changes: Vec<RunChange>,
         tables: &mut crate::replay::MemTables,
     ) -> Result<(), crate::replay::MemError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                RunChange::Put(rows) => puts.push(*rows),
-                RunChange::Quota(delta) => shared.quota(delta),
-            }
-        }
+        let (puts, mut shared) = gather(changes);
         for rows in &puts {
             tables.put(PUT_RUNS_SQL, &rows.row, &[])?;
         }
@@ -130,4 +116,17 @@ impl crate::replay::MemProjected for RunProjection {
         }
         shared.write_memory(tables)
     }
+}
+
+/// A batch's changes as both writers write them: the runs' rows, and the shared tables'.
+fn gather(changes: Vec<RunChange>) -> (Vec<RunRows>, SharedWrites) {
+    let mut puts = Vec::new();
+    let mut shared = SharedWrites::default();
+    for change in changes {
+        match change {
+            RunChange::Put(rows) => puts.push(*rows),
+            RunChange::Quota(delta) => shared.quota(delta),
+        }
+    }
+    (puts, shared)
 }

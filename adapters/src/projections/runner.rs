@@ -44,6 +44,11 @@ const PUT_HOLDS_SQL: &str = "INSERT INTO runner_lease_holds (lease_id, tenant_id
      instance = excluded.instance, phase = excluded.phase, expires_at = excluded.expires_at, \
      updated_at = excluded.updated_at";
 
+/// Usage that came back to zero is no usage: dropped, so that the rows do not depend on how
+/// the log was cut into batches (a rebuild, a replay cut it otherwise).
+const DROP_ZERO_USAGE_SQL: &str = "DELETE FROM runner_usage WHERE leases = 0 AND vcpu = 0 \
+     AND memory_mb = 0 AND (tier, node) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
+
 const ADD_USAGE_SQL: &str = "INSERT INTO runner_usage (tier, node, leases, vcpu, memory_mb) \
      SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[]) \
      ON CONFLICT (tier, node) DO UPDATE SET leases = runner_usage.leases + excluded.leases, \
@@ -74,21 +79,7 @@ impl PgProjected for RunnerProjection {
         tx: &Transaction<'_>,
         changes: Vec<RunnerChange>,
     ) -> Result<(), WriteError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        let mut usage: BTreeMap<(String, String), [i64; 3]> = BTreeMap::new();
-        for change in changes {
-            match change {
-                RunnerChange::Put(rows) => puts.push(*rows),
-                RunnerChange::Quota(delta) => shared.quota(delta),
-                RunnerChange::Usage(UsageDelta { tier, node, leases, vcpu, memory_mb }) => {
-                    let sums = usage.entry((tier, node)).or_default();
-                    sums[0] += leases;
-                    sums[1] += vcpu;
-                    sums[2] += memory_mb;
-                }
-            }
-        }
+        let (puts, mut shared, usage) = gather(changes);
         write_puts(tx, &puts).await?;
         write_usage(tx, &usage).await?;
         for rows in puts {
@@ -150,10 +141,7 @@ async fn write_holds(tx: &Transaction<'_>, puts: &[RunnerRows]) -> Result<(), Wr
     execute(tx, PUT_HOLDS_SQL, &params).await
 }
 
-async fn write_usage(
-    tx: &Transaction<'_>,
-    usage: &BTreeMap<(String, String), [i64; 3]>,
-) -> Result<(), WriteError> {
+async fn write_usage(tx: &Transaction<'_>, usage: &Usage) -> Result<(), WriteError> {
     let usage: Vec<_> = usage.iter().filter(|(_, sums)| **sums != [0; 3]).collect();
     if usage.is_empty() {
         return Ok(());
@@ -163,7 +151,8 @@ async fn write_usage(
     let leases: Vec<i64> = usage.iter().map(|(_, sums)| sums[0]).collect();
     let vcpus: Vec<i64> = usage.iter().map(|(_, sums)| sums[1]).collect();
     let memory: Vec<i64> = usage.iter().map(|(_, sums)| sums[2]).collect();
-    execute(tx, ADD_USAGE_SQL, &[&tiers, &nodes, &leases, &vcpus, &memory]).await
+    execute(tx, ADD_USAGE_SQL, &[&tiers, &nodes, &leases, &vcpus, &memory]).await?;
+    execute(tx, DROP_ZERO_USAGE_SQL, &[&tiers, &nodes]).await
 }
 
 impl crate::replay::MemProjected for RunnerProjection {
@@ -171,21 +160,7 @@ impl crate::replay::MemProjected for RunnerProjection {
         changes: Vec<RunnerChange>,
         tables: &mut crate::replay::MemTables,
     ) -> Result<(), crate::replay::MemError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        let mut usage: BTreeMap<(String, String), [i64; 3]> = BTreeMap::new();
-        for change in changes {
-            match change {
-                RunnerChange::Put(rows) => puts.push(*rows),
-                RunnerChange::Quota(delta) => shared.quota(delta),
-                RunnerChange::Usage(UsageDelta { tier, node, leases, vcpu, memory_mb }) => {
-                    let sums = usage.entry((tier, node)).or_default();
-                    sums[0] += leases;
-                    sums[1] += vcpu;
-                    sums[2] += memory_mb;
-                }
-            }
-        }
+        let (puts, mut shared, usage) = gather(changes);
         for rows in &puts {
             tables.put(PUT_LEASES_SQL, &rows.row, &[])?;
             tables.put(PUT_HOLDS_SQL, &rows.hold, &[])?;
@@ -196,9 +171,34 @@ impl crate::replay::MemProjected for RunnerProjection {
             });
             tables.put(ADD_USAGE_SQL, &row, &[])?;
         }
+        tables.drop_zero("runner_usage");
         for rows in puts {
             shared.workload(rows.workload);
         }
         shared.write_memory(tables)
     }
+}
+
+/// Usage by (tier, node): leases, vCPUs, memory.
+type Usage = BTreeMap<(String, String), [i64; 3]>;
+
+/// A batch's changes as both writers write them: the leases' rows, the shared tables', and
+/// the usage each (tier, node) gains or loses in all.
+fn gather(changes: Vec<RunnerChange>) -> (Vec<RunnerRows>, SharedWrites, Usage) {
+    let mut puts = Vec::new();
+    let mut shared = SharedWrites::default();
+    let mut usage = Usage::new();
+    for change in changes {
+        match change {
+            RunnerChange::Put(rows) => puts.push(*rows),
+            RunnerChange::Quota(delta) => shared.quota(delta),
+            RunnerChange::Usage(UsageDelta { tier, node, leases, vcpu, memory_mb }) => {
+                let sums = usage.entry((tier, node)).or_default();
+                sums[0] += leases;
+                sums[1] += vcpu;
+                sums[2] += memory_mb;
+            }
+        }
+    }
+    (puts, shared, usage)
 }

@@ -26,6 +26,11 @@ const ADD_USAGE_SQL: &str = "INSERT INTO quota_usage_KIND AS u (tenant_id, kind,
      ON CONFLICT (tenant_id, kind) DO UPDATE \
      SET active_count = u.active_count + excluded.active_count";
 
+/// Quantities that came back to zero are no usage: dropped, so that the rows do not depend on
+/// how the log was cut into batches (a rebuild, a replay cut it otherwise).
+const DROP_ZERO_SKUS_SQL: &str = "DELETE FROM quota_usage_skus_KIND WHERE quantity = 0 \
+     AND (tenant_id, sku) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
+
 const ADD_SKU_USAGE_SQL: &str = "INSERT INTO quota_usage_skus_KIND AS u (tenant_id, kind, sku, \
      quantity) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
      ON CONFLICT (tenant_id, kind, sku) DO UPDATE SET quantity = u.quantity + excluded.quantity";
@@ -112,8 +117,9 @@ async fn write_usage(
     kinds.sort_unstable();
     kinds.dedup();
     for kind in kinds {
-        let usage: Vec<_> =
-            usage.iter().filter(|((_, k), delta)| *k == kind && **delta != 0).collect();
+        // Every tenant's kind a delta touched, even one that sums to zero: its row exists once
+        // the kind was ever charged, however the batches fell.
+        let usage: Vec<_> = usage.iter().filter(|((_, k), _)| *k == kind).collect();
         if !usage.is_empty() {
             let tenants: Vec<&str> = usage.iter().map(|((t, _), _)| t.as_str()).collect();
             let kinds: Vec<&str> = usage.iter().map(|((_, k), _)| *k).collect();
@@ -129,6 +135,7 @@ async fn write_usage(
             let deltas: Vec<i64> = skus.iter().map(|(_, d)| **d).collect();
             let sql = of_kind(ADD_SKU_USAGE_SQL, kind);
             execute(tx, &sql, &[&tenants, &kinds, &names, &deltas]).await?;
+            execute(tx, &of_kind(DROP_ZERO_SKUS_SQL, kind), &[&tenants, &names]).await?;
         }
     }
     Ok(())
@@ -153,6 +160,7 @@ impl SharedWrites {
             let row = serde_json::json!({ "tenant_id": tenant, "kind": kind, "sku": sku, "quantity": delta });
             tables.put(ADD_SKU_USAGE_SQL, &row, &[])?;
         }
+        tables.drop_zero("quota_usage_skus");
         Ok(())
     }
 }

@@ -86,16 +86,7 @@ impl PgProjected for VmProjection {
     }
 
     async fn write_changes(tx: &Transaction<'_>, changes: Vec<VmChange>) -> Result<(), WriteError> {
-        let mut puts = Vec::new();
-        let mut shared = SharedWrites::default();
-        let mut letters = Vec::new();
-        for change in changes {
-            match change {
-                VmChange::Put(rows) => puts.push(*rows),
-                VmChange::Quota(delta) => shared.quota(delta),
-                VmChange::DeadLetter(letter) => letters.push(letter),
-            }
-        }
+        let (puts, letters, mut shared) = gather(changes);
         write_puts(tx, &puts).await?;
         write_dead_letters(tx, &letters).await?;
         for rows in &puts {
@@ -200,15 +191,7 @@ impl crate::replay::MemProjected for VmProjection {
         changes: Vec<VmChange>,
         tables: &mut crate::replay::MemTables,
     ) -> Result<(), crate::replay::MemError> {
-        let (mut puts, mut letters) = (Vec::new(), Vec::new());
-        let mut shared = SharedWrites::default();
-        for change in changes {
-            match change {
-                VmChange::Put(rows) => puts.push(*rows),
-                VmChange::Quota(delta) => shared.quota(delta),
-                VmChange::DeadLetter(letter) => letters.push(letter),
-            }
-        }
+        let (puts, letters, mut shared) = gather(changes);
         for rows in &puts {
             tables.put(PUT_VMS_SQL, &rows.vm, &[])?;
         }
@@ -220,4 +203,19 @@ impl crate::replay::MemProjected for VmProjection {
         }
         shared.write_memory(tables)
     }
+}
+
+/// A batch's changes as both writers write them: the VMs' rows, the dead letters, and the
+/// shared tables'.
+fn gather(changes: Vec<VmChange>) -> (Vec<VmRows>, Vec<DeadLetterRow>, SharedWrites) {
+    let (mut puts, mut letters) = (Vec::new(), Vec::new());
+    let mut shared = SharedWrites::default();
+    for change in changes {
+        match change {
+            VmChange::Put(rows) => puts.push(*rows),
+            VmChange::Quota(delta) => shared.quota(delta),
+            VmChange::DeadLetter(letter) => letters.push(letter),
+        }
+    }
+    (puts, letters, shared)
 }

@@ -93,13 +93,7 @@ pub async fn compare(
     let fail = |error| from_driver(error, store.endpoint());
     // One snapshot for every table and checkpoint: a running `serve` moves none of them
     // between two reads.
-    let client = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await
-        .map_err(fail)?;
+    let client = crate::store::read_only_snapshot(&mut client).await.map_err(fail)?;
     let (mut differences, mut live_digests) = (Vec::new(), Vec::new());
     for (name, table) in replayed.tables() {
         let live = read_live(&client, name, table).await.map_err(|error| match error {

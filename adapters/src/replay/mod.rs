@@ -8,9 +8,9 @@
 //! [`compare`] reads the same tables of a live database and names every row that differs.
 //!
 //! What is compared is what readers read: every table a projection writes except its
-//! working states (`*_view_states`), by the columns its writer writes. A row that only
-//! counts (`quota_usage`, `runner_usage`) and counts zero is as good as absent: the database
-//! writes a batch's sum, a replay each event's.
+//! working states (`*_view_states`), by the columns its writer writes. Counting tables hold
+//! the same rows however the log is cut into batches (the writers drop usage back at zero,
+//! and keep a tenant's kind once charged), so a replay event by event equals them.
 
 mod compare;
 mod run;

@@ -119,8 +119,7 @@ pub struct MemTable {
     pub key: Vec<String>,
     /// The columns its rows hold.
     pub columns: Vec<String>,
-    /// Columns kept by adding: a row whose added columns are all zero is as good as absent
-    /// (the database writes a batch's sum, a replay each event's).
+    /// Columns kept by adding.
     pub added: Vec<String>,
     /// Its rows.
     pub rows: BTreeMap<String, Map<String, Value>>,
@@ -238,6 +237,18 @@ impl MemTables {
         row.extend(values);
     }
 
+    /// Deletes every row of `table` whose added columns all sum to zero (as its writer drops
+    /// usage that came back to zero).
+    pub fn drop_zero(&mut self, table: &str) {
+        if let Some(table) = self.tables.get_mut(table) {
+            let added = table.added.clone();
+            let zero = |row: &Map<String, Value>| {
+                added.iter().all(|c| row.get(c).is_none_or(|v| as_i64(v) == 0))
+            };
+            table.rows.retain(|_, row| added.is_empty() || !zero(row));
+        }
+    }
+
     /// Deletes the row of `table` whose key is `key`, if there is one.
     pub fn delete(&mut self, table: &str, key: &[Value]) {
         let key = serde_json::to_string(key).unwrap_or_default();
@@ -254,11 +265,10 @@ fn as_i64(value: &Value) -> i64 {
 impl MemTable {
     /// Its rows as compared: each row's key and the canonical text of its columns (one a
     /// row was never written, such as an update's before the update, as null, as the
-    /// database holds it), zero rows of added columns left out.
+    /// database holds it).
     pub fn compared_rows(&self) -> BTreeMap<String, String> {
         self.rows
             .iter()
-            .filter(|(_, row)| !self.all_zero(row))
             .map(|(key, row)| {
                 let columns: Map<String, Value> = self
                     .columns
@@ -268,12 +278,6 @@ impl MemTable {
                 (key.clone(), canonical(&Value::Object(columns)))
             })
             .collect()
-    }
-
-    /// True when `row` only adds, and every sum is zero.
-    pub fn all_zero(&self, row: &Map<String, Value>) -> bool {
-        !self.added.is_empty()
-            && self.added.iter().all(|c| row.get(c).is_none_or(|v| as_i64(v) == 0))
     }
 }
 

@@ -151,6 +151,19 @@ impl PgEventStore {
     }
 }
 
+/// A read-only transaction on `client` that reads one snapshot throughout (an export, a
+/// comparison of many tables): nothing committed after it began is seen by any statement.
+pub(crate) async fn read_only_snapshot(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
 /// The whole-log page query: `$1..$3` the cursor to read after, `$4` the page size.
 pub(crate) fn read_log_sql() -> String {
     format!(
