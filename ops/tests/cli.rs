@@ -499,11 +499,12 @@ async fn export_verify_from_the_file_and_import_into_a_new_database() {
     // The file altered: the amount of lease-8's second charge.
     let text = std::fs::read_to_string(&file).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let at = lines.iter().position(|l| l.contains("lease-8") && l.contains("\"amount\":41"));
+    // The payload as PostgreSQL stores it, passed through: `{"amount": 41}`.
+    let at = lines.iter().position(|l| l.contains("lease-8") && l.contains("\"amount\": 41"));
     let at = at.expect("lease-8's second charge");
-    let altered = text.replacen("\"amount\":41", "\"amount\":99", 2).replacen(
-        "\"amount\":99",
-        "\"amount\":41",
+    let altered = text.replacen("\"amount\": 41", "\"amount\": 99", 2).replacen(
+        "\"amount\": 99",
+        "\"amount\": 41",
         1,
     );
     std::fs::write(&file, altered).unwrap();

@@ -11,8 +11,8 @@ use tokio_postgres::types::Json;
 
 use super::ArchiveError;
 use super::lines::{
-    EndLine, EventLine, FORMAT, FORMAT_VERSION, Hash32, HeaderLine, SealLine, StreamLine,
-    TenantEventLine, View, optional_cursor, write_line,
+    EndLine, EventHead, EventLine, FORMAT, FORMAT_VERSION, Hash32, HeaderLine, SealLine,
+    StreamLine, TenantEventLine, View, optional_cursor, write_event_text, write_line,
 };
 use crate::store::{PgEventStore, Xid8, cursor_of, from_driver, to_i64};
 
@@ -331,12 +331,13 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
         let sql = EVENTS_SQL.replace("FILTERS", FILTERS);
         let mut after = self.filter.from_cursor.unwrap_or(Cursor::START);
         self.fetch_seal(0).await?;
+        let mut buffer = Vec::with_capacity(1024);
         loop {
             let rows = self.query_events(&sql, after, Some(PAGE_EVENTS)).await?;
             for row in &rows {
                 let cursor = cursor_of(row);
                 self.write_seals(|last| last < cursor, out, summary).await?;
-                self.write_event(row, out)?;
+                self.write_event(row, out, &mut buffer)?;
                 summary.events += 1;
                 summary.last = Some(cursor);
                 after = cursor;
@@ -366,8 +367,34 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
         Ok(())
     }
 
-    fn write_event(&self, row: &Row, out: &mut impl std::io::Write) -> Result<(), ArchiveError> {
-        Ok(self.filter.write_event(out, event_line(row)?)?)
+    fn write_event(
+        &self,
+        row: &Row,
+        out: &mut impl std::io::Write,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(), ArchiveError> {
+        if self.filter.tenant.is_some() {
+            // A tenant's view keeps some of the payload's fields: it is read as a value.
+            return Ok(self.filter.write_event(out, event_line(row)?)?);
+        }
+        let cursor = cursor_of(row);
+        let position = cursor.position;
+        let head = EventHead {
+            position,
+            cursor,
+            event_id: row.get(3),
+            stream_id: row.get(4),
+            stream_type: row.get(5),
+            tenant_id: row.get(6),
+            version: u64::try_from(row.get::<_, i64>(7)).unwrap_or_default(),
+            event_type: row.get(8),
+            schema_version: u32::try_from(row.get::<_, i32>(9)).unwrap_or_default(),
+            recorded_at: row.get(12),
+            prev_hash: hash32(row.get(13), position, "prev_hash")?,
+            hash: hash32(row.get(14), position, "hash")?,
+        };
+        let (JsonText(payload), JsonText(metadata)) = (row.get(10), row.get(11));
+        Ok(write_event_text(out, buffer, &head, payload, metadata)?)
     }
 
     /// Writes every stream's head, page by page; returns how many.
@@ -401,6 +428,32 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
 
 fn corrupt(position: u64, reason: &str) -> ArchiveError {
     ArchiveError::Store(StoreError::Corrupt { position, reason: reason.to_owned() })
+}
+
+/// A `jsonb` (or `json`) column's text as PostgreSQL stores it, unparsed: an export passes
+/// it through.
+struct JsonText<'a>(&'a str);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for JsonText<'a> {
+    fn from_sql(
+        ty: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let text = if *ty == tokio_postgres::types::Type::JSONB {
+            // The binary `jsonb`: a version byte (1), then the text.
+            match raw.split_first() {
+                Some((1, text)) => text,
+                _ => return Err("a jsonb of an unknown version".into()),
+            }
+        } else {
+            raw
+        };
+        Ok(Self(std::str::from_utf8(text)?))
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        matches!(*ty, tokio_postgres::types::Type::JSONB | tokio_postgres::types::Type::JSON)
+    }
 }
 
 fn hash32(bytes: &[u8], position: u64, column: &str) -> Result<Hash32, ArchiveError> {

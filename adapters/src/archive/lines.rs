@@ -132,6 +132,52 @@ impl EventLine {
     }
 }
 
+/// An event line's fields but its JSON ones, borrowed from a row: written with the stored
+/// JSON text of the payload and metadata passed through as it is ([`write_event_text`]),
+/// never parsed into values and written again.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EventHead<'a> {
+    pub(crate) position: u64,
+    #[serde(with = "cursor_text")]
+    pub(crate) cursor: Cursor,
+    pub(crate) event_id: Uuid,
+    pub(crate) stream_id: &'a str,
+    pub(crate) stream_type: &'a str,
+    pub(crate) tenant_id: &'a str,
+    pub(crate) version: u64,
+    pub(crate) event_type: &'a str,
+    pub(crate) schema_version: u32,
+    pub(crate) recorded_at: DateTime<Utc>,
+    pub(crate) prev_hash: Hash32,
+    pub(crate) hash: Hash32,
+}
+
+/// Writes one event line: `{"kind":"event",<head's fields>,"payload":<payload>,"metadata":
+/// <metadata>}` and a newline; `payload` and `metadata` are JSON texts (as PostgreSQL gives a
+/// `jsonb` out), written as they are. `buffer` is reused from line to line.
+///
+/// # Errors
+/// When `out` fails.
+pub(crate) fn write_event_text(
+    out: &mut impl std::io::Write,
+    buffer: &mut Vec<u8>,
+    head: &EventHead<'_>,
+    payload: &str,
+    metadata: &str,
+) -> std::io::Result<()> {
+    buffer.clear();
+    serde_json::to_writer(&mut *buffer, head)?;
+    // `{<fields>}`: the fields alone, between the tag and the JSON ones.
+    let fields = buffer.get(1..buffer.len().saturating_sub(1)).unwrap_or_default();
+    out.write_all(b"{\"kind\":\"event\",")?;
+    out.write_all(fields)?;
+    out.write_all(b",\"payload\":")?;
+    out.write_all(payload.as_bytes())?;
+    out.write_all(b",\"metadata\":")?;
+    out.write_all(metadata.as_bytes())?;
+    out.write_all(b"}\n")
+}
+
 /// One event as its tenant sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantEventLine {
