@@ -249,6 +249,13 @@ impl<P: Projection, S: ProjectionStore<P>> Runner<P, S> {
                 continue;
             }
             let views = session.views(&keys_of(&self.projection, &page.events)).await?;
+            // A rebuild switched in (or a rollback) after this page was read would hand it
+            // views already past its events, which a fold must never see: looked at once the
+            // views are read, the checkpoint says so, and a new session starts from wherever
+            // it now is. (A switch after this look is refused at the commit.)
+            if session.checkpoint().await? != checkpoint {
+                return Ok(());
+            }
             let changes = apply_batch(&self.projection, views, &page.events)?;
             let count = page.events.len() as u64;
             session.commit(checkpoint, page.next, count, changes).await?;
