@@ -7,11 +7,11 @@
 use std::io::BufRead;
 
 use deadpool_postgres::Transaction;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{Json, ToSql, Type};
 
 use super::ArchiveError;
 use super::check::{FileCheck, FileReport};
+use super::copy_rows::{CopyError, CopyRows};
 use super::lines::{EventLine, Line, SealLine, StreamLine, View};
 use crate::store::{PgEventStore, Xid8, from_driver, raise_epoch_in, to_i64};
 
@@ -40,8 +40,8 @@ pub struct ImportSummary {
 /// The target's open `COPY`, if any: one table at a time on one connection.
 enum Copying {
     None,
-    Events(std::pin::Pin<Box<BinaryCopyInWriter>>),
-    Streams(std::pin::Pin<Box<BinaryCopyInWriter>>),
+    Events(CopyRows),
+    Streams(CopyRows),
 }
 
 /// Restores the export `reader` holds into `store`'s database, which must hold no log yet;
@@ -188,8 +188,7 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
             self.close().await?;
             let sql = format!("COPY events ({EVENT_COLUMNS}) FROM STDIN (FORMAT binary)");
             let sink = self.tx.copy_in(&sql).await.map_err(self.fail)?;
-            let writer = Box::pin(BinaryCopyInWriter::new(sink, &self.event_types));
-            self.copying = Copying::Events(writer);
+            self.copying = Copying::Events(CopyRows::new(sink, &self.event_types));
         }
         let epoch = i32::try_from(event.cursor.log_epoch).unwrap_or(i32::MAX);
         self.max_epoch = self.max_epoch.max(epoch);
@@ -213,7 +212,18 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
             &&event.prev_hash.0[..],
             &&event.hash.0[..],
         ];
-        writer.as_mut().write(&row).await.map_err(self.fail)
+        writer.write(&row).await.map_err(|error| self.copy_failed(error))
+    }
+
+    fn copy_failed(&self, error: CopyError) -> ArchiveError {
+        match error {
+            CopyError::Driver(error) => (self.fail)(error),
+            CopyError::Value(reason) => {
+                ArchiveError::Store(leasehold_domain::StoreError::Database {
+                    reason: format!("a value cannot be copied: {reason}"),
+                })
+            }
+        }
     }
 
     async fn stream(&mut self, stream: &StreamLine) -> Result<(), ArchiveError> {
@@ -221,8 +231,7 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
             self.close().await?;
             let sql = format!("COPY streams ({STREAM_COLUMNS}) FROM STDIN (FORMAT binary)");
             let sink = self.tx.copy_in(&sql).await.map_err(self.fail)?;
-            self.copying =
-                Copying::Streams(Box::pin(BinaryCopyInWriter::new(sink, &self.stream_types)));
+            self.copying = Copying::Streams(CopyRows::new(sink, &self.stream_types));
         }
         let Copying::Streams(writer) = &mut self.copying else { return Ok(()) };
         let row: [&(dyn ToSql + Sync); 6] = [
@@ -233,15 +242,15 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
             &&stream.last_hash.0[..],
             &Xid8(stream.last_tx_id),
         ];
-        writer.as_mut().write(&row).await.map_err(self.fail)
+        writer.write(&row).await.map_err(|error| self.copy_failed(error))
     }
 
     /// Ends the open `COPY`, then writes the seals held back.
     async fn close(&mut self) -> Result<(), ArchiveError> {
         match std::mem::replace(&mut self.copying, Copying::None) {
             Copying::None => {}
-            Copying::Events(mut writer) | Copying::Streams(mut writer) => {
-                writer.as_mut().finish().await.map_err(self.fail)?;
+            Copying::Events(writer) | Copying::Streams(writer) => {
+                writer.finish().await.map_err(|error| self.copy_failed(error))?;
             }
         }
         for seal in std::mem::take(&mut self.seals) {

@@ -19,6 +19,7 @@
 //! [`PgEventStore::export`]: crate::PgEventStore::export
 
 pub mod check;
+mod copy_rows;
 mod export;
 pub mod import;
 mod lines;
