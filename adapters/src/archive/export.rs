@@ -377,24 +377,8 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
             // A tenant's view keeps some of the payload's fields: it is read as a value.
             return Ok(self.filter.write_event(out, event_line(row)?)?);
         }
-        let cursor = cursor_of(row);
-        let position = cursor.position;
-        let head = EventHead {
-            position,
-            cursor,
-            event_id: row.get(3),
-            stream_id: row.get(4),
-            stream_type: row.get(5),
-            tenant_id: row.get(6),
-            version: u64::try_from(row.get::<_, i64>(7)).unwrap_or_default(),
-            event_type: row.get(8),
-            schema_version: u32::try_from(row.get::<_, i32>(9)).unwrap_or_default(),
-            recorded_at: row.get(12),
-            prev_hash: hash32(row.get(13), position, "prev_hash")?,
-            hash: hash32(row.get(14), position, "hash")?,
-        };
         let (JsonText(payload), JsonText(metadata)) = (row.get(10), row.get(11));
-        Ok(write_event_text(out, buffer, &head, payload, metadata)?)
+        Ok(write_event_text(out, buffer, &event_head(row)?, payload, metadata)?)
     }
 
     /// Writes every stream's head, page by page; returns how many.
@@ -462,10 +446,11 @@ fn hash32(bytes: &[u8], position: u64, column: &str) -> Result<Hash32, ArchiveEr
     Ok(Hash32(bytes))
 }
 
-fn event_line(row: &Row) -> Result<EventLine, ArchiveError> {
+/// Every field of a row of [`EVENTS_SQL`] but its JSON ones.
+fn event_head(row: &Row) -> Result<EventHead<'_>, ArchiveError> {
     let cursor = cursor_of(row);
     let position = cursor.position;
-    Ok(EventLine {
+    Ok(EventHead {
         position,
         cursor,
         event_id: row.get(3),
@@ -475,12 +460,15 @@ fn event_line(row: &Row) -> Result<EventLine, ArchiveError> {
         version: u64::try_from(row.get::<_, i64>(7)).unwrap_or_default(),
         event_type: row.get(8),
         schema_version: u32::try_from(row.get::<_, i32>(9)).unwrap_or_default(),
-        payload: row.get::<_, Json<serde_json::Value>>(10).0,
-        metadata: row.get::<_, Json<serde_json::Value>>(11).0,
         recorded_at: row.get(12),
         prev_hash: hash32(row.get(13), position, "prev_hash")?,
         hash: hash32(row.get(14), position, "hash")?,
     })
+}
+
+fn event_line(row: &Row) -> Result<EventLine, ArchiveError> {
+    let (Json(payload), Json(metadata)) = (row.get(10), row.get(11));
+    Ok(event_head(row)?.with_json(payload, metadata))
 }
 
 fn seal_line(row: &Row) -> Result<SealLine, ArchiveError> {

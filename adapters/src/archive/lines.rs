@@ -152,6 +152,28 @@ pub(crate) struct EventHead<'a> {
     pub(crate) hash: Hash32,
 }
 
+impl EventHead<'_> {
+    /// The whole line, with its payload and metadata as values.
+    pub(crate) fn with_json(self, payload: Value, metadata: Value) -> EventLine {
+        EventLine {
+            position: self.position,
+            cursor: self.cursor,
+            event_id: self.event_id,
+            stream_id: self.stream_id.to_owned(),
+            stream_type: self.stream_type.to_owned(),
+            tenant_id: self.tenant_id.to_owned(),
+            version: self.version,
+            event_type: self.event_type.to_owned(),
+            schema_version: self.schema_version,
+            payload,
+            metadata,
+            recorded_at: self.recorded_at,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        }
+    }
+}
+
 /// Writes one event line: `{"kind":"event",<head's fields>,"payload":<payload>,"metadata":
 /// <metadata>}` and a newline; `payload` and `metadata` are JSON texts (as PostgreSQL gives a
 /// `jsonb` out), written as they are. `buffer` is reused from line to line.

@@ -147,8 +147,13 @@ async fn read_live(
     name: &str,
     replayed: &MemTable,
 ) -> Result<MemTable, LiveError> {
-    let mut table = replayed.clone();
-    table.rows.clear();
+    // The replay's shape, none of its rows.
+    let mut table = MemTable {
+        key: replayed.key.clone(),
+        columns: replayed.columns.clone(),
+        added: replayed.added.clone(),
+        rows: BTreeMap::new(),
+    };
     if table.columns.is_empty() {
         table.key = primary_key(client, name).await?;
         table.columns.clone_from(&table.key);
