@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_adapters::archive::{
-    EventLine, ExportFilter, check::check_file, import::import as import_file,
+    EventLine, ExportFilter, HeadsAhead, check::check_file, import::import as import_file,
 };
 use leasehold_adapters::replay::{Comparison, ReplayReport, compare, replay_file};
 use leasehold_adapters::verify::VerifyReport;
@@ -157,6 +157,16 @@ fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
     Ok(Box::new(BufReader::with_capacity(1 << 20, file)))
 }
 
+/// A second reader of the file at `path`, to read its stream heads ahead of its events, so
+/// that a check holds only the streams open at one point of the log; none for stdin.
+fn heads_ahead(path: &Path) -> anyhow::Result<Option<HeadsAhead<'static>>> {
+    if is_stdio(path) {
+        return Ok(None);
+    }
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(Some(HeadsAhead::new(BufReader::with_capacity(1 << 20, file))))
+}
+
 /// Writes the log's events the filters admit.
 pub async fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let url = args.database.parse()?;
@@ -236,7 +246,8 @@ pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
     leasehold_adapters::migrate(&url).await?;
     let store = PgEventStore::new(&url, StoreConfig { pool_size: 1, ..Default::default() })?;
     let bar = bytes_bar(&args.from, "importing");
-    let imported = import_file(&store, open(&args.from)?, |bytes| bar.set_position(bytes))
+    let (reader, heads) = (open(&args.from)?, heads_ahead(&args.from)?);
+    let imported = import_file(&store, reader, heads, |bytes| bar.set_position(bytes))
         .await
         .context("importing")?;
     bar.finish_and_clear();
@@ -253,8 +264,9 @@ pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
 /// and, with `--compare`, every row the live read models hold otherwise.
 pub async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let bar = bytes_bar(&args.from, "replaying");
+    let (reader, heads) = (open(&args.from)?, heads_ahead(&args.from)?);
     let replayed =
-        replay_file(open(&args.from)?, |bytes| bar.set_position(bytes)).context("replaying")?;
+        replay_file(reader, heads, |bytes| bar.set_position(bytes)).context("replaying")?;
     bar.finish_and_clear();
     let compared = match &args.compare {
         Some(url) => {
@@ -343,8 +355,8 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
     let report = match &args.from {
         Some(path) => {
             let bar = bytes_bar(path, "verifying");
-            let reader = open(path)?;
-            let checked = check_file(reader, |bytes| bar.set_position(bytes))?;
+            let (reader, heads) = (open(path)?, heads_ahead(path)?);
+            let checked = check_file(reader, heads, |bytes| bar.set_position(bytes))?;
             bar.finish_and_clear();
             if !checked.header.complete {
                 println!(

@@ -1,6 +1,7 @@
 //! Verifying an export file with no database: the same checks `events verify` makes of the
-//! log, on the lines as they come (one pass, memory bounded by the streams and one seal's
-//! range). Every event's hash is recomputed and its chain followed; the commit order holds
+//! log, on the lines as they come (one pass; memory holds one seal's range and each stream
+//! until its head is read: with [`HeadsAhead`], only the streams open at that point of the
+//! log). Every event's hash is recomputed and its chain followed; the commit order holds
 //! from line to line; each seal chains from the one before and lists exactly the events of
 //! its range; each stream's last event is the head its `stream` line records; the counts the
 //! header and the `end` line give are the lines the file holds.
@@ -11,6 +12,7 @@ use std::io::BufRead;
 use leasehold_domain::Cursor;
 
 use super::ArchiveError;
+use super::heads_ahead::HeadsAhead;
 use super::lines::{
     EndLine, EventLine, FORMAT, FORMAT_VERSION, HeaderLine, Line, SealLine, StreamLine, View,
 };
@@ -60,10 +62,16 @@ enum Part {
 
 /// An export file checked line by line.
 #[derive(Debug)]
-pub struct FileCheck {
+pub struct FileCheck<'h> {
     header: Option<HeaderLine>,
     part: Part,
     streams: HashMap<String, StreamWalk>,
+    /// The most streams held at once.
+    streams_held_max: u64,
+    /// The file's heads, read ahead: a stream is forgotten once its head is checked.
+    heads: Option<HeadsAhead<'h>>,
+    /// How many of the first stream lines were checked ahead, when the stream lines came.
+    heads_checked: u64,
     last: Option<Cursor>,
     /// The events since the last seal, while seals are still to come.
     range: Vec<Held>,
@@ -79,14 +87,20 @@ pub struct FileReport {
     pub header: HeaderLine,
     /// What was checked and the faults found (each with its line).
     pub report: VerifyReport,
+    /// The most streams held at once (every stream without heads read ahead; with them, those
+    /// open at one point of the log).
+    pub streams_held_max: u64,
 }
 
-impl Default for FileCheck {
+impl Default for FileCheck<'_> {
     fn default() -> Self {
         Self {
             header: None,
             part: Part::Start,
             streams: HashMap::new(),
+            streams_held_max: 0,
+            heads: None,
+            heads_checked: 0,
             last: None,
             range: Vec::new(),
             seal: None,
@@ -96,7 +110,8 @@ impl Default for FileCheck {
     }
 }
 
-/// Reads and checks a whole file; `progress` is called now and then with the bytes read.
+/// Reads and checks a whole file, with its heads read ahead by `heads` if given (a second
+/// reader of the same file); `progress` is called now and then with the bytes read.
 ///
 /// # Errors
 /// [`ArchiveError`] when the file cannot be read, is not an export (no header, another
@@ -104,9 +119,10 @@ impl Default for FileCheck {
 /// are the report's, not errors.
 pub fn check_file(
     mut reader: impl BufRead,
+    heads: Option<HeadsAhead<'_>>,
     mut progress: impl FnMut(u64),
 ) -> Result<FileReport, ArchiveError> {
-    let mut check = FileCheck::default();
+    let mut check = FileCheck::new(heads);
     let (mut text, mut number, mut bytes) = (String::new(), 0, 0);
     loop {
         text.clear();
@@ -125,7 +141,13 @@ pub fn check_file(
     check.finish()
 }
 
-impl FileCheck {
+impl<'h> FileCheck<'h> {
+    /// A check with the file's heads read ahead by `heads`, if given.
+    #[must_use]
+    pub fn new(heads: Option<HeadsAhead<'h>>) -> Self {
+        Self { heads, ..Self::default() }
+    }
+
     /// Checks line `number` (from 1) as read from the file.
     ///
     /// # Errors
@@ -289,6 +311,8 @@ impl FileCheck {
             let reason = "its stream's earlier events name another type or tenant".to_owned();
             self.event_fault(number, event, BreakKind::Malformed { reason });
         }
+        self.streams_held_max = self.streams_held_max.max(self.streams.len() as u64);
+        self.check_heads_ahead();
         if self.seals_to_come() && self.range.len() >= SEAL_RANGE_MAX {
             let reason = format!("more than {SEAL_RANGE_MAX} events before the next seal");
             self.event_fault(number, event, BreakKind::Malformed { reason });
@@ -353,18 +377,50 @@ impl FileCheck {
     }
 
     fn stream(&mut self, number: u64, stream: &StreamLine) {
+        let index = self.read.streams;
         self.read.streams += 1;
+        if let Some(heads) = self.heads.take() {
+            // From here on this reader reads the heads; those read ahead were checked.
+            self.heads_checked = heads.taken();
+        }
+        if index < self.heads_checked {
+            return;
+        }
         let complete = self.header.as_ref().is_some_and(|header| header.complete);
         if !complete {
             let reason = "a stream head in an export that is not complete".to_owned();
             return self.fault(number, BreakKind::Malformed { reason });
         }
-        let recorded = stream.version;
-        let head = self.streams.get_mut(&stream.stream_id).map(|walk| {
+        let walk = self.streams.get_mut(&stream.stream_id).map(|walk| {
             walk.headed = true;
             *walk
         });
-        let (version, position, kind) = match head {
+        self.check_head(number, stream, walk);
+    }
+
+    /// Checks each head read ahead whose stream's events were all read, then forgets that
+    /// stream. A head whose stream has not reached it yet waits (in an export as written,
+    /// until its next event); one whose stream never does is checked when its line is read.
+    fn check_heads_ahead(&mut self) {
+        if !self.header.as_ref().is_some_and(|header| header.complete) {
+            return;
+        }
+        while let Some(heads) = self.heads.as_mut() {
+            let reached = heads.peek().is_some_and(|head| {
+                self.streams.get(&head.stream_id).is_some_and(|w| w.link.version >= head.version)
+            });
+            let Some((number, head)) = reached.then(|| heads.take()).flatten() else {
+                return;
+            };
+            let walk = self.streams.remove(&head.stream_id);
+            self.check_head(number, &head, walk);
+        }
+    }
+
+    /// Compares a stream's head (line `number`) with its walk through the file's events.
+    fn check_head(&mut self, number: u64, stream: &StreamLine, walk: Option<StreamWalk>) {
+        let recorded = stream.version;
+        let (version, position, kind) = match walk {
             None => (1, 0, BreakKind::StreamMissing),
             Some(walk) if walk.link.version < recorded => {
                 (walk.link.version + 1, walk.position, BreakKind::EventsMissing { recorded })
@@ -429,7 +485,7 @@ impl FileCheck {
             self.unheaded_streams();
         }
         self.report.unsealed_events += self.range.len() as u64;
-        Ok(FileReport { header, report: self.report })
+        Ok(FileReport { header, report: self.report, streams_held_max: self.streams_held_max })
     }
 
     /// A complete file records every stream's head: a stream without one was added.

@@ -20,7 +20,7 @@ use crate::store::{PgEventStore, Xid8, cursor_of, from_driver, to_i64};
 const PAGE_EVENTS: i64 = 5_000;
 
 /// Stream heads read per page.
-const PAGE_STREAMS: i64 = 5_000;
+const PAGE_STREAMS: i32 = 5_000;
 
 /// Which events an export holds. No filter at all makes a complete export (every seal and
 /// every stream's head too: importable). A tenant filter gives that tenant's view.
@@ -145,17 +145,22 @@ const SEAL_COUNT_SQL: &str = "SELECT count(*) FROM ledger_seals \
      AND ($5::int4 IS NULL OR (last_epoch, last_tx_id, last_position) <= ($5, $6::xid8, $7)) \
      AND $1::int8 >= 0";
 
-/// Stream heads after `$1`. A head written by a transaction at or above the horizon (`$2`,
-/// in the current epoch) is beyond the events exported: its stream's last exported event
-/// is its head instead.
-const STREAMS_SQL: &str = "SELECT s.stream_id, s.stream_type, s.tenant_id, \
-     CASE WHEN s.last_tx_id < $2::xid8 THEN s.version ELSE e.version END, \
-     CASE WHEN s.last_tx_id < $2::xid8 THEN s.last_hash ELSE e.hash END, \
-     CASE WHEN s.last_tx_id < $2::xid8 THEN s.last_tx_id ELSE e.tx_id END \
+/// Every stream's head, in the commit order of the event it names, so that a checker reading
+/// the heads alongside the events can forget each stream as soon as its last event is checked
+/// ([`crate::archive::check::HeadsAhead`]). A head written by a transaction at or above the
+/// horizon (`$1`, in the current epoch `$2`) is beyond the events exported: its stream's last
+/// exported event is its head instead. A head whose event is not in the log sorts last.
+const STREAMS_SQL: &str = "WITH heads AS (SELECT s.stream_id, s.stream_type, s.tenant_id, \
+       CASE WHEN s.last_tx_id < $1::xid8 THEN s.version ELSE e.version END AS version, \
+       CASE WHEN s.last_tx_id < $1::xid8 THEN s.last_hash ELSE e.hash END AS last_hash, \
+       CASE WHEN s.last_tx_id < $1::xid8 THEN s.last_tx_id ELSE e.tx_id END AS last_tx_id \
      FROM streams s LEFT JOIN LATERAL (SELECT version, hash, tx_id FROM events \
-       WHERE s.last_tx_id >= $2::xid8 AND stream_id = s.stream_id \
-       AND (log_epoch, tx_id) < ($3, $2::xid8) ORDER BY version DESC LIMIT 1) e ON true \
-     WHERE s.stream_id > $1 ORDER BY s.stream_id LIMIT $4";
+       WHERE s.last_tx_id >= $1::xid8 AND stream_id = s.stream_id \
+       AND (log_epoch, tx_id) < ($2, $1::xid8) ORDER BY version DESC LIMIT 1) e ON true) \
+     SELECT h.stream_id, h.stream_type, h.tenant_id, h.version, h.last_hash, h.last_tx_id \
+     FROM heads h LEFT JOIN events last \
+       ON last.stream_id = h.stream_id AND last.version = h.version \
+     ORDER BY last.log_epoch, last.tx_id, last.position, h.stream_id";
 
 /// Where the export's snapshot stands: the current epoch and the horizon.
 #[derive(Debug, Clone, Copy)]
@@ -381,22 +386,19 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Export<'a, F> {
         Ok(write_event_text(out, buffer, &event_head(row)?, payload, metadata)?)
     }
 
-    /// Writes every stream's head, page by page; returns how many.
+    /// Writes every stream's head, page by page from one portal; returns how many.
     async fn streams(&self, out: &mut impl std::io::Write) -> Result<u64, ArchiveError> {
-        let (mut after, mut written) = (String::new(), 0);
+        let statement = self.tx.prepare_cached(STREAMS_SQL).await.map_err(&self.fail)?;
+        let portal = self
+            .tx
+            .bind(&statement, &[&self.horizon.xmin, &self.horizon.epoch])
+            .await
+            .map_err(&self.fail)?;
+        let mut written = 0;
         loop {
-            let statement = self.tx.prepare_cached(STREAMS_SQL).await.map_err(&self.fail)?;
-            let rows = self
-                .tx
-                .query(
-                    &statement,
-                    &[&after, &self.horizon.xmin, &self.horizon.epoch, &PAGE_STREAMS],
-                )
-                .await
-                .map_err(&self.fail)?;
+            let rows = self.tx.query_portal(&portal, PAGE_STREAMS).await.map_err(&self.fail)?;
             for row in &rows {
                 let line = stream_line(row)?;
-                after.clone_from(&line.stream_id);
                 // A stream whose every event is beyond the horizon is not in this export.
                 if line.version > 0 {
                     write_line(out, "stream", &line)?;

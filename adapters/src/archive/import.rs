@@ -9,10 +9,10 @@ use std::io::BufRead;
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::{Json, ToSql, Type};
 
-use super::ArchiveError;
 use super::check::{FileCheck, FileReport};
 use super::copy_rows::{CopyError, CopyRows};
 use super::lines::{EventLine, Line, SealLine, StreamLine, View};
+use super::{ArchiveError, HeadsAhead};
 use crate::store::{PgEventStore, Xid8, from_driver, raise_epoch_in, to_i64};
 
 /// The columns an event is copied into, in this order.
@@ -44,8 +44,9 @@ enum Copying {
     Streams(CopyRows),
 }
 
-/// Restores the export `reader` holds into `store`'s database, which must hold no log yet;
-/// `progress` is called now and then with the bytes read.
+/// Restores the export `reader` holds into `store`'s database, which must hold no log yet,
+/// checking it as it reads (its heads read ahead by `heads`, if given: a second reader of the
+/// same file); `progress` is called now and then with the bytes read.
 ///
 /// # Errors
 /// [`ArchiveError::NotEmpty`] for a database that holds a log, [`ArchiveError::Unsuitable`]
@@ -54,6 +55,7 @@ enum Copying {
 pub async fn import(
     store: &PgEventStore,
     mut reader: impl BufRead,
+    heads: Option<HeadsAhead<'_>>,
     mut progress: impl FnMut(u64),
 ) -> Result<ImportSummary, ArchiveError> {
     let endpoint = store.endpoint().to_owned();
@@ -68,7 +70,7 @@ pub async fn import(
     .map_err(fail)?;
     refuse_a_log(&tx, &fail).await?;
     let mut target = Target::new(&tx, &fail).await?;
-    let mut check = FileCheck::default();
+    let mut check = FileCheck::new(heads);
     let (mut text, mut number, mut bytes) = (String::new(), 0_u64, 0_u64);
     loop {
         text.clear();

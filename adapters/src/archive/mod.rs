@@ -13,7 +13,9 @@
 //!   time and its view of the payload: no id, tenant, metadata, hash or cursor.
 //! - `seal`: right after the last event it covers, as `ledger_seals` holds it.
 //! - `stream` (complete files only, after the events): each stream's head as the `streams`
-//!   table records it, so that a removed last event is found.
+//!   table records it, so that a removed last event is found; in the commit order of the
+//!   event each names, so that a checker reading them ahead ([`HeadsAhead`]) holds only the
+//!   streams open at one point of the log.
 //! - `end` (last): what was written, so that a truncated file is found.
 //!
 //! [`PgEventStore::export`]: crate::PgEventStore::export
@@ -21,10 +23,12 @@
 pub mod check;
 mod copy_rows;
 mod export;
+mod heads_ahead;
 pub mod import;
 mod lines;
 
 pub use export::{ExportFilter, ExportSummary};
+pub use heads_ahead::HeadsAhead;
 pub use lines::{
     EndLine, EventLine, FORMAT, FORMAT_VERSION, Hash32, HeaderLine, Line, SealLine, StreamLine,
     TenantEventLine, View,

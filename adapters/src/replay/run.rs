@@ -18,6 +18,7 @@ use leasehold_projections::workload_quota::WorkloadQuotaProjection;
 use leasehold_projections::{Projection, ProjectionError};
 
 use super::{MemError, MemProjected, MemTables, TableDigest, digests};
+use crate::archive::HeadsAhead;
 use crate::archive::check::FileCheck;
 use crate::archive::{ArchiveError, Line};
 use crate::projections::PgProjected;
@@ -127,18 +128,20 @@ pub const REPLAYED: &[&str] = &[
 ];
 
 /// Replays the complete export `reader` holds through every projection, in memory, checking
-/// it as it reads; `progress` is called now and then with the bytes read.
+/// it as it reads (its heads read ahead by `heads`, if given: a second reader of the same
+/// file); `progress` is called now and then with the bytes read.
 ///
 /// # Errors
 /// [`ReplayError`]: a file that is not a complete export of every field, or does not verify;
 /// an event a projection cannot apply.
 pub fn replay_file(
     mut reader: impl BufRead,
+    heads: Option<HeadsAhead<'_>>,
     mut progress: impl FnMut(u64),
 ) -> Result<ReplayReport, ReplayError> {
     let mut tables = MemTables::default();
     let mut projections = every_projection(&mut tables);
-    let mut check = FileCheck::default();
+    let mut check = FileCheck::new(heads);
     let (mut text, mut number, mut bytes) = (String::new(), 0_u64, 0_u64);
     let (mut events, mut last) = (0_u64, None);
     loop {

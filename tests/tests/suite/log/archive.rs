@@ -6,7 +6,7 @@
 use leasehold_adapters::PgEventStore;
 use leasehold_adapters::archive::check::{FileReport, check_file};
 use leasehold_adapters::archive::import::import;
-use leasehold_adapters::archive::{ArchiveError, ExportFilter, ExportSummary};
+use leasehold_adapters::archive::{ArchiveError, ExportFilter, ExportSummary, HeadsAhead};
 use leasehold_adapters::verify::BreakKind;
 use leasehold_domain::{
     Cursor, EventStore, ExpectedVersion, StreamAppend, StreamId, StreamType, TenantId,
@@ -64,8 +64,14 @@ async fn exported(store: &PgEventStore, filter: &ExportFilter) -> (String, Expor
     (String::from_utf8(out).unwrap(), summary)
 }
 
+/// The file checked with its heads read ahead, as `events verify --from FILE` does; checked
+/// in one pass with no reader ahead, it must report the very same.
 fn checked(text: &str) -> FileReport {
-    check_file(text.as_bytes(), |_| {}).unwrap()
+    let ahead = check_file(text.as_bytes(), Some(HeadsAhead::new(text.as_bytes())), |_| {});
+    let one_pass = check_file(text.as_bytes(), None, |_| {}).unwrap();
+    let ahead = ahead.unwrap();
+    assert_eq!((&ahead.header, &ahead.report), (&one_pass.header, &one_pass.report));
+    ahead
 }
 
 /// Every row of a table, in a fixed order, as text.
@@ -93,7 +99,7 @@ async fn an_export_imports_into_an_empty_database_exactly_and_verifies() {
     assert_eq!(summary.seals, 9, "36 events sealed by 4");
 
     let target = TestDb::migrated().await;
-    let imported = import(&target.store(), text.as_bytes(), |_| {}).await.unwrap();
+    let imported = import(&target.store(), text.as_bytes(), None, |_| {}).await.unwrap();
     assert!(imported.checked.report.breaks.is_empty(), "{:?}", imported.checked.report.breaks);
     for sql in [EVENTS, STREAMS, SEALS] {
         assert_eq!(rows(&source, sql).await, rows(&target, sql).await, "{sql}");
@@ -118,7 +124,7 @@ async fn an_export_imports_into_an_empty_database_exactly_and_verifies() {
     assert_eq!(source_ids, target_ids);
 
     // A database that holds a log is refused, and nothing is added to it.
-    let again = import(&target.store(), text.as_bytes(), |_| {}).await;
+    let again = import(&target.store(), text.as_bytes(), None, |_| {}).await;
     assert!(matches!(again, Err(ArchiveError::NotEmpty { events: 37, streams: 7 })), "{again:?}");
 }
 
@@ -130,7 +136,7 @@ async fn a_file_that_does_not_verify_imports_nothing_and_a_filtered_one_is_refus
     let target = TestDb::migrated().await;
 
     let altered = text.replacen("operator-only detail 3/1", "operator-only detail 3/9", 1);
-    let refused = import(&target.store(), altered.as_bytes(), |_| {}).await;
+    let refused = import(&target.store(), altered.as_bytes(), None, |_| {}).await;
     let Err(ArchiveError::DoesNotVerify { first }) = refused else { panic!("{refused:?}") };
     assert!(first.contains("HashMismatch"), "{first}");
     let counts = rows(&target, "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM streams) + (SELECT count(*) FROM ledger_seals) AS n").await;
@@ -138,7 +144,7 @@ async fn a_file_that_does_not_verify_imports_nothing_and_a_filtered_one_is_refus
 
     let filter = ExportFilter { stream_types: vec!["lease".into()], ..ExportFilter::default() };
     let (filtered, _) = exported(&source.store(), &filter).await;
-    let refused = import(&target.store(), filtered.as_bytes(), |_| {}).await;
+    let refused = import(&target.store(), filtered.as_bytes(), None, |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 }
 
@@ -219,6 +225,54 @@ async fn verify_from_a_file_names_each_kind_of_tampering_by_position_and_line() 
 }
 
 #[tokio::test]
+async fn a_check_reading_the_heads_ahead_holds_only_the_streams_still_open() {
+    let db = TestDb::migrated().await;
+    let store = db.store();
+    // Twenty streams one after the other, each whole in one append; one long-lived stream
+    // appended to before and after them.
+    let long = |n| append("acme", "lease-long", vec![event("LeaseDispatchFailed", payload(99, n))]);
+    store.append(vec![long(0)]).await.unwrap();
+    for stream in 0..20 {
+        let events = (0..3).map(|n| event("LeaseDispatchFailed", payload(stream, n))).collect();
+        store.append(vec![append("acme", &format!("lease-{stream:02}"), events)]).await.unwrap();
+    }
+    let last = store.append(vec![long(1)]).await.unwrap().cursor;
+    read_log_through(&store, Cursor::START, 100, last).await;
+    let (text, _) = exported(&store, &ExportFilter::default()).await;
+
+    let ahead = checked(&text);
+    assert!(ahead.report.breaks.is_empty(), "{:?}", ahead.report.breaks);
+    assert_eq!(ahead.report.streams_checked, 21);
+    assert_eq!(ahead.streams_held_max, 2, "the long stream and the one being read");
+    let one_pass = check_file(text.as_bytes(), None, |_| {}).unwrap();
+    assert_eq!(one_pass.streams_held_max, 21);
+
+    // The heads are written in the order of the events they name; a file with its heads in
+    // another order (exports before it wrote them by stream id) verifies all the same.
+    let lines: Vec<&str> = text.lines().collect();
+    let heads: Vec<&str> =
+        lines.iter().copied().filter(|l| l.contains(r#""kind":"stream""#)).collect();
+    assert!(heads[0].contains("lease-00") && heads[20].contains("lease-long"), "{heads:#?}");
+    let reversed: Vec<&str> = heads.iter().rev().copied().collect();
+    let start = lines.len() - 1 - heads.len();
+    let reordered = [&lines[..start], &reversed[..], &lines[lines.len() - 1..]].concat().join("\n");
+    let report = checked(&reordered);
+    assert!(report.report.breaks.is_empty(), "{:?}", report.report.breaks);
+    assert_eq!(report.report.streams_checked, 21);
+
+    // A stream's last event removed: its head, read ahead, waits for it, and is named when
+    // its own line comes, as in one pass.
+    let at = lines
+        .iter()
+        .rposition(|l| l.contains(r#""stream_id":"lease-05""#) && l.contains(r#""kind":"event""#));
+    let mut removed = lines.clone();
+    removed.remove(at.unwrap());
+    let report = checked(&removed.join("\n")).report;
+    let missing = report.breaks.iter().find(|b| b.stream_id == "lease-05").unwrap();
+    assert_eq!(missing.kind, BreakKind::EventsMissing { recorded: 3 }, "{:?}", report.breaks);
+}
+
+#[tokio::test]
 async fn a_cursor_range_verifies_with_the_seals_it_holds_whole() {
     let db = TestDb::migrated().await;
     let store = db.store();
@@ -270,7 +324,7 @@ async fn a_tenants_export_holds_nothing_of_another_tenant_and_no_operator_only_f
     for absent in ["lease-1", "lease-3", "lease-5", "operator-only", "hash", "cursor", "tenant"] {
         assert!(!events.iter().any(|line| line.contains(absent)), "{absent} in {events:#?}");
     }
-    let refused = check_file(text.as_bytes(), |_| {});
+    let refused = check_file(text.as_bytes(), None, |_| {});
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 }
 
@@ -285,10 +339,10 @@ async fn a_cut_file_posing_as_complete_and_a_stream_head_handed_to_another_tenan
     let cut = ExportFilter { from_cursor: Some(log[7].cursor), ..ExportFilter::default() };
     let (text, _) = exported(&store, &cut).await;
     let posing = text.replacen("\"complete\":false", "\"complete\":true", 1);
-    let refused = check_file(posing.as_bytes(), |_| {});
+    let refused = check_file(posing.as_bytes(), None, |_| {});
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
     let target = TestDb::migrated().await;
-    let refused = import(&target.store(), posing.as_bytes(), |_| {}).await;
+    let refused = import(&target.store(), posing.as_bytes(), None, |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::Unsuitable(_))), "{refused:?}");
 
     // A stream's head naming another tenant would hand the stream to it on import.
@@ -302,6 +356,6 @@ async fn a_cut_file_posing_as_complete_and_a_stream_head_handed_to_another_tenan
     let report = checked(&edited.join("\n")).report;
     let first = report.first_break().expect("found");
     assert_eq!((first.kind.clone(), first.line), (BreakKind::HeadMismatch, at as u64 + 1));
-    let refused = import(&target.store(), edited.join("\n").as_bytes(), |_| {}).await;
+    let refused = import(&target.store(), edited.join("\n").as_bytes(), None, |_| {}).await;
     assert!(matches!(refused, Err(ArchiveError::DoesNotVerify { .. })), "{refused:?}");
 }

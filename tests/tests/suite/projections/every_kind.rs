@@ -145,7 +145,7 @@ async fn every_projection_rebuilt_from_scratch_equals_the_live_tables() {
 /// table for table (equal digests); a row edited by hand is named, with its column.
 #[tokio::test]
 async fn a_replay_of_an_export_equals_the_live_read_models_and_names_an_edited_row() {
-    use leasehold_adapters::archive::ExportFilter;
+    use leasehold_adapters::archive::{ExportFilter, HeadsAhead};
     use leasehold_adapters::replay::{Difference, compare, replay_file};
     let db = TestDb::migrated().await;
     let running = start_all(&db);
@@ -155,7 +155,8 @@ async fn a_replay_of_an_export_equals_the_live_read_models_and_names_an_edited_r
     let store = db.store();
     let mut file = Vec::new();
     store.export(&ExportFilter::default(), &mut file, |_, _| {}).await.expect("exported");
-    let replayed = replay_file(&file[..], |_| {}).expect("replayed");
+    let heads = Some(HeadsAhead::new(&file[..]));
+    let replayed = replay_file(&file[..], heads, |_| {}).expect("replayed");
     let rows = |table: &str| replayed.digests.iter().find(|d| d.table == table).map(|d| d.rows);
     for table in [
         "workloads",
