@@ -7,6 +7,7 @@
 use std::io::BufRead;
 
 use deadpool_postgres::Transaction;
+use leasehold_domain::Cursor;
 use tokio_postgres::types::{Json, ToSql, Type};
 
 use super::check::{FileCheck, FileReport};
@@ -22,11 +23,43 @@ const EVENT_COLUMNS: &str = "position, log_epoch, tx_id, event_id, stream_id, ve
 
 const STREAM_COLUMNS: &str = "stream_id, stream_type, tenant_id, version, last_hash, last_tx_id";
 
-const SEAL_COLUMNS: &str = "seal_no, first_epoch, first_tx_id, first_position, last_epoch, \
-     last_tx_id, last_position, events, hashes, positions, prev_digest, digest, sealed_at";
+/// Seals held back while events are copied: writing them ends the events' `COPY` (which the
+/// server must then finish before anything else), so they are written a few thousand at a
+/// time. Each is held without its lists (some 150 bytes).
+const SEALS_HELD_MAX: usize = 4_096;
 
-/// Seals held back while events are copied (each ends the events' `COPY` to be written).
-const SEALS_HELD_MAX: usize = 16;
+/// The seals held, each with its events' hashes and positions read from the events just
+/// copied: those after the seal before it (`after_*`) up to its last. The file was checked to
+/// list exactly those in each seal (else nothing is committed), so these are its lists.
+const SEALS_SQL: &str = "INSERT INTO ledger_seals (seal_no, first_epoch, first_tx_id, \
+       first_position, last_epoch, last_tx_id, last_position, events, hashes, positions, \
+       prev_digest, digest, sealed_at) \
+     SELECT s.seal_no, s.first_epoch, s.first_tx_id::text::xid8, s.first_position, \
+       s.last_epoch, s.last_tx_id::text::xid8, s.last_position, s.events, \
+       coalesce(covered.hashes, ''::bytea), coalesce(covered.positions, '{}'), \
+       s.prev_digest, s.digest, s.sealed_at \
+     FROM unnest($1::int8[], $2::int4[], $3::int8[], $4::int8[], $5::int4[], $6::int8[], \
+       $7::int8[], $8::int8[], $9::bytea[], $10::bytea[], $11::timestamptz[], $12::int4[], \
+       $13::int8[], $14::int8[]) AS s(seal_no, first_epoch, first_tx_id, first_position, \
+       last_epoch, last_tx_id, last_position, events, prev_digest, digest, sealed_at, \
+       after_epoch, after_tx_id, after_position) \
+     CROSS JOIN LATERAL (SELECT \
+         string_agg(e.hash, ''::bytea ORDER BY e.log_epoch, e.tx_id, e.position) AS hashes, \
+         array_agg(e.position ORDER BY e.log_epoch, e.tx_id, e.position) AS positions \
+       FROM events e \
+       WHERE (e.log_epoch, e.tx_id, e.position) \
+           > (s.after_epoch, s.after_tx_id::text::xid8, s.after_position) \
+         AND (e.log_epoch, e.tx_id, e.position) \
+           <= (s.last_epoch, s.last_tx_id::text::xid8, s.last_position)) covered";
+
+/// A seal held back: its line less its lists, and where its range starts.
+struct HeldSeal {
+    line: SealLine,
+    /// How many events it covers.
+    events: usize,
+    /// The last event of the seal before it (the log's start for the first).
+    after: Cursor,
+}
 
 /// What an import restored.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +168,9 @@ struct Target<'a, F> {
     copying: Copying,
     event_types: Vec<Type>,
     stream_types: Vec<Type>,
-    seals: Vec<SealLine>,
+    seals: Vec<HeldSeal>,
+    /// The last event the last seal read covers.
+    sealed: Cursor,
     max_epoch: i32,
 }
 
@@ -159,6 +194,7 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
             event_types: column_types(tx, "events", EVENT_COLUMNS).await.map_err(fail)?,
             stream_types: column_types(tx, "streams", STREAM_COLUMNS).await.map_err(fail)?,
             seals: Vec::new(),
+            sealed: Cursor::START,
             max_epoch: 0,
         })
     }
@@ -173,8 +209,11 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
                 }
             }
             Line::Event(event) => self.event(&event).await?,
-            Line::Seal(seal) => {
-                self.seals.push(*seal);
+            Line::Seal(mut seal) => {
+                let after = std::mem::replace(&mut self.sealed, seal.last);
+                let events = seal.positions.len();
+                (seal.hashes, seal.positions) = (Vec::new(), Vec::new());
+                self.seals.push(HeldSeal { line: *seal, events, after });
                 if self.seals.len() >= SEALS_HELD_MAX {
                     self.close().await?;
                 }
@@ -255,43 +294,47 @@ impl<'a, F: Fn(tokio_postgres::Error) -> ArchiveError> Target<'a, F> {
                 writer.finish().await.map_err(|error| self.copy_failed(error))?;
             }
         }
-        for seal in std::mem::take(&mut self.seals) {
-            self.write_seal(&seal).await?;
-        }
-        Ok(())
+        self.write_seals().await
     }
 
-    async fn write_seal(&self, seal: &SealLine) -> Result<(), ArchiveError> {
-        let cursor = |c: leasehold_domain::Cursor| {
-            (i32::try_from(c.log_epoch).unwrap_or(i32::MAX), Xid8(c.tx_id), to_i64(c.position))
+    /// Writes the seals held back, in one statement.
+    async fn write_seals(&mut self) -> Result<(), ArchiveError> {
+        let seals = std::mem::take(&mut self.seals);
+        if seals.is_empty() {
+            return Ok(());
+        }
+        let column = |f: &dyn Fn(&HeldSeal) -> i64| seals.iter().map(f).collect::<Vec<i64>>();
+        let epochs = |f: &dyn Fn(&HeldSeal) -> u32| {
+            seals.iter().map(|s| i32::try_from(f(s)).unwrap_or(i32::MAX)).collect::<Vec<i32>>()
         };
-        let (first, last) = (cursor(seal.first), cursor(seal.last));
-        let events = i64::try_from(seal.positions.len()).unwrap_or(i64::MAX);
-        let sql = format!(
-            "INSERT INTO ledger_seals ({SEAL_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
-        );
-        self.tx
+        let digests = |f: &dyn Fn(&HeldSeal) -> &[u8]| seals.iter().map(f).collect::<Vec<_>>();
+        let sealed_at: Vec<_> = seals.iter().map(|s| s.line.sealed_at).collect();
+        let tx = |c: Cursor| i64::try_from(c.tx_id).unwrap_or(i64::MAX);
+        let statement = self.tx.prepare_cached(SEALS_SQL).await.map_err(self.fail)?;
+        let written = self
+            .tx
             .execute(
-                &sql,
+                &statement,
                 &[
-                    &to_i64(seal.seal_no),
-                    &first.0,
-                    &first.1,
-                    &first.2,
-                    &last.0,
-                    &last.1,
-                    &last.2,
-                    &events,
-                    &seal.hashes,
-                    &seal.positions,
-                    &&seal.prev_digest.0[..],
-                    &&seal.digest.0[..],
-                    &seal.sealed_at,
+                    &column(&|s| to_i64(s.line.seal_no)),
+                    &epochs(&|s| s.line.first.log_epoch),
+                    &column(&|s| tx(s.line.first)),
+                    &column(&|s| to_i64(s.line.first.position)),
+                    &epochs(&|s| s.line.last.log_epoch),
+                    &column(&|s| tx(s.line.last)),
+                    &column(&|s| to_i64(s.line.last.position)),
+                    &column(&|s| i64::try_from(s.events).unwrap_or(i64::MAX)),
+                    &digests(&|s| &s.line.prev_digest.0[..]),
+                    &digests(&|s| &s.line.digest.0[..]),
+                    &sealed_at,
+                    &epochs(&|s| s.after.log_epoch),
+                    &column(&|s| tx(s.after)),
+                    &column(&|s| to_i64(s.after.position)),
                 ],
             )
             .await
             .map_err(self.fail)?;
+        debug_assert_eq!(written, seals.len() as u64);
         Ok(())
     }
 }

@@ -227,35 +227,47 @@ async fn import_beside_copy(
 /// The stream heads' columns, as the import writes them.
 const STREAM_COLUMNS: &str = "stream_id, stream_type, tenant_id, version, last_hash, last_tx_id";
 
-/// Events/s of a binary `COPY` of the rows an import writes (the log's events and its streams'
-/// heads) into tables of their shape (columns, keys and indexes) in `target`, in one
-/// transaction, from local files as the import reads its own: the rows are first copied out of
-/// `source` into those files, untimed.
+/// The seals' columns, as the import writes them.
+const SEAL_COLUMNS: &str = "seal_no, first_epoch, first_tx_id, first_position, last_epoch, \
+     last_tx_id, last_position, events, hashes, positions, prev_digest, digest, sealed_at";
+
+/// Events/s of a binary `COPY` of the rows an import writes (the log's events, its streams'
+/// heads and its seals) into tables of their shape (columns, keys and indexes) in `target`,
+/// in one transaction, from local files as the import reads its own: the rows are first
+/// copied out of `source` into those files, untimed.
 async fn raw_copy(source: &DatabaseUrl, target: &DatabaseUrl) -> anyhow::Result<f64> {
     let (from, mut to) = (source.connect().await?, target.connect().await?);
-    to.batch_execute(
-        "CREATE TABLE bench_copied (LIKE events INCLUDING ALL); \
-         CREATE TABLE bench_copied_streams (LIKE streams INCLUDING ALL)",
-    )
-    .await?;
     let count: i64 = from.query_one("SELECT count(*) FROM events", &[]).await?.get(0);
-    let dir = std::env::temp_dir();
-    let events = dir.join(format!("leasehold-bench-{}.events.copy", std::process::id()));
-    let streams = dir.join(format!("leasehold-bench-{}.streams.copy", std::process::id()));
-    let events_sql = format!("SELECT {COLUMNS} FROM events ORDER BY log_epoch, tx_id, position");
-    copy_out_to(&from, &events_sql, &events).await?;
-    let streams_sql = format!("SELECT {STREAM_COLUMNS} FROM streams ORDER BY stream_id");
-    copy_out_to(&from, &streams_sql, &streams).await?;
+    let tables = [
+        ("events", COLUMNS, "ORDER BY log_epoch, tx_id, position"),
+        ("streams", STREAM_COLUMNS, "ORDER BY stream_id"),
+        ("ledger_seals", SEAL_COLUMNS, "ORDER BY seal_no"),
+    ];
+    let mut files = Vec::new();
+    for (table, columns, order) in tables {
+        to.batch_execute(&format!("CREATE TABLE bench_{table} (LIKE {table} INCLUDING ALL)"))
+            .await?;
+        let file = std::env::temp_dir()
+            .join(format!("leasehold-bench-{}.{table}.copy", std::process::id()));
+        copy_out_to(&from, &format!("SELECT {columns} FROM {table} {order}"), &file).await?;
+        files.push(file);
+    }
     let started = Instant::now();
     let tx = to.transaction().await?;
-    let copied = copy_in_from(&tx, &format!("bench_copied ({COLUMNS})"), &events).await?;
-    copy_in_from(&tx, &format!("bench_copied_streams ({STREAM_COLUMNS})"), &streams).await?;
+    let mut copied = Vec::new();
+    for ((table, columns, _), file) in tables.iter().zip(&files) {
+        copied.push(copy_in_from(&tx, &format!("bench_{table} ({columns})"), file).await?);
+    }
     tx.commit().await?;
     let elapsed = started.elapsed();
-    std::fs::remove_file(&events).ok();
-    std::fs::remove_file(&streams).ok();
-    anyhow::ensure!(copied == u64::try_from(count)?, "the raw copy copied {copied} of {count}");
-    Ok(rate(copied, elapsed))
+    for file in &files {
+        std::fs::remove_file(file).ok();
+    }
+    anyhow::ensure!(
+        copied[0] == u64::try_from(count)?,
+        "the raw copy copied {copied:?} of {count}"
+    );
+    Ok(rate(copied[0], elapsed))
 }
 
 /// Copies `file` (PostgreSQL's binary `COPY` format) into `table (columns)`; the rows copied.
