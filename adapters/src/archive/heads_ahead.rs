@@ -15,8 +15,9 @@ use super::lines::{Line, StreamLine};
 
 /// What begins a stream line as an export writes it; any other line is parsed to be sure.
 const STREAM_PREFIX: &[u8] = b"{\"kind\":\"stream\",";
-/// What begins an event line as an export writes it: skipped unread on the way to the heads.
-const EVENT_PREFIX: &[u8] = b"{\"kind\":\"event\",";
+/// What begins the lines an export writes before its heads: skipped unread on the way.
+const SKIPPED_PREFIXES: [&[u8]; 3] =
+    [b"{\"kind\":\"event\",", b"{\"kind\":\"seal\",", b"{\"kind\":\"header\","];
 
 /// Where the second reader is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,14 +105,15 @@ impl<'r> HeadsAhead<'r> {
         head
     }
 
-    /// Skips every line before the first stream line, reading no event line whole.
+    /// Skips every line before the first stream line, reading no event or seal line whole.
     fn skip_to_heads(&mut self) {
         loop {
             let starts = match self.reader.fill_buf() {
                 Ok([]) | Err(_) => break,
-                Ok(buffered) => {
-                    (buffered.starts_with(EVENT_PREFIX), buffered.starts_with(STREAM_PREFIX))
-                }
+                Ok(buffered) => (
+                    SKIPPED_PREFIXES.iter().any(|prefix| buffered.starts_with(prefix)),
+                    buffered.starts_with(STREAM_PREFIX),
+                ),
             };
             match starts {
                 (true, _) => {

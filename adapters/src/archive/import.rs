@@ -30,7 +30,9 @@ const SEALS_HELD_MAX: usize = 4_096;
 
 /// The seals held, each with its events' hashes and positions read from the events just
 /// copied: those after the seal before it (`after_*`) up to its last. The file was checked to
-/// list exactly those in each seal (else nothing is committed), so these are its lists.
+/// list exactly those in each seal (else nothing is committed), so these are its lists. The
+/// `LIMIT` ends each index scan at the seal's last event: a row comparison's upper bound
+/// alone does not, and each seal would read on to the end of the log.
 const SEALS_SQL: &str = "INSERT INTO ledger_seals (seal_no, first_epoch, first_tx_id, \
        first_position, last_epoch, last_tx_id, last_position, events, hashes, positions, \
        prev_digest, digest, sealed_at) \
@@ -44,13 +46,14 @@ const SEALS_SQL: &str = "INSERT INTO ledger_seals (seal_no, first_epoch, first_t
        last_epoch, last_tx_id, last_position, events, prev_digest, digest, sealed_at, \
        after_epoch, after_tx_id, after_position) \
      CROSS JOIN LATERAL (SELECT \
-         string_agg(e.hash, ''::bytea ORDER BY e.log_epoch, e.tx_id, e.position) AS hashes, \
-         array_agg(e.position ORDER BY e.log_epoch, e.tx_id, e.position) AS positions \
-       FROM events e \
-       WHERE (e.log_epoch, e.tx_id, e.position) \
-           > (s.after_epoch, s.after_tx_id::text::xid8, s.after_position) \
-         AND (e.log_epoch, e.tx_id, e.position) \
-           <= (s.last_epoch, s.last_tx_id::text::xid8, s.last_position)) covered";
+         string_agg(c.hash, ''::bytea ORDER BY c.log_epoch, c.tx_id, c.position) AS hashes, \
+         array_agg(c.position ORDER BY c.log_epoch, c.tx_id, c.position) AS positions \
+       FROM (SELECT e.log_epoch, e.tx_id, e.position, e.hash FROM events e \
+         WHERE (e.log_epoch, e.tx_id, e.position) \
+             > (s.after_epoch, s.after_tx_id::text::xid8, s.after_position) \
+           AND (e.log_epoch, e.tx_id, e.position) \
+             <= (s.last_epoch, s.last_tx_id::text::xid8, s.last_position) \
+         ORDER BY e.log_epoch, e.tx_id, e.position LIMIT s.events) c) covered";
 
 /// A seal held back: its line less its lists, and where its range starts.
 struct HeldSeal {
@@ -96,7 +99,7 @@ pub async fn import(
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(fail)?;
     tx.batch_execute(
-        "SET LOCAL idle_in_transaction_session_timeout = 0; \
+        "SET LOCAL idle_in_transaction_session_timeout = 0; SET LOCAL jit = off; \
          LOCK TABLE events, streams, ledger_seals IN EXCLUSIVE MODE",
     )
     .await
