@@ -157,14 +157,20 @@ fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
     Ok(Box::new(BufReader::with_capacity(1 << 20, file)))
 }
 
-/// A second reader of the file at `path`, to read its stream heads ahead of its events, so
-/// that a check holds only the streams open at one point of the log; none for stdin.
-fn heads_ahead(path: &Path) -> anyhow::Result<Option<HeadsAhead<'static>>> {
+/// The file at `path`, and a second reader of it to read its stream heads ahead of its events,
+/// so that a check holds only the streams open at one point of the log. Only a regular file
+/// can be read twice (not stdin, a pipe or a FIFO), and only if both handles are one file.
+fn open_twice(path: &Path) -> anyhow::Result<(Box<dyn BufRead>, Option<HeadsAhead<'static>>)> {
+    use std::os::unix::fs::MetadataExt as _;
     if is_stdio(path) {
-        return Ok(None);
+        return Ok((open(path)?, None));
     }
-    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    Ok(Some(HeadsAhead::new(BufReader::with_capacity(1 << 20, file))))
+    let opening = || File::open(path).with_context(|| format!("opening {}", path.display()));
+    let (first, second) = (opening()?, opening()?);
+    let (one, other) = (first.metadata()?, second.metadata()?);
+    let same = one.is_file() && one.dev() == other.dev() && one.ino() == other.ino();
+    let heads = same.then(|| HeadsAhead::new(BufReader::with_capacity(1 << 20, second)));
+    Ok((Box::new(BufReader::with_capacity(1 << 20, first)), heads))
 }
 
 /// Writes the log's events the filters admit.
@@ -246,7 +252,7 @@ pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
     leasehold_adapters::migrate(&url).await?;
     let store = PgEventStore::new(&url, StoreConfig { pool_size: 1, ..Default::default() })?;
     let bar = bytes_bar(&args.from, "importing");
-    let (reader, heads) = (open(&args.from)?, heads_ahead(&args.from)?);
+    let (reader, heads) = open_twice(&args.from)?;
     let imported = import_file(&store, reader, heads, |bytes| bar.set_position(bytes))
         .await
         .context("importing")?;
@@ -264,7 +270,7 @@ pub async fn import(args: &ImportArgs) -> anyhow::Result<()> {
 /// and, with `--compare`, every row the live read models hold otherwise.
 pub async fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let bar = bytes_bar(&args.from, "replaying");
-    let (reader, heads) = (open(&args.from)?, heads_ahead(&args.from)?);
+    let (reader, heads) = open_twice(&args.from)?;
     let replayed =
         replay_file(reader, heads, |bytes| bar.set_position(bytes)).context("replaying")?;
     bar.finish_and_clear();
@@ -355,7 +361,7 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
     let report = match &args.from {
         Some(path) => {
             let bar = bytes_bar(path, "verifying");
-            let (reader, heads) = (open(path)?, heads_ahead(path)?);
+            let (reader, heads) = open_twice(path)?;
             let checked = check_file(reader, heads, |bytes| bar.set_position(bytes))?;
             bar.finish_and_clear();
             if !checked.header.complete {

@@ -11,11 +11,11 @@ use std::io::BufRead;
 
 use leasehold_domain::Cursor;
 
+mod heads;
+
 use super::ArchiveError;
 use super::heads_ahead::HeadsAhead;
-use super::lines::{
-    EndLine, EventLine, FORMAT, FORMAT_VERSION, HeaderLine, Line, SealLine, StreamLine, View,
-};
+use super::lines::{EndLine, EventLine, FORMAT, FORMAT_VERSION, HeaderLine, Line, SealLine, View};
 use crate::canonical::to_canonical_json;
 use crate::chain::{CanonicalPieces, GENESIS_HASH};
 use crate::verify::{
@@ -70,8 +70,16 @@ pub struct FileCheck<'h> {
     streams_held_max: u64,
     /// The file's heads, read ahead: a stream is forgotten once its head is checked.
     heads: Option<HeadsAhead<'h>>,
-    /// How many of the first stream lines were checked ahead, when the stream lines came.
-    heads_checked: u64,
+    /// The stream lines checked ahead, once the stream lines came: how many, and a digest of
+    /// them, which this reader's own first lines must match.
+    heads_checked: (u64, [u8; 32]),
+    /// A digest of this reader's first stream lines, up to those checked ahead.
+    heads_read: sha2::Sha256,
+    /// Fingerprints of the streams forgotten once their heads were checked: none may come
+    /// again.
+    closed: std::collections::HashSet<u128>,
+    /// The first event of the range of the next seal.
+    range_first: Option<Cursor>,
     last: Option<Cursor>,
     /// The events since the last seal, while seals are still to come.
     range: Vec<Held>,
@@ -100,7 +108,10 @@ impl Default for FileCheck<'_> {
             streams: HashMap::new(),
             streams_held_max: 0,
             heads: None,
-            heads_checked: 0,
+            heads_checked: (0, [0; 32]),
+            heads_read: sha2::Sha256::default(),
+            closed: std::collections::HashSet::new(),
+            range_first: None,
             last: None,
             range: Vec::new(),
             seal: None,
@@ -264,6 +275,18 @@ impl<'h> FileCheck<'h> {
             self.event_fault(number, event, BreakKind::Reordered);
         }
         self.last = Some(self.last.map_or(event.cursor, |last| last.max(event.cursor)));
+        if !self.streams.contains_key(&event.stream_id) && self.was_closed(&event.stream_id) {
+            // Its head was read ahead, and compared, at what was its last event.
+            let reason = "an event of a stream after the last its head records".to_owned();
+            self.event_fault(number, event, BreakKind::Malformed { reason });
+        } else {
+            self.walk(number, event, from_the_start);
+        }
+        self.hold_for_seal(number, event);
+    }
+
+    /// Follows `event`'s stream's chain to it.
+    fn walk(&mut self, number: u64, event: &EventLine, from_the_start: bool) {
         let new_stream = !self.streams.contains_key(&event.stream_id);
         let start = if from_the_start || !new_stream {
             Link { version: 0, hash: GENESIS_HASH }
@@ -313,12 +336,19 @@ impl<'h> FileCheck<'h> {
         }
         self.streams_held_max = self.streams_held_max.max(self.streams.len() as u64);
         self.check_heads_ahead();
+    }
+
+    /// Holds `event` for the seal to come that must list it.
+    fn hold_for_seal(&mut self, number: u64, event: &EventLine) {
         if self.seals_to_come() && self.range.len() >= SEAL_RANGE_MAX {
             let reason = format!("more than {SEAL_RANGE_MAX} events before the next seal");
             self.event_fault(number, event, BreakKind::Malformed { reason });
             self.range.clear();
         }
         if self.seals_to_come() {
+            if self.range.is_empty() {
+                self.range_first = Some(event.cursor);
+            }
             self.range.push(Held {
                 position: i64::try_from(event.position).unwrap_or(i64::MAX),
                 hash: event.hash.0.to_vec(),
@@ -354,7 +384,12 @@ impl<'h> FileCheck<'h> {
             prev_digest: seal.prev_digest.0.to_vec(),
             digest: seal.digest.0.to_vec(),
         };
-        if !chained || !digest_holds(&stored) {
+        // The range it names is the range it lists: its last event is the one just read, and
+        // (unless the file's start cut it) its first the first since the seal before.
+        let first_named =
+            (self.seal.is_none() && !from_the_start) || self.range_first == Some(seal.first);
+        let bounded = self.last == Some(seal.last) && first_named;
+        if !chained || !bounded || !digest_holds(&stored) {
             let position = u64::try_from(seal.positions.first().copied().unwrap_or_default());
             let found = ChainBreak {
                 stream_id: String::new(),
@@ -366,6 +401,7 @@ impl<'h> FileCheck<'h> {
             push_break(&mut self.report, found);
         }
         let mut range = std::mem::take(&mut self.range);
+        self.range_first = None;
         if self.seal.is_none() && !from_the_start {
             let first = i64::try_from(seal.first.position).unwrap_or(i64::MAX);
             let start = range.iter().position(|held| held.position == first).unwrap_or(0);
@@ -374,78 +410,6 @@ impl<'h> FileCheck<'h> {
         compare(&stored, &range, &mut self.report);
         self.report.seals_checked += 1;
         self.seal = Some((seal.seal_no, seal.digest.0));
-    }
-
-    fn stream(&mut self, number: u64, stream: &StreamLine) {
-        let index = self.read.streams;
-        self.read.streams += 1;
-        if let Some(heads) = self.heads.take() {
-            // From here on this reader reads the heads; those read ahead were checked.
-            self.heads_checked = heads.taken();
-        }
-        if index < self.heads_checked {
-            return;
-        }
-        let complete = self.header.as_ref().is_some_and(|header| header.complete);
-        if !complete {
-            let reason = "a stream head in an export that is not complete".to_owned();
-            return self.fault(number, BreakKind::Malformed { reason });
-        }
-        let walk = self.streams.get_mut(&stream.stream_id).map(|walk| {
-            walk.headed = true;
-            *walk
-        });
-        self.check_head(number, stream, walk);
-    }
-
-    /// Checks each head read ahead whose stream's events were all read, then forgets that
-    /// stream. A head whose stream has not reached it yet waits (in an export as written,
-    /// until its next event); one whose stream never does is checked when its line is read.
-    fn check_heads_ahead(&mut self) {
-        if !self.header.as_ref().is_some_and(|header| header.complete) {
-            return;
-        }
-        while let Some(heads) = self.heads.as_mut() {
-            let reached = heads.peek().is_some_and(|head| {
-                self.streams.get(&head.stream_id).is_some_and(|w| w.link.version >= head.version)
-            });
-            let Some((number, head)) = reached.then(|| heads.take()).flatten() else {
-                return;
-            };
-            let walk = self.streams.remove(&head.stream_id);
-            self.check_head(number, &head, walk);
-        }
-    }
-
-    /// Compares a stream's head (line `number`) with its walk through the file's events.
-    fn check_head(&mut self, number: u64, stream: &StreamLine, walk: Option<StreamWalk>) {
-        let recorded = stream.version;
-        let (version, position, kind) = match walk {
-            None => (1, 0, BreakKind::StreamMissing),
-            Some(walk) if walk.link.version < recorded => {
-                (walk.link.version + 1, walk.position, BreakKind::EventsMissing { recorded })
-            }
-            Some(walk)
-                if walk.link.version > recorded
-                    || walk.link.hash != stream.last_hash.0
-                    || walk.owner != owner_of(&stream.stream_type, &stream.tenant_id)
-                    || (stream.last_tx_id != walk.tx_id && stream.last_tx_id != 0) =>
-            {
-                // A head of another type or tenant would hand the stream to another owner on
-                // import; its last transaction is its last event's (or 0, reset by a new
-                // epoch).
-                (walk.link.version, walk.position, BreakKind::HeadMismatch)
-            }
-            Some(_) => return,
-        };
-        let found = ChainBreak {
-            stream_id: stream.stream_id.clone(),
-            version,
-            position,
-            line: number,
-            kind,
-        };
-        push_break(&mut self.report, found);
     }
 
     fn end(&mut self, number: u64, end: EndLine) {
@@ -483,29 +447,13 @@ impl<'h> FileCheck<'h> {
         }
         if header.complete {
             self.unheaded_streams();
+            if let Some(heads) = self.heads.take() {
+                // This reader never came to the stream lines the other read.
+                self.heads_checked = heads.taken();
+            }
+            self.heads_read_twice(lines);
         }
         self.report.unsealed_events += self.range.len() as u64;
         Ok(FileReport { header, report: self.report, streams_held_max: self.streams_held_max })
-    }
-
-    /// A complete file records every stream's head: a stream without one was added.
-    fn unheaded_streams(&mut self) {
-        let mut unheaded: Vec<(String, StreamWalk)> = self
-            .streams
-            .iter()
-            .filter(|(_, walk)| !walk.headed)
-            .map(|(id, walk)| (id.clone(), *walk))
-            .collect();
-        unheaded.sort_by_key(|(_, walk)| walk.position);
-        for (stream_id, walk) in unheaded {
-            let found = ChainBreak {
-                stream_id,
-                version: walk.link.version,
-                position: walk.position,
-                line: walk.line,
-                kind: BreakKind::HeadMissing,
-            };
-            push_break(&mut self.report, found);
-        }
     }
 }

@@ -11,6 +11,8 @@
 
 use std::io::BufRead;
 
+use sha2::{Digest as _, Sha256};
+
 use super::lines::{Line, StreamLine};
 
 /// What begins a stream line as an export writes it; any other line is parsed to be sure.
@@ -38,8 +40,9 @@ pub struct HeadsAhead<'r> {
     number: u64,
     /// The next head, read and not yet taken, with its line.
     next: Option<(u64, StreamLine)>,
-    /// Heads taken so far: the file's first `taken` stream lines.
+    /// Heads taken so far: the file's first `taken` stream lines, and their digest.
     taken: u64,
+    digest: Sha256,
     text: Vec<u8>,
 }
 
@@ -63,6 +66,7 @@ impl<'r> HeadsAhead<'r> {
             number: 0,
             next: None,
             taken: 0,
+            digest: Sha256::default(),
             text: Vec::new(),
         }
     }
@@ -79,13 +83,17 @@ impl<'r> HeadsAhead<'r> {
     /// Takes the head [`Self::peek`] showed, with its line number.
     pub(super) fn take(&mut self) -> Option<(u64, StreamLine)> {
         let taken = self.next.take();
-        self.taken += u64::from(taken.is_some());
+        if let Some((_, head)) = &taken {
+            self.taken += 1;
+            digest_head(&mut self.digest, head);
+        }
         taken
     }
 
-    /// How many of the file's first stream lines were taken (and so already checked).
-    pub(super) fn taken(&self) -> u64 {
-        self.taken
+    /// How many of the file's first stream lines were taken (and so already checked), and
+    /// their digest: the first reader's own first lines must match it.
+    pub(super) fn taken(self) -> (u64, [u8; 32]) {
+        (self.taken, self.digest.finalize().into())
     }
 
     fn read_head(&mut self) -> Option<(u64, StreamLine)> {
@@ -158,6 +166,17 @@ impl<'r> HeadsAhead<'r> {
     }
 }
 
+/// Adds a head to a digest of heads (every field, each ended unambiguously).
+pub(super) fn digest_head(digest: &mut Sha256, head: &StreamLine) {
+    for text in [&head.stream_id, &head.stream_type, &head.tenant_id] {
+        digest.update((text.len() as u64).to_be_bytes());
+        digest.update(text.as_bytes());
+    }
+    digest.update(head.version.to_be_bytes());
+    digest.update(head.last_hash.0);
+    digest.update(head.last_tx_id.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,7 +207,22 @@ mod tests {
         assert_eq!(heads.peek().map(|h| h.stream_id.as_str()), Some("b"));
         assert_eq!(heads.take().map(|(line, _)| line), Some(6));
         assert!(heads.peek().is_none(), "the end line ends the heads");
-        assert_eq!(heads.taken(), 2);
+        assert_eq!(heads.taken().0, 2);
+    }
+
+    #[test]
+    fn crlf_line_ends_and_a_stray_head_among_the_events_are_read_as_the_first_reader_reads() {
+        let file = [
+            r#"{"kind":"header"}"#.to_owned(),
+            head("stray"),
+            r#"{"kind":"event","a":1}"#.to_owned(),
+            head("a"),
+        ]
+        .join("\r\n");
+        let mut heads = HeadsAhead::new(file.as_bytes());
+        assert_eq!(heads.peek().map(|h| h.stream_id.as_str()), Some("stray"));
+        assert_eq!(heads.take().map(|(line, _)| line), Some(2));
+        assert!(heads.peek().is_none(), "the heads end at the first line that is not one");
     }
 
     #[test]

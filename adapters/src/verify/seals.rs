@@ -199,7 +199,9 @@ pub(crate) fn compare(seal: &StoredSeal, held: &[Held], report: &mut VerifyRepor
             held_break(event, BreakKind::InsertedIntoSealedRange)
         }
         (Some((position, _)), _) => unknown_stream(*position, BreakKind::SealedEventMissing),
-        (None, _) => return,
+        // One more event than the seal lists, a copy of one it does list.
+        (None, Some(event)) => held_break(event, BreakKind::InsertedIntoSealedRange),
+        (None, None) => return,
     };
     push_break(report, found);
 }

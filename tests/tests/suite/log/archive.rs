@@ -64,6 +64,13 @@ async fn exported(store: &PgEventStore, filter: &ExportFilter) -> (String, Expor
     (String::from_utf8(out).unwrap(), summary)
 }
 
+/// The file checked with its heads read ahead, as `events verify --from FILE` does, and in one
+/// pass with no reader ahead.
+fn both(text: &str) -> (FileReport, FileReport) {
+    let ahead = check_file(text.as_bytes(), Some(HeadsAhead::new(text.as_bytes())), |_| {});
+    (ahead.unwrap(), check_file(text.as_bytes(), None, |_| {}).unwrap())
+}
+
 /// The file checked with its heads read ahead, as `events verify --from FILE` does; checked
 /// in one pass with no reader ahead, it must report the very same.
 fn checked(text: &str) -> FileReport {
@@ -212,6 +219,17 @@ async fn verify_from_a_file_names_each_kind_of_tampering_by_position_and_line() 
     assert_eq!(first.kind, BreakKind::Reordered, "{:?}", report.breaks);
     assert_eq!((first.position, first.line), (position_of(lines[at]), at as u64 + 2));
 
+    // A seal naming a range other than the one it lists: its last event moved one back.
+    let at = lines.iter().position(|l| l.starts_with(r#"{"kind":"seal""#)).unwrap();
+    let mut seal: Value = serde_json::from_str(lines[at]).unwrap();
+    let before: Value = serde_json::from_str(lines[at - 2]).unwrap();
+    seal["last"] = before["cursor"].clone();
+    let (seal, mut moved) = (seal.to_string(), lines.clone());
+    moved[at] = &seal;
+    let report = checked(&moved.join("\n")).report;
+    let first = report.first_break().unwrap();
+    assert_eq!(first.kind, BreakKind::SealMismatch { seal_no: 1 }, "{:?}", report.breaks);
+
     // The last line removed: the file was cut short.
     let cut = lines[..lines.len() - 1].join("\n");
     let report = checked(&cut).report;
@@ -224,12 +242,9 @@ async fn verify_from_a_file_names_each_kind_of_tampering_by_position_and_line() 
     );
 }
 
-#[tokio::test]
-async fn a_check_reading_the_heads_ahead_holds_only_the_streams_still_open() {
-    let db = TestDb::migrated().await;
-    let store = db.store();
-    // Twenty streams one after the other, each whole in one append; one long-lived stream
-    // appended to before and after them.
+/// Twenty streams one after the other, each whole in one append, and one long-lived stream
+/// appended to before and after them; exported.
+async fn one_after_another(store: &PgEventStore) -> String {
     let long = |n| append("acme", "lease-long", vec![event("LeaseDispatchFailed", payload(99, n))]);
     store.append(vec![long(0)]).await.unwrap();
     for stream in 0..20 {
@@ -237,8 +252,89 @@ async fn a_check_reading_the_heads_ahead_holds_only_the_streams_still_open() {
         store.append(vec![append("acme", &format!("lease-{stream:02}"), events)]).await.unwrap();
     }
     let last = store.append(vec![long(1)]).await.unwrap().cursor;
-    read_log_through(&store, Cursor::START, 100, last).await;
+    read_log_through(store, Cursor::START, 100, last).await;
+    exported(store, &ExportFilter::default()).await.0
+}
+
+#[tokio::test]
+async fn a_stream_that_starts_again_after_its_head_and_a_second_head_are_found() {
+    let db = TestDb::migrated().await;
+    let text = one_after_another(&db.store()).await;
+    let lines: Vec<&str> = text.lines().collect();
+    let is_event_of = |line: &&str, stream: &str| {
+        line.starts_with(r#"{"kind":"event""#)
+            && line.contains(&format!(r#""stream_id":"{stream}""#))
+    };
+    // lease-03's first event copied to the end of the events, under a later cursor (neither
+    // is hashed), and a second head for lease-03 saying it ends there.
+    let first = lines.iter().find(|line| is_event_of(line, "lease-03")).unwrap();
+    let last_event = lines.iter().rfind(|line| line.starts_with(r#"{"kind":"event""#)).unwrap();
+    let last: Cursor = serde_json::from_str::<Value>(last_event).unwrap()["cursor"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let again = Cursor { position: last.position + 100, ..last };
+    let mut copy: Value = serde_json::from_str(first).unwrap();
+    copy["cursor"] = json!(again.to_string());
+    copy["position"] = json!(again.position);
+    let head = lines.iter().find(|l| l.contains(r#""kind":"stream","stream_id":"lease-03""#));
+    let mut second_head: Value = serde_json::from_str(head.unwrap()).unwrap();
+    second_head["version"] = json!(1);
+    second_head["last_hash"] = copy["hash"].clone();
+    let (copy, second_head) = (copy.to_string(), second_head.to_string());
+    let at = lines.iter().rposition(|line| line.starts_with(r#"{"kind":"event""#)).unwrap() + 1;
+    let mut edited = lines.clone();
+    edited.insert(at, &copy);
+    edited.insert(edited.len() - 1, &second_head);
+    let text = edited.join("\n");
+
+    let (ahead, one_pass) = both(&text);
+    let named = |report: &FileReport, line: usize| {
+        report.report.breaks.iter().any(|b| b.stream_id == "lease-03" && b.line == line as u64)
+    };
+    for report in [&ahead, &one_pass] {
+        assert!(named(report, at + 1), "the copy, line {}: {:?}", at + 1, report.report.breaks);
+        assert!(named(report, edited.len() - 1), "the second head: {:?}", report.report.breaks);
+    }
+    let kinds: Vec<String> = ahead.report.breaks.iter().map(|b| format!("{:?}", b.kind)).collect();
+    assert!(kinds.iter().any(|k| k.contains("after the last its head records")), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k.contains("a second head")), "{kinds:?}");
+}
+
+#[tokio::test]
+async fn an_import_of_two_epochs_and_more_seals_than_it_holds_at_once_restores_each_exactly() {
+    let source = TestDb::migrated().await;
+    let store = source.store();
+    let mut last = Cursor::START;
+    for round in 0..41 {
+        let events = (0..100).map(|n| event("LeaseDispatchFailed", payload(round, n))).collect();
+        let name = format!("lease-{}", round % 7);
+        last = store.append(vec![append("acme", &name, events)]).await.unwrap().cursor;
+        if round == 20 {
+            store.raise_epoch().await.unwrap();
+        }
+    }
+    read_log_through(&store, Cursor::START, 1_000, last).await;
+    // A seal for each event: more than the 4,096 an import holds before it writes them.
+    assert_eq!(store.seal_all(1, false).await.unwrap(), 4_100);
     let (text, _) = exported(&store, &ExportFilter::default()).await;
+    let target = TestDb::migrated().await;
+    let heads = Some(HeadsAhead::new(text.as_bytes()));
+    let imported = import(&target.store(), text.as_bytes(), heads, |_| {}).await.unwrap();
+    assert!(imported.checked.report.breaks.is_empty(), "{:?}", imported.checked.report.breaks);
+    for sql in [EVENTS, STREAMS, SEALS] {
+        assert_eq!(rows(&source, sql).await, rows(&target, sql).await, "{sql}");
+    }
+    let report = target.store().verify_log(|_| {}).await.unwrap();
+    assert!(report.breaks.is_empty(), "{:?}", report.breaks);
+    assert_eq!((report.events_checked, report.seals_checked), (4_100, 4_100));
+}
+
+#[tokio::test]
+async fn a_check_reading_the_heads_ahead_holds_only_the_streams_still_open() {
+    let db = TestDb::migrated().await;
+    let text = one_after_another(&db.store()).await;
 
     let ahead = checked(&text);
     assert!(ahead.report.breaks.is_empty(), "{:?}", ahead.report.breaks);
