@@ -18,6 +18,7 @@ pub mod migrations;
 pub mod projections;
 pub mod providers;
 pub mod read_models;
+pub mod relay;
 pub mod rented;
 pub mod replay;
 pub mod retention;

@@ -43,6 +43,12 @@ enum Command {
     /// Watch the projections.
     #[command(subcommand)]
     Projections(ProjectionsCommand),
+    /// Publish the committed log to Kafka, in commit order, from a checkpoint kept in the
+    /// database: key = stream id, value = the event as an export writes it, headers = id,
+    /// cursor, type, stream type, tenant, schema version. At least once: a consumer drops
+    /// repeats by event id or by (stream id, version). `relay status` shows where each relay
+    /// stands.
+    Relay(crate::relay::RelayArgs),
     /// Measure throughput against a raw PostgreSQL baseline.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -195,6 +201,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(&args).await,
         Command::Token(args) => token::run(&args),
         Command::BackendSim(args) => crate::backend_sim::run(&args).await,
+        Command::Relay(args) => crate::relay::run(&args).await,
         Command::Migrate(args) => migrate(&args.parse()?).await,
         Command::Events(EventsCommand::Verify(args)) => events::verify(&args).await,
         Command::Events(EventsCommand::Export(args)) => events::export(&args).await,

@@ -9,6 +9,7 @@ mod dispatch;
 mod events;
 mod projections;
 mod projectors;
+mod relay;
 mod sealer;
 mod secrets;
 mod serve;

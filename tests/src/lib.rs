@@ -7,6 +7,7 @@
 
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig, migrate};
 
+pub mod kafka;
 mod listening;
 
 pub use listening::{documented_routes, routes_in, spawn_listening};

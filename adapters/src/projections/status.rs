@@ -91,6 +91,15 @@ impl PgReadModels {
             .collect())
     }
 
+    /// Events after `cursor` a whole-log reader can read now (counted up to a bound), and the
+    /// age of the first of them: how far a reader at `cursor` is behind.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn behind_cursor(&self, cursor: Cursor) -> Result<(u64, f64), StoreError> {
+        self.behind(cursor).await
+    }
+
     async fn behind(&self, cursor: Cursor) -> Result<(u64, f64), StoreError> {
         let after = format!("(log_epoch, tx_id, position) > ($1, $2::xid8, $3) AND {HORIZON}");
         let sql = format!(

@@ -12,6 +12,7 @@ mod idempotency;
 mod ledger_order;
 mod order;
 mod paging;
+mod relay;
 mod seals;
 mod shape;
 mod snapshots;

@@ -1,0 +1,63 @@
+//! The committed log published to Kafka, for the rest of a company's systems to read without
+//! touching Leasehold's database.
+//!
+//! [`KafkaRelay`] reads the whole log with the projectors' gap-safe reader (events below the
+//! horizon, in commit order) from its checkpoint in `relay_checkpoints`, and publishes each
+//! event with an idempotent producer: key = stream id (one aggregate's events keep their
+//! order within a partition), value = the event as an export writes it (every stored field,
+//! the auditor's view), headers = id, cursor, type, stream type, tenant and schema version.
+//! The checkpoint moves only past events the broker acknowledged, all of them up to it: a
+//! restart publishes again at most what was in flight. Delivery is at least once; a consumer
+//! drops a repeat by its event id or by its `(stream id, version)` ([`RelayedLog`] does).
+//!
+//! A broker that is down leaves the relay waiting, its checkpoint still, while the producer
+//! retries with backoff; nothing is skipped. An event too large to publish stops the relay
+//! with [`RelayError::TooLarge`]: it is never dropped.
+
+mod checkpoint;
+mod consume;
+mod publish;
+
+pub use checkpoint::{RelayCheckpoint, relay_checkpoints};
+pub use consume::{ConsumeError, RelayedLog};
+pub use publish::{KafkaRelay, RelayConfig};
+
+use leasehold_domain::{Cursor, StoreError};
+
+/// Why the relay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The log or the checkpoint could not be read or written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The producer could not be made (a bad setting).
+    #[error("the Kafka producer: {0}")]
+    Producer(String),
+    /// An event is larger than the producer may publish; the relay stops before it.
+    #[error(
+        "the event at cursor {cursor} is {bytes} bytes as published, over the {max}-byte \
+         limit (message.max.bytes): the relay stops rather than skip it"
+    )]
+    TooLarge {
+        /// The event.
+        cursor: Cursor,
+        /// Its message's size.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The broker refused an event for good; the relay stops at the event before it.
+    #[error("publishing the event at cursor {cursor} failed: {reason}")]
+    Publish {
+        /// The event.
+        cursor: Cursor,
+        /// The producer's error.
+        reason: String,
+    },
+}
+
+/// The name a relay to a Kafka topic keeps its checkpoint under.
+#[must_use]
+pub fn kafka_relay_name(topic: &str) -> String {
+    format!("kafka:{topic}")
+}

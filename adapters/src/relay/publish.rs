@@ -1,0 +1,283 @@
+//! The relay's loop: read the log after the checkpoint, publish in commit order with at most
+//! a window of events unacknowledged, move the checkpoint past each acknowledged prefix.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use leasehold_domain::{Cursor, EventStore as _, RecordedEvent};
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::future_producer::OwnedDeliveryResult;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use tokio::time::Instant;
+
+use super::checkpoint::{failed, relay_checkpoints, save};
+use super::{RelayError, kafka_relay_name};
+use crate::archive::EventLine;
+use crate::store::PgEventStore;
+
+/// How a relay publishes.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// `HOST:PORT[,…]`.
+    pub brokers: String,
+    /// The topic every event goes to.
+    pub topic: String,
+    /// Events published and not yet acknowledged, at most.
+    pub in_flight_max: usize,
+    /// The largest message the producer may publish (`message.max.bytes`).
+    pub message_max_bytes: usize,
+    /// How long the relay waits for the log to grow before it asks again.
+    pub idle_wait: Duration,
+    /// How often, at most, the checkpoint is written while events are acknowledged.
+    pub checkpoint_every: Duration,
+}
+
+impl RelayConfig {
+    /// A relay of every event to `topic` on `brokers`, with the defaults.
+    #[must_use]
+    pub fn new(brokers: &str, topic: &str) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            in_flight_max: 10_000,
+            message_max_bytes: 1_000_000,
+            idle_wait: Duration::from_secs(1),
+            checkpoint_every: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Publishes the log to Kafka, from its checkpoint, until told to stop.
+pub struct KafkaRelay {
+    store: PgEventStore,
+    producer: FutureProducer,
+    config: RelayConfig,
+    name: String,
+}
+
+impl std::fmt::Debug for KafkaRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaRelay").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// The events published, oldest first, each with the future of its acknowledgement.
+type InFlight = VecDeque<(Cursor, DeliveryFuture)>;
+
+/// What the loop has acknowledged and not yet written to its checkpoint.
+#[derive(Debug)]
+struct Acknowledged {
+    cursor: Cursor,
+    unsaved: u64,
+    saved_at: Instant,
+}
+
+impl KafkaRelay {
+    /// A relay of `store`'s log as `config` says. The producer is idempotent, never gives up
+    /// on a message (a broker that is down is waited for), and acknowledges only what every
+    /// in-sync replica holds.
+    ///
+    /// # Errors
+    /// [`RelayError::Producer`] for settings librdkafka refuses.
+    pub fn new(store: PgEventStore, config: RelayConfig) -> Result<Self, RelayError> {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &config.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", "0")
+            .set("message.max.bytes", config.message_max_bytes.to_string())
+            .set("linger.ms", "5")
+            .set("retry.backoff.ms", "100")
+            .set("retry.backoff.max.ms", "2000")
+            .create()
+            .map_err(|error| RelayError::Producer(error.to_string()))?;
+        let name = kafka_relay_name(&config.topic);
+        Ok(Self { store, producer, config, name })
+    }
+
+    /// Publishes until `stop` completes (the checkpoint then written) or a failure stops it
+    /// (recorded in the checkpoint's row, the checkpoint where the last acknowledged prefix
+    /// ends).
+    ///
+    /// # Errors
+    /// [`RelayError`]: the database, an event too large, a delivery refused for good.
+    pub async fn run(&self, stop: impl Future<Output = ()>) -> Result<(), RelayError> {
+        let result = self.publish(stop).await;
+        if let Err(error) = &result {
+            tracing::error!(relay = %self.name, %error, "the relay stopped");
+            if !matches!(error, RelayError::Store(_)) {
+                failed(&self.store, &self.name, &error.to_string()).await?;
+            }
+        }
+        result
+    }
+
+    async fn publish(&self, stop: impl Future<Output = ()>) -> Result<(), RelayError> {
+        let start = relay_checkpoints(&self.store, Some(&self.name)).await?;
+        let start = start.first().map_or(Cursor::START, |checkpoint| checkpoint.cursor);
+        let mut acked = Acknowledged { cursor: start, unsaved: 0, saved_at: Instant::now() };
+        let (mut in_flight, mut read_from) = (InFlight::new(), start);
+        tokio::pin!(stop);
+        loop {
+            let room = self.config.in_flight_max.saturating_sub(in_flight.len());
+            let page = if room == 0 {
+                Vec::new()
+            } else if in_flight.is_empty() {
+                let wait = self.store.wait_for_log(read_from, room, self.config.idle_wait);
+                tokio::select! {
+                    page = wait => page?.events,
+                    () = &mut stop => return self.checkpoint(&mut acked, true).await,
+                }
+            } else {
+                self.store.read_log(read_from, room.min(1_000)).await?.events
+            };
+            let idle = page.is_empty();
+            for event in &page {
+                let delivery = self.send(event, &mut in_flight, &mut acked).await?;
+                in_flight.push_back((event.cursor, delivery));
+                read_from = event.cursor;
+            }
+            self.settle(&mut in_flight, &mut acked, idle, &mut stop).await?;
+            if in_flight.is_empty() && matches!((&mut stop).now_or_never(), Some(())) {
+                return self.checkpoint(&mut acked, true).await;
+            }
+        }
+    }
+
+    /// Hands `event` to the producer, waiting for acknowledgements while its queue is full.
+    async fn send(
+        &self,
+        event: &RecordedEvent,
+        in_flight: &mut InFlight,
+        acked: &mut Acknowledged,
+    ) -> Result<DeliveryFuture, RelayError> {
+        let value = serde_json::to_vec(&EventLine::of(event)).unwrap_or_default();
+        let key = event.stream_id.as_str();
+        loop {
+            let record = FutureRecord::to(&self.config.topic)
+                .key(key)
+                .payload(&value)
+                .headers(headers(event));
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    let Some(oldest) = in_flight.pop_front() else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    self.acknowledge(oldest, acked).await?;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                    let max = self.config.message_max_bytes;
+                    return Err(RelayError::TooLarge {
+                        cursor: event.cursor,
+                        bytes: value.len(),
+                        max,
+                    });
+                }
+                Err((error, _)) => {
+                    return Err(RelayError::Publish {
+                        cursor: event.cursor,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Takes the acknowledgements that have come; waits for the oldest when the window is
+    /// full or nothing is left to read.
+    async fn settle(
+        &self,
+        in_flight: &mut InFlight,
+        acked: &mut Acknowledged,
+        idle: bool,
+        stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), RelayError> {
+        let must_wait = idle || in_flight.len() >= self.config.in_flight_max;
+        if must_wait && let Some((cursor, delivery)) = in_flight.front_mut() {
+            let cursor = *cursor;
+            tokio::select! {
+                delivered = delivery => {
+                    in_flight.pop_front();
+                    delivered_or_failed(cursor, delivered)?;
+                    self.acknowledged(cursor, acked).await?;
+                }
+                () = stop.as_mut() => return self.checkpoint(acked, true).await,
+            }
+        }
+        while let Some((cursor, delivery)) = in_flight.front_mut() {
+            let cursor = *cursor;
+            let Some(delivered) = delivery.now_or_never() else { break };
+            in_flight.pop_front();
+            delivered_or_failed(cursor, delivered)?;
+            self.acknowledged(cursor, acked).await?;
+        }
+        self.checkpoint(acked, false).await
+    }
+
+    async fn acknowledge(
+        &self,
+        (cursor, delivery): (Cursor, DeliveryFuture),
+        acked: &mut Acknowledged,
+    ) -> Result<(), RelayError> {
+        delivered_or_failed(cursor, delivery.await)?;
+        self.acknowledged(cursor, acked).await
+    }
+
+    async fn acknowledged(
+        &self,
+        cursor: Cursor,
+        acked: &mut Acknowledged,
+    ) -> Result<(), RelayError> {
+        acked.cursor = cursor;
+        acked.unsaved += 1;
+        self.checkpoint(acked, false).await
+    }
+
+    /// Writes the checkpoint if events were acknowledged since, and it is time (or `now`).
+    async fn checkpoint(&self, acked: &mut Acknowledged, now: bool) -> Result<(), RelayError> {
+        let due = now || acked.saved_at.elapsed() >= self.config.checkpoint_every;
+        if acked.unsaved == 0 || !due {
+            return Ok(());
+        }
+        save(&self.store, &self.name, acked.cursor, acked.unsaved).await?;
+        (acked.unsaved, acked.saved_at) = (0, Instant::now());
+        Ok(())
+    }
+}
+
+/// An event's headers: what a consumer routes or dedupes by without reading the value.
+fn headers(event: &RecordedEvent) -> OwnedHeaders {
+    let cursor = event.cursor.to_string();
+    let event_id = event.event_id.as_uuid().to_string();
+    let schema_version = event.schema_version.to_string();
+    [
+        ("event_id", event_id.as_str()),
+        ("cursor", cursor.as_str()),
+        ("event_type", event.event_type.as_str()),
+        ("stream_type", event.stream_type.as_str()),
+        ("tenant_id", event.tenant_id.as_str()),
+        ("schema_version", schema_version.as_str()),
+    ]
+    .into_iter()
+    .fold(OwnedHeaders::new(), |headers, (key, value)| {
+        headers.insert(Header { key, value: Some(value) })
+    })
+}
+
+/// The acknowledgement of the event at `cursor`, or why it will never come.
+fn delivered_or_failed(
+    cursor: Cursor,
+    delivered: Result<OwnedDeliveryResult, impl std::fmt::Debug>,
+) -> Result<(), RelayError> {
+    match delivered {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((error, _))) => Err(RelayError::Publish { cursor, reason: error.to_string() }),
+        Err(_) => Err(RelayError::Publish { cursor, reason: "the producer went away".into() }),
+    }
+}

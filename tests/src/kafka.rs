@@ -1,0 +1,136 @@
+//! A Kafka-protocol broker for one test: `tansu`, in memory, on a free port of 127.0.0.1.
+//!
+//! The binary is installed once per machine (`cargo install tansu`, a few minutes) under
+//! `~/.cache/leasehold-tools`, by `.ci/run` or, failing that, by the first test that needs it
+//! (under a file lock, so tests running at once install it once). `LEASEHOLD_TANSU` names
+//! another binary.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+/// The tansu release the tests run against.
+const TANSU_VERSION: &str = "0.6.0";
+
+/// A broker that lives as long as the value.
+#[derive(Debug)]
+pub struct Broker {
+    child: Child,
+    port: u16,
+    /// `127.0.0.1:PORT`, as clients' `bootstrap.servers`.
+    pub address: String,
+}
+
+impl Broker {
+    /// Starts a broker with memory storage on a free port, and waits until it takes
+    /// connections.
+    pub async fn start() -> Broker {
+        let port = free_port();
+        let child = spawn(port);
+        let broker = Broker { child, port, address: format!("127.0.0.1:{port}") };
+        broker.wait_until_listening().await;
+        broker
+    }
+
+    /// Creates `topic` with `partitions` partitions.
+    pub async fn create_topic(&self, topic: &str, partitions: u32) {
+        let broker = format!("tcp://127.0.0.1:{}", self.port);
+        let partitions = partitions.to_string();
+        let status = Command::new(tansu())
+            .args(["topic", "create", topic, "--partitions", &partitions, "--broker", &broker])
+            .stdout(Stdio::null())
+            .status()
+            .await
+            .expect("tansu topic create runs");
+        assert!(status.success(), "tansu topic create {topic}: {status}");
+    }
+
+    /// Stops the broker answering (SIGSTOP): connections stay open and nothing is answered,
+    /// as with a broker that hangs or a network that drops everything. Its memory is kept.
+    pub fn pause(&self) {
+        signal(&self.child, "-STOP");
+    }
+
+    /// Lets a paused broker answer again (SIGCONT).
+    pub fn resume(&self) {
+        signal(&self.child, "-CONT");
+    }
+
+    async fn wait_until_listening(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(&self.address).await.is_err() {
+            assert!(tokio::time::Instant::now() < deadline, "tansu did not listen in 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.resume();
+        let _ = self.child.start_kill();
+    }
+}
+
+fn signal(child: &Child, which: &str) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill").args([which, &pid.to_string()]).status();
+    }
+}
+
+fn spawn(port: u16) -> Child {
+    let url = format!("tcp://127.0.0.1:{port}");
+    Command::new(tansu())
+        .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+        .args(["--storage-engine", "memory://tansu/", "--cluster-id", "leasehold-test"])
+        // It reads a `.env` in its working directory: give it one with nothing in it.
+        .current_dir(std::env::temp_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tansu starts")
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// The tansu binary, installed first if it is missing.
+fn tansu() -> PathBuf {
+    if let Ok(path) = std::env::var("LEASEHOLD_TANSU") {
+        return PathBuf::from(path);
+    }
+    let root = tools_root();
+    let binary = root.join("bin").join("tansu");
+    if !binary.exists() {
+        install(&root);
+    }
+    binary
+}
+
+fn tools_root() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from);
+    home.join(".cache").join("leasehold-tools")
+}
+
+/// `cargo install tansu` into `root`, once: under a lock, rechecked once the lock is held.
+fn install(root: &std::path::Path) {
+    std::fs::create_dir_all(root).expect("the tools' folder");
+    let lock = std::fs::File::create(root.join("install.lock")).expect("the install lock");
+    lock.lock().expect("the install lock taken");
+    if root.join("bin").join("tansu").exists() {
+        return;
+    }
+    let root_arg = root.to_str().expect("a UTF-8 path");
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args(["install", "tansu", "--version", TANSU_VERSION, "--locked"])
+        .args(["--features", "dynostore", "--root", root_arg, "--target-dir"])
+        .arg(root.join("build"))
+        .status()
+        .expect("cargo install runs");
+    assert!(status.success(), "cargo install tansu {TANSU_VERSION}: {status}");
+}
