@@ -137,7 +137,10 @@ impl KafkaRelay {
             };
             let idle = page.is_empty();
             for event in &page {
-                let delivery = self.send(event, &mut in_flight, &mut acked).await?;
+                let delivery = match self.send(event, &mut in_flight, &mut acked).await {
+                    Ok(delivery) => delivery,
+                    Err(error) => return self.drain(in_flight, &mut acked).await.and(Err(error)),
+                };
                 in_flight.push_back((event.cursor, delivery));
                 read_from = event.cursor;
             }
@@ -218,6 +221,15 @@ impl KafkaRelay {
             self.acknowledged(cursor, acked).await?;
         }
         self.checkpoint(acked, false).await
+    }
+
+    /// Waits for every event in flight (stopping at one that fails) and writes the
+    /// checkpoint: the relay stops past all that was acknowledged.
+    async fn drain(&self, in_flight: InFlight, acked: &mut Acknowledged) -> Result<(), RelayError> {
+        for published in in_flight {
+            self.acknowledge(published, acked).await?;
+        }
+        self.checkpoint(acked, true).await
     }
 
     async fn acknowledge(

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use leasehold_adapters::PgEventStore;
-use leasehold_adapters::relay::{KafkaRelay, RelayConfig, RelayedLog, relay_checkpoints};
+use leasehold_adapters::relay::{
+    KafkaRelay, RelayConfig, RelayError, RelayedLog, relay_checkpoints,
+};
 use leasehold_domain::{EventStore, ExpectedVersion, StreamAppend, StreamId, StreamType, TenantId};
 use leasehold_tests::TestDb;
 use leasehold_tests::kafka::Broker;
@@ -168,4 +170,40 @@ async fn a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost() {
     let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
     assert_eq!(checkpoint[0].cursor, store.head().await.unwrap());
     assert_eq!(checkpoint[0].published, 2_000);
+}
+
+#[tokio::test]
+async fn an_event_too_large_to_publish_stops_the_relay_before_it_and_says_why() {
+    let (db, broker) = (TestDb::migrated().await, Broker::start().await);
+    broker.create_topic(TOPIC, 1).await;
+    let store = db.store();
+    write(&store, 1, 10, 0).await;
+    let big = event("LeaseDispatchFailed", json!({ "detail": "x".repeat(4_000) }));
+    let append = StreamAppend {
+        stream_id: StreamId::parse("lease-big").unwrap(),
+        stream_type: StreamType::parse("lease").unwrap(),
+        tenant_id: TenantId::parse("acme").unwrap(),
+        expected: ExpectedVersion::Any,
+        events: vec![big],
+    };
+    let big_at = store.append(vec![append]).await.unwrap().cursor;
+    write(&store, 1, 10, 1).await;
+
+    let mut config = RelayConfig::new(&broker.address, TOPIC);
+    config.message_max_bytes = 2_000;
+    let relay = KafkaRelay::new(store.clone(), config).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), relay.run(std::future::pending()));
+    let error = stopped.await.expect("the relay stops by itself").unwrap_err();
+    let RelayError::TooLarge { cursor, bytes, max } = &error else { panic!("{error:?}") };
+    assert_eq!((*cursor, *max), (big_at, 2_000));
+    assert!(*bytes > 4_000, "{bytes}");
+
+    // The ten events before it are published and checkpointed; the failure is recorded.
+    let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
+    assert_eq!(take(&mut log, 10).await.len(), 10);
+    let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
+    assert_eq!(checkpoint[0].published, 10);
+    assert!(checkpoint[0].cursor < big_at);
+    assert_eq!(checkpoint[0].publish_errors, 1);
+    assert_eq!(checkpoint[0].last_error.as_deref(), Some(error.to_string().as_str()));
 }
