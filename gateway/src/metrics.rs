@@ -132,6 +132,14 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         }
         Err(error) => tracing::warn!(%error, "projection status unavailable for /metrics"),
     }
+    if let Ok(relays) = inner.read_models.relay_publish_errors().await {
+        out.push_str("# HELP leasehold_relay_publish_errors_total Publishing failures of a relay of the log (each stops it; it resumes from its checkpoint). Its lag is leasehold_projection_events_behind{projection=\"<relay>\"}.\n");
+        out.push_str("# TYPE leasehold_relay_publish_errors_total counter\n");
+        for (relay, errors) in relays {
+            let _ =
+                writeln!(out, "leasehold_relay_publish_errors_total{{relay=\"{relay}\"}} {errors}");
+        }
+    }
     if let Some(router) = &inner.router {
         backends(&mut out, router);
     }

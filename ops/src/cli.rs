@@ -91,7 +91,8 @@ enum EventsCommand {
     /// Follow the live log: one line per event the filters admit (the export's filters and
     /// lines; with --tenant, the tenant's view), from --from-cursor (else the log's start),
     /// in commit order with no gap and no duplicate, until Ctrl-C or past --to-cursor. Resume
-    /// after a stop from the last line's `cursor`.
+    /// after a stop from the last line's `cursor`. With --from-kafka, read what `leasehold
+    /// relay` published instead: repeats dropped, each stream's versions checked.
     Tail(events::TailArgs),
     /// Seal every committed event not sealed yet now, the last seal over fewer events if need
     /// be (`leasehold serve` seals by itself every `--seal-every` events and at shutdown).

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leasehold_adapters::archive::{
     EventLine, ExportFilter, HeadsAhead, check::check_file, import::import as import_file,
 };
+use leasehold_adapters::relay::{ConsumeError, RelayedLog};
 use leasehold_adapters::replay::{Comparison, ReplayReport, compare, replay_file};
 use leasehold_adapters::verify::VerifyReport;
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig};
@@ -92,6 +93,18 @@ pub struct TailArgs {
     database: DatabaseArgs,
     #[command(flatten)]
     filter: FilterArgs,
+    /// Read what `leasehold relay` published to Kafka on these brokers instead of the
+    /// database: each event once (a repeat of the relay's at-least-once delivery dropped),
+    /// each stream's versions checked to follow one another (a gap is an error).
+    #[arg(long, value_name = "HOST:PORT[,...]")]
+    from_kafka: Option<String>,
+    /// The topic --from-kafka reads.
+    #[arg(long, default_value = "leasehold.events")]
+    topic: String,
+    /// The consumer group --from-kafka reads as. It commits no offsets: each run reads the
+    /// topic from its start (narrow it with --from-cursor).
+    #[arg(long, default_value = "leasehold-tail")]
+    group: String,
 }
 
 /// `events replay`.
@@ -204,6 +217,9 @@ pub async fn export(args: &ExportArgs) -> anyhow::Result<()> {
 /// Follows the log from `--from-cursor` (else its start), one line per event the filters
 /// admit, as the export writes them, until Ctrl-C or past `--to-cursor`.
 pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
+    if let Some(brokers) = &args.from_kafka {
+        return tail_kafka(brokers, args).await;
+    }
     let url = args.database.parse()?;
     let store = PgEventStore::new(&url, StoreConfig { pool_size: 2, ..Default::default() })?;
     let filter = args.filter.filter();
@@ -227,6 +243,37 @@ pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
         after = after.max(page.next);
         if filter.to_cursor.is_some_and(|to| after >= to) {
             return stopped_at(after);
+        }
+    }
+}
+
+/// `events tail --from-kafka`: the relayed topic, through the reference consumer.
+async fn tail_kafka(brokers: &str, args: &TailArgs) -> anyhow::Result<()> {
+    let filter = args.filter.filter();
+    let mut log = RelayedLog::subscribe(brokers, &args.topic, &args.group, false)?;
+    let mut out = std::io::stdout().lock();
+    let mut number = 0;
+    loop {
+        let line = tokio::select! {
+            line = log.next(TAIL_WAIT) => line,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("stopped ({} repeats dropped)", log.repeats());
+                return Ok(());
+            }
+        };
+        let line = match line {
+            Ok(line) => line,
+            Err(ConsumeError::Quiet(_)) => continue,
+            Err(error) => return Err(error.into()),
+        };
+        number += 1;
+        let event = line.recorded(number)?;
+        if filter.to_cursor.is_some_and(|to| event.cursor > to) {
+            return stopped_at(event.cursor);
+        }
+        if filter.admits(&event) {
+            filter.write_event(&mut out, line)?;
+            out.flush()?;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `leasehold relay`: the committed log published to Kafka, and where each relay stands.
 
 use clap::{Args, Subcommand};
+use futures_util::FutureExt as _;
 use leasehold_adapters::relay::{KafkaRelay, RelayConfig, relay_checkpoints};
 use leasehold_adapters::{PgEventStore, StoreConfig};
 
@@ -76,6 +77,31 @@ async fn publish(args: &PublishArgs) -> anyhow::Result<()> {
         .await?;
     eprintln!("stopped; the checkpoint is written");
     Ok(())
+}
+
+/// The relay inside `serve`: run until `stopped`; after a failure (recorded in its checkpoint's
+/// row) run again from its checkpoint, waiting 1 s, then twice as long each time up to a
+/// minute.
+pub fn spawn(
+    store: PgEventStore,
+    config: RelayConfig,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let relay = KafkaRelay::new(store, config)?;
+    Ok(tokio::spawn(async move {
+        let stopped = stopped.shared();
+        let mut wait = std::time::Duration::from_secs(1);
+        loop {
+            if relay.run(stopped.clone()).await.is_ok() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stopped.clone() => return,
+            }
+            wait = (wait * 2).min(std::time::Duration::from_secs(60));
+        }
+    }))
 }
 
 async fn status(database: &DatabaseArgs, json: bool) -> anyhow::Result<()> {

@@ -80,6 +80,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SEAL_EVERY", default_value_t = 1_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     seal_every: u64,
+    /// Also publish the committed log to Kafka on these brokers, as `leasehold relay` does
+    /// (restarted after a failure, waiting longer each time, up to a minute).
+    #[arg(long, value_name = "HOST:PORT[,...]", env = "LEASEHOLD_RELAY_KAFKA_BROKERS")]
+    relay_kafka_brokers: Option<String>,
+    /// The topic the relay publishes to (it must exist).
+    #[arg(long, default_value = "leasehold.events", env = "LEASEHOLD_RELAY_TOPIC")]
+    relay_topic: String,
     /// A JSON file saying how to reach each lease backend (name, url, secret_file,
     /// timeout_seconds; see the README). With it, `serve` sends every lease's work to its
     /// backend, signed with that backend's secret, and backends call back per operation.
@@ -328,6 +335,15 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         idle_after: args.vm_idle_after,
     };
     reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
+    if let Some(brokers) = &args.relay_kafka_brokers {
+        let config = leasehold_adapters::relay::RelayConfig::new(brokers, &args.relay_topic);
+        reconcilers.push(crate::relay::spawn(
+            store.clone(),
+            config,
+            stopped_future(stopped.clone()),
+        )?);
+        tracing::info!(%brokers, topic = %args.relay_topic, "relaying the log to Kafka");
+    }
     reconcilers.push(crate::dispatch::start_snapshot_dispatcher(
         state.snapshots(),
         state.vault(),
@@ -493,7 +509,7 @@ fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
 }
 
 /// Completes once `stopped` turns true.
-async fn stopped_future(mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn stopped_future(mut stopped: watch::Receiver<bool>) {
     // An error means the sender is gone: stop then too.
     let _ = stopped.wait_for(|stopped| *stopped).await;
 }

@@ -673,3 +673,123 @@ async fn replay_prints_each_read_models_digest_and_names_the_rows_a_database_lac
         String::from_utf8_lossy(&replay.stderr).contains("rows of the live read models differ")
     );
 }
+
+/// `count` events of stream `lease-<stream>` (ten an append), appended through the store.
+async fn lease_events(db: &TestDb, streams: usize, count: usize) {
+    use leasehold_domain::{
+        EventId, EventStore as _, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
+        StreamId, StreamType, TenantId,
+    };
+    let store = db.store();
+    for stream in 0..streams {
+        for _ in 0..count / 10 {
+            let events = (0..10)
+                .map(|n| NewEvent {
+                    event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
+                    event_type: EventType::parse("LeaseDispatchFailed").unwrap(),
+                    schema_version: 1,
+                    payload: serde_json::json!({ "attempt": n }),
+                    metadata: Metadata::default(),
+                })
+                .collect();
+            let append = StreamAppend {
+                stream_id: StreamId::parse(format!("lease-{stream}")).unwrap(),
+                stream_type: StreamType::parse("lease").unwrap(),
+                tenant_id: TenantId::parse("acme").unwrap(),
+                expected: ExpectedVersion::Any,
+                events,
+            };
+            store.append(vec![append]).await.unwrap();
+        }
+    }
+}
+
+/// Waits (bounded) until the relay's checkpoint satisfies `done`.
+async fn relay_checkpoint_until(
+    db: &TestDb,
+    done: impl Fn(&leasehold_adapters::relay::RelayCheckpoint) -> bool,
+) {
+    use leasehold_adapters::relay::relay_checkpoints;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let checkpoints = relay_checkpoints(&db.store(), None).await.unwrap();
+        if checkpoints.first().is_some_and(&done) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay did not get there: {checkpoints:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn spawn_relay(url: &str, brokers: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "relay",
+            "--database-url",
+            url,
+            "--kafka-brokers",
+            brokers,
+            "--in-flight-max",
+            "100",
+        ])
+        .env("LEASEHOLD_LOG", "warn")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("relay starts")
+}
+
+#[tokio::test]
+async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_event_once() {
+    use leasehold_domain::EventStore as _;
+    use tokio::io::AsyncBufReadExt as _;
+    let (db, broker) = (TestDb::migrated().await, leasehold_tests::kafka::Broker::start().await);
+    broker.create_topic("leasehold.events", 2).await;
+    let url = url_of(&db);
+    lease_events(&db, 10, 200).await;
+
+    // Killed mid-stream, with SIGKILL: no last checkpoint written.
+    let mut relay = spawn_relay(&url, &broker.address);
+    relay_checkpoint_until(&db, |checkpoint| checkpoint.published > 0).await;
+    relay.start_kill().unwrap();
+    relay.wait().await.unwrap();
+    lease_events(&db, 10, 100).await;
+    let head = db.store().head().await.unwrap();
+    let mut relay = spawn_relay(&url, &broker.address);
+    relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor == head).await;
+
+    let status = leasehold(&["relay", "status", "--json", "--database-url", &url]).await;
+    assert!(status.status.success(), "{status:?}");
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status[0]["relay"], "kafka:leasehold.events", "{status}");
+    assert_eq!(status[0]["events_behind"], 0, "{status}");
+    assert!(status[0]["published"].as_u64().unwrap() >= 3_000, "{status}");
+    let projections = leasehold(&["projections", "status", "--json", "--database-url", &url]).await;
+    let line = json_lines(&projections).into_iter().find(|line| line["kind"] == "relay");
+    let line = line.expect("the relay beside the projections");
+    assert_eq!(line["name"], "kafka:leasehold.events", "{line}");
+    assert_eq!(line["events_behind"], 0, "{line}");
+
+    // Every event once, whatever the relay repeated.
+    let mut tail = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["events", "tail", "--from-kafka", &broker.address])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tail starts");
+    let mut lines = tokio::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut ids = std::collections::HashSet::new();
+    let read = async {
+        while ids.len() < 3_000 {
+            let line = lines.next_line().await.unwrap().expect("a line");
+            let line: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert!(ids.insert(line["event_id"].as_str().unwrap().to_owned()), "a repeat: {line}");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), read).await.expect("in time");
+    tail.start_kill().unwrap();
+    relay.start_kill().unwrap();
+}

@@ -14,13 +14,13 @@ const BEHIND_COUNT_MAX: i64 = 1_000_000;
 pub struct ProjectionStatus {
     /// Its name.
     pub name: String,
-    /// `projection` or `reconciler`.
+    /// `projection`, `reconciler` or `relay`.
     pub kind: String,
     /// Its version.
     pub version: u32,
     /// The cursor of the last event applied.
     pub cursor: Cursor,
-    /// Events applied over its life.
+    /// Events applied over its life (a relay's: published).
     pub events_applied: u64,
     /// Readable events after its cursor (counted up to 1,000,000).
     pub events_behind: u64,
@@ -35,7 +35,8 @@ pub struct ProjectionStatus {
 
 /// Every checkpoint, and every projection failing before its first commit (cursor columns
 /// first, then projection, version, events applied, updated at, kind, and the failure while
-/// it is newer than the last commit).
+/// it is newer than the last commit); then every relay's (kind `relay`, version 0, events
+/// published, its last failure until it publishes again).
 const STATUS_SQL: &str = "SELECT coalesce(c.log_epoch, 0), coalesce(c.tx_id, '0'::xid8), \
      coalesce(c.position, 0), coalesce(c.projection, f.projection), coalesce(c.version, 0), \
      coalesce(c.events_applied, 0), coalesce(c.updated_at, f.failed_at), \
@@ -44,6 +45,8 @@ const STATUS_SQL: &str = "SELECT coalesce(c.log_epoch, 0), coalesce(c.tx_id, '0'
      CASE WHEN c.updated_at IS NULL OR f.failed_at > c.updated_at THEN f.position END \
        AS failure_position \
      FROM projection_checkpoints c FULL JOIN projection_failures f ON f.projection = c.projection \
+     UNION ALL SELECT r.log_epoch, r.tx_id, r.position, r.relay, 0, r.published, r.updated_at, \
+       'relay', r.last_error, NULL::bigint FROM relay_checkpoints r \
      ORDER BY 4";
 
 impl PgReadModels {
@@ -77,7 +80,10 @@ impl PgReadModels {
                  greatest(coalesce(pg_sequence_last_value( \
                      pg_get_serial_sequence('events', 'position')::regclass), 0) - c.position, 0), \
                  extract(epoch FROM now() - c.updated_at)::float8, c.kind \
-                 FROM projection_checkpoints c ORDER BY c.projection",
+                 FROM (SELECT log_epoch, tx_id, position, projection, version, events_applied, \
+                   updated_at, kind FROM projection_checkpoints \
+                   UNION ALL SELECT log_epoch, tx_id, position, relay, 0, published, \
+                   updated_at, 'relay' FROM relay_checkpoints) c ORDER BY c.projection",
                 &[],
             )
             .await?;
@@ -117,6 +123,20 @@ impl PgReadModels {
         let row = rows.first().ok_or_else(|| StoreError::Database { reason: "no row".into() })?;
         let count = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
         Ok((count, row.get::<_, Option<f64>>(1).unwrap_or(0.0).max(0.0)))
+    }
+
+    /// Each relay's publishing failures over its life (for `/metrics`).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn relay_publish_errors(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = self
+            .query("SELECT relay, publish_errors FROM relay_checkpoints ORDER BY relay", &[])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| (row.get(0), u64::try_from(row.get::<_, i64>(1)).unwrap_or_default()))
+            .collect())
     }
 
     /// Seconds since the oldest transaction still holding a transaction id began: every

@@ -16,7 +16,7 @@ pub struct RelayCheckpoint {
     pub published: u64,
     /// Publishing failures so far.
     pub publish_errors: u64,
-    /// The last failure, if any.
+    /// The last failure, until the relay publishes again.
     pub last_error: Option<String>,
     /// When it last moved or failed.
     pub updated_at: DateTime<Utc>,
@@ -30,7 +30,7 @@ const LOAD_SQL: &str = "SELECT log_epoch, tx_id, position, relay, published, pub
 const SAVE_SQL: &str = "INSERT INTO relay_checkpoints \
      (relay, log_epoch, tx_id, position, published) VALUES ($1, $2, $3, $4, $5) \
      ON CONFLICT (relay) DO UPDATE SET log_epoch = $2, tx_id = $3, position = $4, \
-       published = relay_checkpoints.published + $5, updated_at = now()";
+       published = relay_checkpoints.published + $5, last_error = NULL, updated_at = now()";
 
 const FAILED_SQL: &str = "INSERT INTO relay_checkpoints \
      (relay, log_epoch, tx_id, position, publish_errors, last_error) \

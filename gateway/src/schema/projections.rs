@@ -118,9 +118,12 @@ pub enum LogReaderKind {
     Projection,
     /// Acts on events and on ticks: issues commands, calls outside systems.
     Reconciler,
+    /// Publishes the log to an outside system (Kafka): its events applied are those the
+    /// broker acknowledged.
+    Relay,
 }
 
-/// One projection's progress, or one reconciler's.
+/// One projection's progress, or one reconciler's, or one relay's.
 #[derive(Debug, Clone, SimpleObject)]
 pub struct ProjectionStatus {
     /// Its name.
@@ -186,6 +189,7 @@ pub(crate) async fn statuses(ctx: &Context<'_>) -> ApiResult<Vec<ProjectionStatu
             cursor: state.cursors.seal(CursorKind::Log, &scope, &status.cursor.to_string()),
             kind: match status.kind.as_str() {
                 "reconciler" => LogReaderKind::Reconciler,
+                "relay" => LogReaderKind::Relay,
                 _ => LogReaderKind::Projection,
             },
             name: status.name,

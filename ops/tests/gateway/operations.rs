@@ -238,3 +238,70 @@ async fn serve_rebuilds_a_projection_whose_tables_another_version_built() {
         .get(0);
     assert!(version > 0, "the checkpoint is the rebuilt version's: {version}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_shows_in_projections_and_metrics_with_its_lag_and_failures() {
+    use leasehold_adapters::relay::{KafkaRelay, RelayConfig, relay_checkpoints};
+    use leasehold_domain::EventStore as _;
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    request_lease(&server, &acme, "req-1").await;
+    let broker = leasehold_tests::kafka::Broker::start().await;
+    broker.create_topic("leasehold.events", 1).await;
+    let store = server.db.store();
+    let head = store.head().await.expect("the head");
+    let relay =
+        KafkaRelay::new(store.clone(), RelayConfig::new(&broker.address, "leasehold.events"));
+    let relay = relay.expect("a relay");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the relay stops cleanly");
+    });
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let checkpoints = relay_checkpoints(&store, None).await.expect("checkpoints");
+        if checkpoints.first().is_some_and(|c| c.cursor == head) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the relay did not catch up");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stop.send(()).expect("the relay runs");
+    running.await.expect("stopped");
+
+    let query = "{ projections { name kind eventsApplied eventsBehind state } }";
+    let answer = server.graphql(&role_token(Role::Operator, None), query, json!({})).await;
+    let relays: Vec<serde_json::Value> = data(&answer)["projections"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|p| p["kind"] == "RELAY")
+        .cloned()
+        .collect();
+    assert_eq!(relays.len(), 1, "{answer}");
+    assert_eq!(relays[0]["name"], "kafka:leasehold.events");
+    assert_eq!(relays[0]["eventsBehind"], 0);
+    assert_eq!(relays[0]["state"], "RUNNING");
+    assert!(relays[0]["eventsApplied"].as_u64().expect("a count") >= 1, "{answer}");
+
+    // A lease more, not relayed: the relay's lag counts it.
+    request_lease(&server, &acme, "req-2").await;
+    let (_, metrics) = server.get("/metrics").await;
+    for expected in [
+        "leasehold_relay_publish_errors_total{relay=\"kafka:leasehold.events\"} 0",
+        "leasehold_projection_events_behind{projection=\"kafka:leasehold.events\"}",
+    ] {
+        assert!(metrics.contains(expected), "{expected} missing from:\n{metrics}");
+    }
+    let behind = metrics
+        .lines()
+        .find(|l| l.starts_with("leasehold_projection_events_behind{projection=\"kafka:"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(behind.is_some_and(|n| n >= 1), "{metrics}");
+}
