@@ -168,6 +168,10 @@ enum BenchCommand {
     /// PostgreSQL (and, for the import, into a table of the log's shape); and each one's peak
     /// memory (RSS) at each size.
     Archive(bench::archive::ArchiveBenchArgs),
+    /// The log relayed to Kafka (a tansu broker in memory unless --kafka-brokers names one),
+    /// from an empty checkpoint to the log's head, beside the raw gap-safe read of the same
+    /// log (`read_log` pages, nothing done per event).
+    Relay(bench::relay::RelayBenchArgs),
 }
 
 /// Where the database is.
@@ -231,6 +235,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Snapshots(args)) => bench::snapshots::run(&args).await,
         Command::Bench(BenchCommand::Nodes(args)) => bench::nodes::run(&args).await,
         Command::Bench(BenchCommand::Archive(args)) => bench::archive::run(&args).await,
+        Command::Bench(BenchCommand::Relay(args)) => bench::relay::run(&args).await,
     }
 }
 

@@ -115,7 +115,7 @@ async fn rebuild(store: &PgEventStore) -> anyhow::Result<f64> {
 
 /// Appends until the log holds `size` events (it holds `from`): half whole lease lifecycles,
 /// half streams of the other kinds in turn.
-async fn fill(store: &PgEventStore, from: u64, size: u64) -> anyhow::Result<u64> {
+pub(super) async fn fill(store: &PgEventStore, from: u64, size: u64) -> anyhow::Result<u64> {
     let wanted = size.saturating_sub(from);
     super::pipeline::fill_leases(store, wanted / 2).await?;
     let per_append = FILL_STREAMS * EVENTS_PER_STREAM;

@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod log;
 pub mod nodes;
 pub mod pipeline;
+pub mod relay;
 pub mod snapshots;
 mod workload;
 
