@@ -793,3 +793,36 @@ async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_eve
     tail.start_kill().unwrap();
     relay.start_kill().unwrap();
 }
+
+#[tokio::test]
+async fn serve_relays_the_log_to_kafka_when_given_brokers() {
+    use leasehold_adapters::relay::RelayedLog;
+    use leasehold_domain::EventStore as _;
+    use tokio::io::AsyncBufReadExt as _;
+    let (db, broker) = (TestDb::migrated().await, leasehold_tests::kafka::Broker::start().await);
+    broker.create_topic("leasehold.events", 1).await;
+    lease_events(&db, 2, 20).await;
+    let url = url_of(&db);
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["serve", "--database-url", &url, "--listen", "127.0.0.1:0"])
+        .args(["--relay-kafka-brokers", &broker.address])
+        .env("LEASEHOLD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let mut lines = tokio::io::BufReader::new(serve.stdout.take().expect("piped")).lines();
+    read_until(&mut lines, "running").await;
+    let head = db.store().head().await.unwrap();
+    relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor >= head).await;
+
+    let mut log =
+        RelayedLog::subscribe(&broker.address, "leasehold.events", "check", true).unwrap();
+    let mut streams = std::collections::HashSet::new();
+    for _ in 0..40 {
+        let event = log.next(std::time::Duration::from_secs(60)).await.unwrap();
+        streams.insert(event.stream_id);
+    }
+    assert_eq!(streams.len(), 2);
+    serve.start_kill().unwrap();
+}

@@ -103,6 +103,51 @@ impl EventLine {
     }
 }
 
+/// An event's line borrowed from the event, written as [`EventLine`] writes it (same fields,
+/// same order), without copying its payload and metadata first: the relay publishes one per
+/// event.
+#[derive(Debug, Serialize)]
+pub struct EventLineRef<'a> {
+    position: u64,
+    #[serde(with = "cursor_text")]
+    cursor: Cursor,
+    event_id: Uuid,
+    stream_id: &'a str,
+    stream_type: &'a str,
+    tenant_id: &'a str,
+    version: u64,
+    event_type: &'a str,
+    schema_version: u32,
+    payload: &'a Value,
+    metadata: &'a leasehold_domain::Metadata,
+    recorded_at: DateTime<Utc>,
+    prev_hash: Hash32,
+    hash: Hash32,
+}
+
+impl<'a> EventLineRef<'a> {
+    /// The line of `event`.
+    #[must_use]
+    pub fn of(event: &'a RecordedEvent) -> Self {
+        Self {
+            position: event.cursor.position,
+            cursor: event.cursor,
+            event_id: event.event_id.as_uuid(),
+            stream_id: event.stream_id.as_str(),
+            stream_type: event.stream_type.as_str(),
+            tenant_id: event.tenant_id.as_str(),
+            version: event.version,
+            event_type: event.event_type.as_str(),
+            schema_version: u32::from(event.schema_version),
+            payload: &event.payload,
+            metadata: &event.metadata,
+            recorded_at: event.recorded_at,
+            prev_hash: Hash32(event.prev_hash),
+            hash: Hash32(event.hash),
+        }
+    }
+}
+
 impl EventLine {
     /// The event as a reader of the log would have decoded it.
     ///

@@ -30,8 +30,8 @@ mod lines;
 pub use export::{ExportFilter, ExportSummary};
 pub use heads_ahead::HeadsAhead;
 pub use lines::{
-    EndLine, EventLine, FORMAT, FORMAT_VERSION, Hash32, HeaderLine, Line, SealLine, StreamLine,
-    TenantEventLine, View,
+    EndLine, EventLine, EventLineRef, FORMAT, FORMAT_VERSION, Hash32, HeaderLine, Line, SealLine,
+    StreamLine, TenantEventLine, View,
 };
 
 use leasehold_domain::StoreError;

@@ -6,17 +6,18 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use leasehold_domain::{Cursor, EventStore as _, RecordedEvent};
+use leasehold_domain::{Cursor, RecordedEvent, StoreError};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::checkpoint::{failed, relay_checkpoints, save};
 use super::{RelayError, kafka_relay_name};
-use crate::archive::EventLine;
+use crate::archive::EventLineRef;
 use crate::store::PgEventStore;
 
 /// How a relay publishes.
@@ -67,6 +68,18 @@ impl std::fmt::Debug for KafkaRelay {
 
 /// The events published, oldest first, each with the future of its acknowledgement.
 type InFlight = VecDeque<(Cursor, DeliveryFuture)>;
+
+/// A page of the log as the reader ahead read it.
+type PageRead = Result<Vec<RecordedEvent>, StoreError>;
+
+/// A task stopped when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// What the loop has acknowledged and not yet written to its checkpoint.
 #[derive(Debug)]
@@ -120,35 +133,80 @@ impl KafkaRelay {
         let start = relay_checkpoints(&self.store, Some(&self.name)).await?;
         let start = start.first().map_or(Cursor::START, |checkpoint| checkpoint.cursor);
         let mut acked = Acknowledged { cursor: start, unsaved: 0, saved_at: Instant::now() };
-        let (mut in_flight, mut read_from) = (InFlight::new(), start);
+        let mut in_flight = InFlight::new();
+        let (mut pages, _reading) = self.read_ahead(start);
         tokio::pin!(stop);
         loop {
-            let room = self.config.in_flight_max.saturating_sub(in_flight.len());
-            let page = if room == 0 {
-                Vec::new()
-            } else if in_flight.is_empty() {
-                let wait = self.store.wait_for_log(read_from, room, self.config.idle_wait);
-                tokio::select! {
-                    page = wait => page?.events,
-                    () = &mut stop => return self.checkpoint(&mut acked, true).await,
+            if in_flight.len() >= self.config.in_flight_max {
+                self.settle(&mut in_flight, &mut acked, true, &mut stop).await?;
+                if in_flight.len() >= self.config.in_flight_max {
+                    return Ok(()); // stopped while waiting
                 }
-            } else {
-                self.store.read_log(read_from, room.min(1_000)).await?.events
+                continue;
+            }
+            if in_flight.is_empty() {
+                // Caught up, every event acknowledged: the checkpoint says so before waiting.
+                self.checkpoint(&mut acked, true).await?;
+            }
+            let page = match in_flight.front_mut() {
+                None => tokio::select! {
+                    page = pages.recv() => page,
+                    () = &mut stop => return self.checkpoint(&mut acked, true).await,
+                },
+                // A page if one comes first, else the oldest acknowledgement.
+                Some((cursor, delivery)) => {
+                    let cursor = *cursor;
+                    tokio::select! {
+                        biased;
+                        page = pages.recv() => page,
+                        delivered = delivery => {
+                            in_flight.pop_front();
+                            delivered_or_failed(cursor, delivered)?;
+                            self.acknowledged(cursor, &mut acked).await?;
+                            continue;
+                        }
+                        () = &mut stop => return self.drain(in_flight, &mut acked).await,
+                    }
+                }
             };
-            let idle = page.is_empty();
+            let page = page.ok_or_else(|| StoreError::Unavailable {
+                endpoint: self.store.endpoint().to_owned(),
+                reason: "the relay's reader of the log stopped".into(),
+            })??;
             for event in &page {
                 let delivery = match self.send(event, &mut in_flight, &mut acked).await {
                     Ok(delivery) => delivery,
                     Err(error) => return self.drain(in_flight, &mut acked).await.and(Err(error)),
                 };
                 in_flight.push_back((event.cursor, delivery));
-                read_from = event.cursor;
             }
-            self.settle(&mut in_flight, &mut acked, idle, &mut stop).await?;
-            if in_flight.is_empty() && matches!((&mut stop).now_or_never(), Some(())) {
-                return self.checkpoint(&mut acked, true).await;
-            }
+            self.settle(&mut in_flight, &mut acked, false, &mut stop).await?;
         }
+    }
+
+    /// Pages of the log after `after`, read by a task of their own so that reading the next
+    /// page overlaps publishing this one: at most two pages ahead, each no larger than the
+    /// window. The task ends when the receiver is dropped, or the guard is.
+    fn read_ahead(&self, after: Cursor) -> (mpsc::Receiver<PageRead>, AbortOnDrop) {
+        let (pages, receiver) = mpsc::channel(2);
+        let store = self.store.clone();
+        let (size, wait) = (self.config.in_flight_max.clamp(1, 1_000), self.config.idle_wait);
+        let task = tokio::spawn(async move {
+            let mut after = after;
+            loop {
+                let read = store.wait_for_log(after, size, wait).await.map(|page| page.events);
+                match &read {
+                    Ok(events) if events.is_empty() => continue,
+                    Ok(events) => after = events.last().map_or(after, |event| event.cursor),
+                    Err(_) => {}
+                }
+                let failed = read.is_err();
+                if pages.send(read).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        (receiver, AbortOnDrop(task))
     }
 
     /// Hands `event` to the producer, waiting for acknowledgements while its queue is full.
@@ -158,7 +216,7 @@ impl KafkaRelay {
         in_flight: &mut InFlight,
         acked: &mut Acknowledged,
     ) -> Result<DeliveryFuture, RelayError> {
-        let value = serde_json::to_vec(&EventLine::of(event)).unwrap_or_default();
+        let value = serde_json::to_vec(&EventLineRef::of(event)).unwrap_or_default();
         let key = event.stream_id.as_str();
         loop {
             let record = FutureRecord::to(&self.config.topic)
