@@ -18,7 +18,7 @@ pub struct RelayBenchArgs {
     #[command(flatten)]
     common: BenchArgs,
     /// Events in the log relayed.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     events: u64,
     /// A Kafka broker to publish to; without it, a tansu broker in memory is started on a
     /// free port of 127.0.0.1 (`LEASEHOLD_TANSU`, else `~/.cache/leasehold-tools/bin/tansu`,
