@@ -87,12 +87,18 @@ pub fn spawn(
     config: RelayConfig,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let relay = KafkaRelay::new(store, config)?;
+    // Settings librdkafka refuses are refused now, not on each run.
+    drop(KafkaRelay::new(store.clone(), config.clone())?);
     Ok(tokio::spawn(async move {
         let stopped = stopped.shared();
         let mut wait = std::time::Duration::from_secs(1);
         loop {
-            if relay.run(stopped.clone()).await.is_ok() {
+            // A producer of its own each run: one that failed may hold undelivered messages.
+            let ran = match KafkaRelay::new(store.clone(), config.clone()) {
+                Ok(relay) => relay.run(stopped.clone()).await,
+                Err(error) => Err(error),
+            };
+            if ran.is_ok() {
                 return;
             }
             tokio::select! {

@@ -19,6 +19,7 @@
 use deadpool_postgres::{ClientWrapper, GenericClient, Transaction};
 use leasehold_domain::{Cursor, EventStore as _, RecordedEvent, StoreError};
 use leasehold_projections::{ProjectionError, apply_batch, keys_of};
+use tokio_postgres::error::SqlState;
 
 use super::kind::{PgProjected, ReadError};
 use super::tables::{Owned, copy_shape, quoted};
@@ -125,19 +126,31 @@ const MOVE_BUILD_SQL: &str = "UPDATE public.projection_builds SET log_epoch = $3
      position = $5, events_applied = events_applied + $6, updated_at = now() \
      WHERE projection = $1 AND build_no = $2 AND state = 'building'";
 
+/// How long a build waits for another process's build lock before it is [`BuildError::Busy`].
+const BUILD_LOCK_WAIT: &str = "SET lock_timeout = '2s'";
+
 impl PgProjectionStore {
-    /// A connection of its own holding `name`'s build lock, or [`BuildError::Busy`].
+    /// A connection of its own holding `name`'s build lock, or [`BuildError::Busy`] if
+    /// another holds it for [`BUILD_LOCK_WAIT`]: a command run just after another finds the
+    /// lock free once the other's session has ended, which the server sees a moment after
+    /// the other process exits.
     async fn build_lock(&self, name: &str) -> Result<ClientWrapper, BuildError> {
         let client = deadpool_postgres::Object::take(self.log().client().await?);
         let fail = |e| from_driver(e, self.log().endpoint());
-        let row = client
-            .query_one("SELECT pg_try_advisory_lock($1, hashtext($2))", &[&BUILD_LOCK_CLASS, &name])
-            .await
-            .map_err(fail)?;
-        if !row.get::<_, bool>(0) {
-            return Err(BuildError::Busy(name.to_owned()));
+        client.batch_execute(BUILD_LOCK_WAIT).await.map_err(fail)?;
+        let locked = client
+            .query_one("SELECT pg_advisory_lock($1, hashtext($2))", &[&BUILD_LOCK_CLASS, &name])
+            .await;
+        match locked {
+            Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                Err(BuildError::Busy(name.to_owned()))
+            }
+            Err(error) => Err(fail(error).into()),
+            Ok(_) => {
+                client.batch_execute("SET lock_timeout = 0").await.map_err(fail)?;
+                Ok(client)
+            }
         }
-        Ok(client)
     }
 
     fn fail(&self) -> impl Fn(tokio_postgres::Error) -> StoreError + '_ {

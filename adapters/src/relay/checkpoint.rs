@@ -77,6 +77,13 @@ pub(super) async fn save(
     store.query(SAVE_SQL, &params).await.map(|_| ())
 }
 
+/// Lists `relay` at the log's start if it has no checkpoint yet.
+pub(super) async fn register(store: &PgEventStore, relay: &str) -> Result<(), StoreError> {
+    let sql = "INSERT INTO relay_checkpoints (relay, log_epoch, tx_id, position) \
+               VALUES ($1, 0, '0'::xid8, 0) ON CONFLICT (relay) DO NOTHING";
+    store.query(sql, &[&relay]).await.map(|_| ())
+}
+
 /// Records that `relay` failed, and why (no event's content: the reason is the producer's).
 pub(super) async fn failed(
     store: &PgEventStore,

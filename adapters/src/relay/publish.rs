@@ -15,7 +15,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::checkpoint::{failed, relay_checkpoints, save};
+use super::checkpoint::{failed, register, relay_checkpoints, save};
 use super::{RelayError, kafka_relay_name};
 use crate::archive::EventLineRef;
 use crate::store::PgEventStore;
@@ -69,6 +69,13 @@ impl std::fmt::Debug for KafkaRelay {
 /// The events published, oldest first, each with the future of its acknowledgement.
 type InFlight = VecDeque<(Cursor, DeliveryFuture)>;
 
+/// Whether the loop goes on or was told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Going,
+    Stopped,
+}
+
 /// A page of the log as the reader ahead read it.
 type PageRead = Result<Vec<RecordedEvent>, StoreError>;
 
@@ -100,6 +107,8 @@ impl KafkaRelay {
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", &config.brokers)
             .set("enable.idempotence", "true")
+            // A failure that could leave a gap is fatal: nothing after it is delivered.
+            .set("enable.gapless.guarantee", "true")
             .set("acks", "all")
             .set("message.timeout.ms", "0")
             .set("message.max.bytes", config.message_max_bytes.to_string())
@@ -130,6 +139,8 @@ impl KafkaRelay {
     }
 
     async fn publish(&self, stop: impl Future<Output = ()>) -> Result<(), RelayError> {
+        // Listed (and its lag shown) from the start, before the broker acknowledges anything.
+        register(&self.store, &self.name).await?;
         let start = relay_checkpoints(&self.store, Some(&self.name)).await?;
         let start = start.first().map_or(Cursor::START, |checkpoint| checkpoint.cursor);
         let mut acked = Acknowledged { cursor: start, unsaved: 0, saved_at: Instant::now() };
@@ -138,9 +149,9 @@ impl KafkaRelay {
         tokio::pin!(stop);
         loop {
             if in_flight.len() >= self.config.in_flight_max {
-                self.settle(&mut in_flight, &mut acked, true, &mut stop).await?;
-                if in_flight.len() >= self.config.in_flight_max {
-                    return Ok(()); // stopped while waiting
+                if self.settle(&mut in_flight, &mut acked, true, &mut stop).await? == Flow::Stopped
+                {
+                    return Ok(());
                 }
                 continue;
             }
@@ -180,7 +191,9 @@ impl KafkaRelay {
                 };
                 in_flight.push_back((event.cursor, delivery));
             }
-            self.settle(&mut in_flight, &mut acked, false, &mut stop).await?;
+            if self.settle(&mut in_flight, &mut acked, false, &mut stop).await? == Flow::Stopped {
+                return Ok(());
+            }
         }
     }
 
@@ -216,7 +229,9 @@ impl KafkaRelay {
         in_flight: &mut InFlight,
         acked: &mut Acknowledged,
     ) -> Result<DeliveryFuture, RelayError> {
-        let value = serde_json::to_vec(&EventLineRef::of(event)).unwrap_or_default();
+        let value = serde_json::to_vec(&EventLineRef::of(event)).map_err(|error| {
+            RelayError::Publish { cursor: event.cursor, reason: format!("as JSON: {error}") }
+        })?;
         let key = event.stream_id.as_str();
         loop {
             let record = FutureRecord::to(&self.config.topic)
@@ -258,7 +273,7 @@ impl KafkaRelay {
         acked: &mut Acknowledged,
         idle: bool,
         stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<(), RelayError> {
+    ) -> Result<Flow, RelayError> {
         let must_wait = idle || in_flight.len() >= self.config.in_flight_max;
         if must_wait && let Some((cursor, delivery)) = in_flight.front_mut() {
             let cursor = *cursor;
@@ -268,7 +283,10 @@ impl KafkaRelay {
                     delivered_or_failed(cursor, delivered)?;
                     self.acknowledged(cursor, acked).await?;
                 }
-                () = stop.as_mut() => return self.checkpoint(acked, true).await,
+                () = stop.as_mut() => {
+                    self.checkpoint(acked, true).await?;
+                    return Ok(Flow::Stopped);
+                }
             }
         }
         while let Some((cursor, delivery)) = in_flight.front_mut() {
@@ -278,7 +296,8 @@ impl KafkaRelay {
             delivered_or_failed(cursor, delivered)?;
             self.acknowledged(cursor, acked).await?;
         }
-        self.checkpoint(acked, false).await
+        self.checkpoint(acked, false).await?;
+        Ok(Flow::Going)
     }
 
     /// Waits for every event in flight (stopping at one that fails) and writes the
