@@ -676,29 +676,11 @@ async fn replay_prints_each_read_models_digest_and_names_the_rows_a_database_lac
 
 /// `count` events of stream `lease-<stream>` (ten an append), appended through the store.
 async fn lease_events(db: &TestDb, streams: usize, count: usize) {
-    use leasehold_domain::{
-        EventId, EventStore as _, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend,
-        StreamId, StreamType, TenantId,
-    };
+    use leasehold_domain::EventStore as _;
     let store = db.store();
     for stream in 0..streams {
-        for _ in 0..count / 10 {
-            let events = (0..10)
-                .map(|n| NewEvent {
-                    event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
-                    event_type: EventType::parse("LeaseDispatchFailed").unwrap(),
-                    schema_version: 1,
-                    payload: serde_json::json!({ "attempt": n }),
-                    metadata: Metadata::default(),
-                })
-                .collect();
-            let append = StreamAppend {
-                stream_id: StreamId::parse(format!("lease-{stream}")).unwrap(),
-                stream_type: StreamType::parse("lease").unwrap(),
-                tenant_id: TenantId::parse("acme").unwrap(),
-                expected: ExpectedVersion::Any,
-                events,
-            };
+        for batch in 0..count / 10 {
+            let append = leasehold_tests::kafka::ten_lease_events(stream, batch, 0);
             store.append(vec![append]).await.unwrap();
         }
     }

@@ -134,3 +134,32 @@ fn install(root: &std::path::Path) {
         .expect("cargo install runs");
     assert!(status.success(), "cargo install tansu {TANSU_VERSION}: {status}");
 }
+
+/// Ten `LeaseDispatchFailed` events appended to stream `lease-<stream>` (tenant `acme`), the
+/// `batch`th ten of that stream in round `round`: what the relay's tests publish.
+pub fn ten_lease_events(
+    stream: usize,
+    batch: usize,
+    round: usize,
+) -> leasehold_domain::StreamAppend {
+    use leasehold_domain::{
+        EventId, EventType, ExpectedVersion, Metadata, NewEvent, StreamAppend, StreamId,
+        StreamType, TenantId,
+    };
+    let events = (0..10)
+        .map(|n| NewEvent {
+            event_id: EventId::from_uuid(uuid::Uuid::now_v7()),
+            event_type: EventType::parse("LeaseDispatchFailed").expect("a valid event type"),
+            schema_version: 1,
+            payload: serde_json::json!({ "attempt": batch * 10 + n, "round": round }),
+            metadata: Metadata::default(),
+        })
+        .collect();
+    StreamAppend {
+        stream_id: StreamId::parse(format!("lease-{stream}")).expect("a valid stream id"),
+        stream_type: StreamType::parse("lease").expect("a valid stream type"),
+        tenant_id: TenantId::parse("acme").expect("a valid tenant"),
+        expected: ExpectedVersion::Any,
+        events,
+    }
+}

@@ -10,7 +10,7 @@ use leasehold_adapters::relay::{
 };
 use leasehold_domain::{EventStore, ExpectedVersion, StreamAppend, StreamId, StreamType, TenantId};
 use leasehold_tests::TestDb;
-use leasehold_tests::kafka::Broker;
+use leasehold_tests::kafka::{Broker, ten_lease_events};
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -25,21 +25,7 @@ async fn write(store: &PgEventStore, streams: usize, per_stream: usize, round: u
         let store = store.clone();
         tokio::spawn(async move {
             for batch in 0..per_stream / 10 {
-                let events = (0..10)
-                    .map(|n| {
-                        event(
-                            "LeaseDispatchFailed",
-                            json!({ "attempt": batch * 10 + n, "round": round }),
-                        )
-                    })
-                    .collect();
-                let append = StreamAppend {
-                    stream_id: StreamId::parse(format!("lease-{stream}")).unwrap(),
-                    stream_type: StreamType::parse("lease").unwrap(),
-                    tenant_id: TenantId::parse("acme").unwrap(),
-                    expected: ExpectedVersion::Any,
-                    events,
-                };
+                let append = ten_lease_events(stream, batch, round);
                 store.append(vec![append]).await.unwrap();
             }
         })
