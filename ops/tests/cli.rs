@@ -726,7 +726,6 @@ fn spawn_relay(url: &str, brokers: &str) -> tokio::process::Child {
 
 #[tokio::test]
 async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_event_once() {
-    use leasehold_domain::EventStore as _;
     use tokio::io::AsyncBufReadExt as _;
     let (db, broker) = (TestDb::migrated().await, leasehold_tests::kafka::Broker::start().await);
     broker.create_topic("leasehold.events", 2).await;
@@ -739,9 +738,9 @@ async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_eve
     relay.start_kill().unwrap();
     relay.wait().await.unwrap();
     lease_events(&db, 10, 100).await;
-    let head = db.store().head().await.unwrap();
+    let head = db.settled_head().await;
     let mut relay = spawn_relay(&url, &broker.address);
-    relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor == head).await;
+    relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor >= head).await;
 
     let status = leasehold(&["relay", "status", "--json", "--database-url", &url]).await;
     assert!(status.status.success(), "{status:?}");
@@ -779,7 +778,6 @@ async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_eve
 #[tokio::test]
 async fn serve_relays_the_log_to_kafka_when_given_brokers() {
     use leasehold_adapters::relay::RelayedLog;
-    use leasehold_domain::EventStore as _;
     use tokio::io::AsyncBufReadExt as _;
     let (db, broker) = (TestDb::migrated().await, leasehold_tests::kafka::Broker::start().await);
     broker.create_topic("leasehold.events", 1).await;
@@ -795,7 +793,7 @@ async fn serve_relays_the_log_to_kafka_when_given_brokers() {
         .expect("serve starts");
     let mut lines = tokio::io::BufReader::new(serve.stdout.take().expect("piped")).lines();
     read_until(&mut lines, "running").await;
-    let head = db.store().head().await.unwrap();
+    let head = db.settled_head().await;
     relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor >= head).await;
 
     let mut log =

@@ -6,6 +6,7 @@
 //! and drop the per-test databases.
 
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig, migrate};
+use leasehold_domain::{Cursor, EventStore as _};
 
 pub mod kafka;
 mod listening;
@@ -66,6 +67,34 @@ impl TestDb {
     /// A connection of its own, outside any pool.
     pub async fn client(&self) -> tokio_postgres::Client {
         self.url.connect().await.expect("the test database is reachable")
+    }
+
+    /// The log's head once every event committed so far is below the read horizon (waited
+    /// for, at most 30 s). `EventStore::head` alone can lag behind a commit the test made: a
+    /// writing transaction anywhere on the server, another test's included, holds the
+    /// horizon back, and a wait for the relay or a projector to pass such a head ends early.
+    pub async fn settled_head(&self) -> Cursor {
+        let client = self.client().await;
+        let newest = "SELECT log_epoch, tx_id::text, position FROM events \
+                      ORDER BY log_epoch DESC, tx_id DESC, position DESC LIMIT 1";
+        let row = client.query_opt(newest, &[]).await.expect("the newest event");
+        let Some(row) = row else { return Cursor::START };
+        let newest = Cursor {
+            log_epoch: u32::try_from(row.get::<_, i32>(0)).expect("an epoch"),
+            tx_id: row.get::<_, String>(1).parse().expect("a transaction id"),
+            position: u64::try_from(row.get::<_, i64>(2)).expect("a position"),
+        };
+        let store = self.store();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let head = store.head().await.expect("the head");
+            if head >= newest {
+                return head;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the horizon did not pass in 30 s");
+            let waited = store.wait_for_log(head, 1, std::time::Duration::from_secs(1)).await;
+            waited.expect("the log is readable");
+        }
     }
 }
 

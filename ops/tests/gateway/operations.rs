@@ -242,14 +242,13 @@ async fn serve_rebuilds_a_projection_whose_tables_another_version_built() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_shows_in_projections_and_metrics_with_its_lag_and_failures() {
     use leasehold_adapters::relay::{KafkaRelay, RelayConfig, relay_checkpoints};
-    use leasehold_domain::EventStore as _;
     let server = Server::start().await;
     let acme = tenant_token("acme");
     request_lease(&server, &acme, "req-1").await;
     let broker = leasehold_tests::kafka::Broker::start().await;
     broker.create_topic("leasehold.events", 1).await;
     let store = server.db.store();
-    let head = store.head().await.expect("the head");
+    let head = server.db.settled_head().await;
     let relay =
         KafkaRelay::new(store.clone(), RelayConfig::new(&broker.address, "leasehold.events"));
     let relay = relay.expect("a relay");
