@@ -1,9 +1,10 @@
-//! A Kafka-protocol broker for one test: `tansu`, in memory, on a free port of 127.0.0.1.
+//! A Kafka-protocol broker for one test: `tansu` on a free port of 127.0.0.1, in memory or,
+//! when a test stops and restarts it, in an SQLite file of its own.
 //!
 //! The binary is installed once per machine (`cargo install tansu`, a few minutes) under
-//! `~/.cache/leasehold-tools`, by `.ci/run` or, failing that, by the first test that needs it
-//! (under a file lock, so tests running at once install it once). `LEASEHOLD_TANSU` names
-//! another binary.
+//! `~/.cache/leasehold-tools/tansu-0.6.0-sqlite`, by `.ci/run` or, failing that, by the first
+//! test that needs it (under a file lock, so tests running at once install it once).
+//! `LEASEHOLD_TANSU` names another binary.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -14,11 +15,21 @@ use tokio::process::{Child, Command};
 /// The tansu release the tests run against.
 const TANSU_VERSION: &str = "0.6.0";
 
+/// Its features: `libsql` for the file storage a restarted broker keeps its topics in.
+const TANSU_FEATURES: &str = "dynostore,libsql";
+
+/// Where it is installed, under `~/.cache/leasehold-tools`: named for its version and
+/// features, so a machine with an older build installs this one beside it. `.ci/run` installs
+/// into the same folder.
+const TANSU_ROOT: &str = "tansu-0.6.0-sqlite";
+
 /// A broker that lives as long as the value.
 #[derive(Debug)]
 pub struct Broker {
     child: Child,
     port: u16,
+    /// The folder of its SQLite file, for a broker that outlives a restart.
+    durable: Option<Folder>,
     /// `127.0.0.1:PORT`, as clients' `bootstrap.servers`.
     pub address: String,
 }
@@ -27,11 +38,37 @@ impl Broker {
     /// Starts a broker with memory storage on a free port, and waits until it takes
     /// connections.
     pub async fn start() -> Broker {
+        Broker::start_with(None).await
+    }
+
+    /// Starts a broker that keeps its topics, records and producer state in an SQLite file
+    /// of its own, so that it can be stopped ([`Broker::stop`]) and started again
+    /// ([`Broker::restart`]) with nothing lost, as a Kafka broker with disks is.
+    pub async fn start_durable() -> Broker {
+        Broker::start_with(Some(Folder::new())).await
+    }
+
+    async fn start_with(durable: Option<Folder>) -> Broker {
         let port = free_port();
-        let child = spawn(port);
-        let broker = Broker { child, port, address: format!("127.0.0.1:{port}") };
+        let child = spawn(port, durable.as_ref());
+        let broker = Broker { child, port, durable, address: format!("127.0.0.1:{port}") };
         broker.wait_until_listening().await;
         broker
+    }
+
+    /// Kills the broker (SIGKILL) and waits until it is gone: connections are refused from
+    /// then on.
+    pub async fn stop(&mut self) {
+        self.child.start_kill().expect("tansu is killed");
+        self.child.wait().await.expect("tansu ends");
+    }
+
+    /// Starts a stopped durable broker again on the same port and storage, and waits until it
+    /// takes connections.
+    pub async fn restart(&mut self) {
+        assert!(self.durable.is_some(), "only a durable broker keeps its topics over a restart");
+        self.child = spawn(self.port, self.durable.as_ref());
+        self.wait_until_listening().await;
     }
 
     /// Creates `topic` with `partitions` partitions.
@@ -80,13 +117,36 @@ fn signal(child: &Child, which: &str) {
     }
 }
 
-fn spawn(port: u16) -> Child {
+/// A folder of the test's own, removed with the value.
+#[derive(Debug)]
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new() -> Folder {
+        let path = std::env::temp_dir().join(format!("leasehold-tansu-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir(&path).expect("the broker's folder");
+        Folder(path)
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn(port: u16, durable: Option<&Folder>) -> Child {
     let url = format!("tcp://127.0.0.1:{port}");
+    // A durable broker's file is named relative to its working directory. Either way it
+    // reads a `.env` there: give it a folder with none in it.
+    let (storage, folder) = match durable {
+        Some(folder) => ("sqlite://tansu.db", folder.0.clone()),
+        None => ("memory://tansu/", std::env::temp_dir()),
+    };
     Command::new(tansu())
         .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-        .args(["--storage-engine", "memory://tansu/", "--cluster-id", "leasehold-test"])
-        // It reads a `.env` in its working directory: give it one with nothing in it.
-        .current_dir(std::env::temp_dir())
+        .args(["--storage-engine", storage, "--cluster-id", "leasehold-test"])
+        .current_dir(folder)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -114,7 +174,7 @@ fn tansu() -> PathBuf {
 
 fn tools_root() -> PathBuf {
     let home = std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from);
-    home.join(".cache").join("leasehold-tools")
+    home.join(".cache").join("leasehold-tools").join(TANSU_ROOT)
 }
 
 /// `cargo install tansu` into `root`, once: under a lock, rechecked once the lock is held.
@@ -128,11 +188,12 @@ fn install(root: &std::path::Path) {
     let root_arg = root.to_str().expect("a UTF-8 path");
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
         .args(["install", "tansu", "--version", TANSU_VERSION, "--locked"])
-        .args(["--features", "dynostore", "--root", root_arg, "--target-dir"])
+        .args(["--features", TANSU_FEATURES, "--root", root_arg, "--target-dir"])
         .arg(root.join("build"))
         .status()
         .expect("cargo install runs");
     assert!(status.success(), "cargo install tansu {TANSU_VERSION}: {status}");
+    let _ = std::fs::remove_dir_all(root.join("build"));
 }
 
 /// Ten `LeaseDispatchFailed` events appended to stream `lease-<stream>` (tenant `acme`), the

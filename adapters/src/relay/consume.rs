@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
 
 use crate::archive::EventLine;
@@ -102,9 +103,16 @@ impl RelayedLog {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let received = tokio::time::timeout_at(deadline, self.consumer.recv()).await;
-            let message = received
-                .map_err(|_| ConsumeError::Quiet(wait))?
-                .map_err(|error| ConsumeError::Kafka(error.to_string()))?;
+            let message = match received.map_err(|_| ConsumeError::Quiet(wait))? {
+                Ok(message) => message,
+                Err(error) if passing(&error) => {
+                    // librdkafka reconnects by itself: a broker down or restarting is
+                    // waited for, within `wait`.
+                    tracing::warn!(%error, "the Kafka consumer waits for the broker");
+                    continue;
+                }
+                Err(error) => return Err(ConsumeError::Kafka(error.to_string())),
+            };
             let malformed = |reason: String| ConsumeError::Malformed {
                 partition: message.partition(),
                 offset: message.offset(),
@@ -139,4 +147,26 @@ impl RelayedLog {
             }
         }
     }
+}
+
+/// Whether a consumer's error passes by itself: the broker or the network is down for a
+/// while, or the group's coordinator or a partition's leader moves. Anything else (no such
+/// topic, not authorised, a fatal error) ends the reading.
+fn passing(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    let KafkaError::MessageConsumption(code) = error else { return false };
+    matches!(
+        code,
+        Code::BrokerTransportFailure
+            | Code::AllBrokersDown
+            | Code::Resolve
+            | Code::OperationTimedOut
+            | Code::RequestTimedOut
+            | Code::NetworkException
+            | Code::CoordinatorNotAvailable
+            | Code::NotCoordinator
+            | Code::CoordinatorLoadInProgress
+            | Code::LeaderNotAvailable
+            | Code::NotLeaderForPartition
+    )
 }

@@ -21,8 +21,8 @@ pub struct RelayBenchArgs {
     #[arg(long, default_value_t = 1_000_000)]
     events: u64,
     /// A Kafka broker to publish to; without it, a tansu broker in memory is started on a
-    /// free port of 127.0.0.1 (`LEASEHOLD_TANSU`, else `~/.cache/leasehold-tools/bin/tansu`,
-    /// which `.ci/run` installs).
+    /// free port of 127.0.0.1 (`LEASEHOLD_TANSU`, else
+    /// `~/.cache/leasehold-tools/tansu-0.6.0-sqlite/bin/tansu`, which `.ci/run` installs).
     #[arg(long, value_name = "HOST:PORT")]
     kafka_brokers: Option<String>,
     /// Partitions of the topic made for the run.
@@ -105,7 +105,7 @@ fn tansu_binary() -> PathBuf {
     std::env::var_os("LEASEHOLD_TANSU").map_or_else(
         || {
             let home = std::env::var_os("HOME").map_or_else(std::env::temp_dir, PathBuf::from);
-            home.join(".cache/leasehold-tools/bin/tansu")
+            home.join(".cache/leasehold-tools/tansu-0.6.0-sqlite/bin/tansu")
         },
         PathBuf::from,
     )

@@ -1,6 +1,7 @@
 //! The log relayed to Kafka (a real broker, tansu, on loopback): every event arrives, each
 //! stream's in order; a relay killed mid-stream resumes from its checkpoint, repeating only
-//! what was unacknowledged; a broker that stops answering for a while is waited for.
+//! what was unacknowledged; a broker that stops answering for a while, or is stopped and
+//! restarted, is waited for.
 
 use std::time::Duration;
 
@@ -142,21 +143,7 @@ async fn a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost() {
     let first_round = store.head().await.unwrap();
     broker.pause();
     write(&store, 10, 100, 1).await;
-    // The relay holds its checkpoint where the broker stopped acknowledging, and its lag
-    // shows once the second round is readable (another test's open transaction can hold the
-    // log's horizon back a while).
-    let reads = leasehold_adapters::read_models::PgReadModels::of(&store);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
-        assert!(checkpoint[0].cursor <= first_round, "acknowledged by a paused broker?");
-        let (events_behind, _) = reads.behind_cursor(checkpoint[0].cursor).await.unwrap();
-        if events_behind >= 1_000 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the lag never showed: {events_behind}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    lag_shows(&store, first_round, 1_000).await;
     broker.resume();
 
     taken.extend(take(&mut log, 1_000).await);
@@ -167,6 +154,52 @@ async fn a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost() {
     let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
     assert_eq!(checkpoint[0].cursor, store.head().await.unwrap());
     assert_eq!(checkpoint[0].published, 2_000);
+}
+
+#[tokio::test]
+async fn a_broker_stopped_and_restarted_is_waited_for_and_nothing_is_lost() {
+    let (db, mut broker) = (TestDb::migrated().await, Broker::start_durable().await);
+    broker.create_topic(TOPIC, 2).await;
+    let store = db.store();
+    let (stop, task) = relay(&store, &broker);
+    let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
+    write(&store, 10, 100, 0).await;
+    let mut taken = take(&mut log, 1_000).await;
+
+    let first_round = db.settled_head().await;
+    broker.stop().await;
+    write(&store, 10, 100, 1).await;
+    lag_shows(&store, first_round, 1_000).await;
+    broker.restart().await;
+
+    // The same consumer, reconnected by itself, reads on: the broker kept the first round.
+    taken.extend(take(&mut log, 1_000).await);
+    let ids: std::collections::HashSet<_> = taken.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids.len(), 2_000);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
+    assert_eq!(checkpoint[0].cursor, db.settled_head().await);
+    assert_eq!(checkpoint[0].published, 2_000);
+}
+
+/// Waits (at most 60 s) until the relay's lag counts at least `behind` events, its checkpoint
+/// held at or before `held`, where the broker stopped acknowledging. The lag shows once the
+/// events are readable: another test's open transaction can hold the log's horizon back a
+/// while.
+async fn lag_shows(store: &PgEventStore, held: leasehold_domain::Cursor, behind: u64) {
+    let reads = leasehold_adapters::read_models::PgReadModels::of(store);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let checkpoint = relay_checkpoints(store, Some("kafka:leasehold.events")).await.unwrap();
+        assert!(checkpoint[0].cursor <= held, "acknowledged by a broker that is not answering?");
+        let (events_behind, _) = reads.behind_cursor(checkpoint[0].cursor).await.unwrap();
+        if events_behind >= behind {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the lag never showed: {events_behind}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
