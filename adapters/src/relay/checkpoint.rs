@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use leasehold_domain::{Cursor, StoreError};
 
+use super::lock::RelayLock;
 use crate::store::{PgEventStore, Xid8, cursor_of, to_i64};
 
 /// Where a relay stands, as `relay_checkpoints` records it.
@@ -46,9 +47,22 @@ pub async fn relay_checkpoints(
     store: &PgEventStore,
     relay: Option<&str>,
 ) -> Result<Vec<RelayCheckpoint>, StoreError> {
-    let rows = store.query(LOAD_SQL, &[&relay]).await?;
-    let checkpoints = rows
-        .iter()
+    Ok(rows_to_checkpoints(&store.query(LOAD_SQL, &[&relay]).await?))
+}
+
+/// Where relay `name` (whose lock is held) starts: its checkpoint, listed at the log's start
+/// first if it has none yet (its lag shown before the broker acknowledges anything).
+pub(super) async fn start(lock: &RelayLock, name: &str) -> Result<Cursor, StoreError> {
+    let register = "INSERT INTO relay_checkpoints (relay, log_epoch, tx_id, position) \
+                    VALUES ($1, 0, '0'::xid8, 0) ON CONFLICT (relay) DO NOTHING";
+    lock.query(register, &[&name]).await?;
+    let name = Some(name);
+    let checkpoint = rows_to_checkpoints(&lock.query(LOAD_SQL, &[&name]).await?);
+    Ok(checkpoint.first().map_or(Cursor::START, |checkpoint| checkpoint.cursor))
+}
+
+fn rows_to_checkpoints(rows: &[tokio_postgres::Row]) -> Vec<RelayCheckpoint> {
+    rows.iter()
         .map(|row| {
             let count = |at: usize| u64::try_from(row.get::<_, i64>(at)).unwrap_or_default();
             RelayCheckpoint {
@@ -60,13 +74,12 @@ pub async fn relay_checkpoints(
                 updated_at: row.get(7),
             }
         })
-        .collect::<Vec<_>>();
-    Ok(checkpoints)
+        .collect()
 }
 
 /// Moves `relay`'s checkpoint to `cursor`, `acknowledged` more events published.
 pub(super) async fn save(
-    store: &PgEventStore,
+    lock: &RelayLock,
     relay: &str,
     cursor: Cursor,
     acknowledged: u64,
@@ -74,21 +87,10 @@ pub(super) async fn save(
     let epoch = i32::try_from(cursor.log_epoch).unwrap_or(i32::MAX);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
         [&relay, &epoch, &Xid8(cursor.tx_id), &to_i64(cursor.position), &to_i64(acknowledged)];
-    store.query(SAVE_SQL, &params).await.map(|_| ())
-}
-
-/// Lists `relay` at the log's start if it has no checkpoint yet.
-pub(super) async fn register(store: &PgEventStore, relay: &str) -> Result<(), StoreError> {
-    let sql = "INSERT INTO relay_checkpoints (relay, log_epoch, tx_id, position) \
-               VALUES ($1, 0, '0'::xid8, 0) ON CONFLICT (relay) DO NOTHING";
-    store.query(sql, &[&relay]).await.map(|_| ())
+    lock.query(SAVE_SQL, &params).await.map(|_| ())
 }
 
 /// Records that `relay` failed, and why (no event's content: the reason is the producer's).
-pub(super) async fn failed(
-    store: &PgEventStore,
-    relay: &str,
-    reason: &str,
-) -> Result<(), StoreError> {
-    store.query(FAILED_SQL, &[&relay, &reason]).await.map(|_| ())
+pub(super) async fn failed(lock: &RelayLock, relay: &str, reason: &str) -> Result<(), StoreError> {
+    lock.query(FAILED_SQL, &[&relay, &reason]).await.map(|_| ())
 }

@@ -10,12 +10,17 @@
 //! restart publishes again at most what was in flight. Delivery is at least once; a consumer
 //! drops a repeat by its event id or by its `(stream id, version)` ([`RelayedLog`] does).
 //!
+//! One relay a topic publishes at a time: a second one (another `leasehold relay`, or a
+//! `serve` with `--relay-kafka-brokers`) stands by on the first one's advisory lock and takes
+//! over from its checkpoint when it stops or dies.
+//!
 //! A broker that is down leaves the relay waiting, its checkpoint still, while the producer
 //! retries with backoff; nothing is skipped. An event too large to publish stops the relay
 //! with [`RelayError::TooLarge`]: it is never dropped.
 
 mod checkpoint;
 mod consume;
+mod lock;
 mod publish;
 
 pub use checkpoint::{RelayCheckpoint, relay_checkpoints};

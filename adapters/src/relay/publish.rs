@@ -15,7 +15,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::checkpoint::{failed, register, relay_checkpoints, save};
+use super::checkpoint::{failed, save, start};
+use super::lock::RelayLock;
 use super::{RelayError, kafka_relay_name};
 use crate::archive::EventLineRef;
 use crate::store::PgEventStore;
@@ -88,9 +89,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// What the loop has acknowledged and not yet written to its checkpoint.
-#[derive(Debug)]
+/// How often a relay standing by asks whether the lock is free.
+const STANDBY_POLL: Duration = Duration::from_secs(1);
+
+/// What the loop has acknowledged and not yet written to its checkpoint, and the lock it
+/// writes the checkpoint through.
 struct Acknowledged {
+    lock: RelayLock,
     cursor: Cursor,
     unsaved: u64,
     saved_at: Instant,
@@ -123,46 +128,75 @@ impl KafkaRelay {
 
     /// Publishes until `stop` completes (the checkpoint then written) or a failure stops it
     /// (recorded in the checkpoint's row, the checkpoint where the last acknowledged prefix
-    /// ends).
+    /// ends). While another relay of the same topic runs, this one stands by, publishing
+    /// nothing, and takes over when that one stops.
     ///
     /// # Errors
     /// [`RelayError`]: the database, an event too large, a delivery refused for good.
     pub async fn run(&self, stop: impl Future<Output = ()>) -> Result<(), RelayError> {
-        let result = self.publish(stop).await;
+        tokio::pin!(stop);
+        let Some(lock) = self.stand_by(&mut stop).await? else { return Ok(()) };
+        let start = start(&lock, &self.name).await?;
+        let mut acked = Acknowledged { lock, cursor: start, unsaved: 0, saved_at: Instant::now() };
+        let result = self.publish(&mut acked, stop).await;
         if let Err(error) = &result {
             tracing::error!(relay = %self.name, %error, "the relay stopped");
-            if !matches!(error, RelayError::Store(_)) {
-                failed(&self.store, &self.name, &error.to_string()).await?;
+            if !matches!(error, RelayError::Store(_))
+                && let Err(unrecorded) = failed(&acked.lock, &self.name, &error.to_string()).await
+            {
+                tracing::warn!(relay = %self.name, %unrecorded, "the failure was not recorded");
             }
         }
         result
     }
 
-    async fn publish(&self, stop: impl Future<Output = ()>) -> Result<(), RelayError> {
-        // Listed (and its lag shown) from the start, before the broker acknowledges anything.
-        register(&self.store, &self.name).await?;
-        let start = relay_checkpoints(&self.store, Some(&self.name)).await?;
-        let start = start.first().map_or(Cursor::START, |checkpoint| checkpoint.cursor);
-        let mut acked = Acknowledged { cursor: start, unsaved: 0, saved_at: Instant::now() };
+    /// The relay's lock, waited for while another relay holds it; `None` if told to stop
+    /// first.
+    async fn stand_by(
+        &self,
+        stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<RelayLock>, RelayError> {
+        let lock = RelayLock::open(&self.store).await?;
+        let mut told = false;
+        while !lock.try_lock(&self.name).await? {
+            if !told {
+                tracing::info!(relay = %self.name, "another relay publishes to this topic: standing by");
+                told = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(STANDBY_POLL) => {}
+                () = stop.as_mut() => return Ok(None),
+            }
+        }
+        if told {
+            tracing::info!(relay = %self.name, "the other relay stopped: taking over");
+        }
+        Ok(Some(lock))
+    }
+
+    async fn publish(
+        &self,
+        acked: &mut Acknowledged,
+        mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), RelayError> {
+        let start = acked.cursor;
         let mut in_flight = InFlight::new();
         let (mut pages, _reading) = self.read_ahead(start);
-        tokio::pin!(stop);
         loop {
             if in_flight.len() >= self.config.in_flight_max {
-                if self.settle(&mut in_flight, &mut acked, true, &mut stop).await? == Flow::Stopped
-                {
+                if self.settle(&mut in_flight, acked, true, &mut stop).await? == Flow::Stopped {
                     return Ok(());
                 }
                 continue;
             }
             if in_flight.is_empty() {
                 // Caught up, every event acknowledged: the checkpoint says so before waiting.
-                self.checkpoint(&mut acked, true).await?;
+                self.checkpoint(acked, true).await?;
             }
             let page = match in_flight.front_mut() {
                 None => tokio::select! {
                     page = pages.recv() => page,
-                    () = &mut stop => return self.checkpoint(&mut acked, true).await,
+                    () = &mut stop => return self.checkpoint(acked, true).await,
                 },
                 // A page if one comes first, else the oldest acknowledgement.
                 Some((cursor, delivery)) => {
@@ -173,10 +207,10 @@ impl KafkaRelay {
                         delivered = delivery => {
                             in_flight.pop_front();
                             delivered_or_failed(cursor, delivered)?;
-                            self.acknowledged(cursor, &mut acked).await?;
+                            self.acknowledged(cursor, acked).await?;
                             continue;
                         }
-                        () = &mut stop => return self.drain(in_flight, &mut acked).await,
+                        () = &mut stop => return self.drain(in_flight, acked).await,
                     }
                 }
             };
@@ -185,13 +219,13 @@ impl KafkaRelay {
                 reason: "the relay's reader of the log stopped".into(),
             })??;
             for event in &page {
-                let delivery = match self.send(event, &mut in_flight, &mut acked).await {
+                let delivery = match self.send(event, &mut in_flight, acked).await {
                     Ok(delivery) => delivery,
-                    Err(error) => return self.drain(in_flight, &mut acked).await.and(Err(error)),
+                    Err(error) => return self.drain(in_flight, acked).await.and(Err(error)),
                 };
                 in_flight.push_back((event.cursor, delivery));
             }
-            if self.settle(&mut in_flight, &mut acked, false, &mut stop).await? == Flow::Stopped {
+            if self.settle(&mut in_flight, acked, false, &mut stop).await? == Flow::Stopped {
                 return Ok(());
             }
         }
@@ -334,7 +368,7 @@ impl KafkaRelay {
         if acked.unsaved == 0 || !due {
             return Ok(());
         }
-        save(&self.store, &self.name, acked.cursor, acked.unsaved).await?;
+        save(&acked.lock, &self.name, acked.cursor, acked.unsaved).await?;
         (acked.unsaved, acked.saved_at) = (0, Instant::now());
         Ok(())
     }

@@ -131,6 +131,58 @@ async fn a_relay_killed_mid_stream_resumes_from_its_checkpoint_repeating_only_it
 }
 
 #[tokio::test]
+async fn a_second_relay_of_the_topic_stands_by_and_takes_over_when_the_first_stops() {
+    let (db, broker) = (TestDb::migrated().await, Broker::start().await);
+    broker.create_topic(TOPIC, 2).await;
+    let store = db.store();
+    let (stop_first, first) = relay(&store, &broker);
+    let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
+    write(&store, 10, 20, 0).await;
+    let mut taken = take(&mut log, 200).await;
+
+    // The second relay starts beside the first: the first alone publishes what comes.
+    let (stop_second, second) = relay(&store, &broker);
+    write(&store, 10, 20, 1).await;
+    taken.extend(take(&mut log, 200).await);
+    let head = db.settled_head().await;
+    let first_at = |checkpoint: &[leasehold_adapters::relay::RelayCheckpoint]| {
+        checkpoint.first().is_some_and(|checkpoint| checkpoint.cursor >= head)
+    };
+    checkpoint_until(&store, first_at).await;
+    stop_first.send(()).unwrap();
+    first.await.unwrap();
+
+    // Stopped, the first hands over: the second publishes from its checkpoint.
+    write(&store, 10, 20, 2).await;
+    taken.extend(take(&mut log, 200).await);
+    let ids: std::collections::HashSet<_> = taken.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids.len(), 600);
+    let head = db.settled_head().await;
+    checkpoint_until(&store, |checkpoint| checkpoint[0].cursor >= head).await;
+    stop_second.send(()).unwrap();
+    second.await.unwrap();
+    assert_eq!(log.repeats(), 0, "nothing published twice");
+    let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
+    assert_eq!(checkpoint[0].published, 600);
+}
+
+/// Waits (at most 60 s) until the relay's checkpoint row satisfies `done`.
+async fn checkpoint_until(
+    store: &PgEventStore,
+    done: impl Fn(&[leasehold_adapters::relay::RelayCheckpoint]) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let checkpoint = relay_checkpoints(store, Some("kafka:leasehold.events")).await.unwrap();
+        if done(&checkpoint) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not in 60 s: {checkpoint:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
 async fn a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost() {
     let (db, broker) = (TestDb::migrated().await, Broker::start().await);
     broker.create_topic(TOPIC, 2).await;
