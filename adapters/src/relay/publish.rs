@@ -36,6 +36,10 @@ pub struct RelayConfig {
     pub idle_wait: Duration,
     /// How often, at most, the checkpoint is written while events are acknowledged.
     pub checkpoint_every: Duration,
+    /// How long a stopping relay waits for the acknowledgements of what it has in flight
+    /// (a broker that is down would hold it forever): what is still unacknowledged then is
+    /// published again on the next start.
+    pub drain_wait: Duration,
 }
 
 impl RelayConfig {
@@ -49,6 +53,7 @@ impl RelayConfig {
             message_max_bytes: 1_000_000,
             idle_wait: Duration::from_secs(1),
             checkpoint_every: Duration::from_millis(200),
+            drain_wait: Duration::from_secs(10),
         }
     }
 }
@@ -334,11 +339,23 @@ impl KafkaRelay {
         Ok(Flow::Going)
     }
 
-    /// Waits for every event in flight (stopping at one that fails) and writes the
-    /// checkpoint: the relay stops past all that was acknowledged.
+    /// Waits for the events in flight (stopping at one that fails, or at `drain_wait`) and
+    /// writes the checkpoint: the relay stops past all that was acknowledged.
     async fn drain(&self, in_flight: InFlight, acked: &mut Acknowledged) -> Result<(), RelayError> {
-        for published in in_flight {
-            self.acknowledge(published, acked).await?;
+        let deadline = Instant::now() + self.config.drain_wait;
+        let total = in_flight.len();
+        for (taken, (cursor, delivery)) in in_flight.into_iter().enumerate() {
+            let Ok(delivered) = tokio::time::timeout_at(deadline, delivery).await else {
+                let unacknowledged = total - taken;
+                tracing::warn!(
+                    relay = %self.name, unacknowledged,
+                    "stopping with events the broker has not acknowledged: the next start \
+                     publishes them again"
+                );
+                break;
+            };
+            delivered_or_failed(cursor, delivered)?;
+            self.acknowledged(cursor, acked).await?;
         }
         self.checkpoint(acked, true).await
     }

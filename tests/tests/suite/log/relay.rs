@@ -209,6 +209,47 @@ async fn a_broker_that_stops_answering_is_waited_for_and_nothing_is_lost() {
 }
 
 #[tokio::test]
+async fn a_relay_told_to_stop_while_the_broker_is_not_answering_stops_in_bounded_time() {
+    let (db, broker) = (TestDb::migrated().await, Broker::start().await);
+    broker.create_topic(TOPIC, 2).await;
+    let store = db.store();
+    let mut config = RelayConfig::new(&broker.address, TOPIC);
+    config.drain_wait = Duration::from_secs(1);
+    let draining = KafkaRelay::new(store.clone(), config).unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        draining
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
+    write(&store, 10, 10, 0).await;
+    let mut taken = take(&mut log, 100).await;
+    let first_round = db.settled_head().await;
+    checkpoint_until(&store, |checkpoint| checkpoint[0].cursor >= first_round).await;
+
+    broker.pause();
+    write(&store, 10, 10, 1).await;
+    lag_shows(&store, first_round, 100).await;
+    stop.send(()).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), task).await;
+    stopped.expect("stopped within its drain wait").unwrap().expect("a clean stop");
+    let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
+    assert_eq!(checkpoint[0].cursor, first_round, "nothing unacknowledged checkpointed");
+
+    // Started again with the broker back: the second round arrives.
+    broker.resume();
+    let (stop, task) = relay(&store, &broker);
+    taken.extend(take(&mut log, 100).await);
+    let ids: std::collections::HashSet<_> = taken.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids.len(), 200);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
 async fn a_broker_stopped_and_restarted_is_waited_for_and_nothing_is_lost() {
     let (db, mut broker) = (TestDb::migrated().await, Broker::start_durable().await);
     broker.create_topic(TOPIC, 2).await;
