@@ -16,7 +16,8 @@
 //!
 //! A broker that is down leaves the relay waiting, its checkpoint still, while the producer
 //! retries with backoff; nothing is skipped. An event too large to publish stops the relay
-//! with [`RelayError::TooLarge`]: it is never dropped.
+//! with [`RelayError::TooLarge`] (or, refused by the broker, [`RelayError::RefusedAsTooLarge`]):
+//! it is never dropped.
 
 mod checkpoint;
 mod consume;
@@ -50,6 +51,19 @@ pub enum RelayError {
         bytes: usize,
         /// The limit.
         max: usize,
+    },
+    /// The broker (or the topic's `max.message.bytes`) refused an event as too large, under
+    /// the producer's own limit; the relay stops before it.
+    #[error(
+        "the broker refused the event at cursor {cursor} ({bytes} bytes as published) as too \
+         large for the topic (its max.message.bytes, or the broker's message.max.bytes): the \
+         relay stops rather than skip it"
+    )]
+    RefusedAsTooLarge {
+        /// The event.
+        cursor: Cursor,
+        /// Its message's size.
+        bytes: usize,
     },
     /// The broker refused an event for good; the relay stops at the event before it.
     #[error("publishing the event at cursor {cursor} failed: {reason}")]

@@ -415,9 +415,57 @@ fn delivered_or_failed(
     cursor: Cursor,
     delivered: Result<OwnedDeliveryResult, impl std::fmt::Debug>,
 ) -> Result<(), RelayError> {
+    use rdkafka::message::Message as _;
     match delivered {
         Ok(Ok(_)) => Ok(()),
+        Ok(Err((
+            KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+            message,
+        ))) => {
+            let bytes = message.payload().map_or(0, <[u8]>::len);
+            Err(RelayError::RefusedAsTooLarge { cursor, bytes })
+        }
         Ok(Err((error, _))) => Err(RelayError::Publish { cursor, reason: error.to_string() }),
         Err(_) => Err(RelayError::Publish { cursor, reason: "the producer went away".into() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::Timestamp;
+    use rdkafka::message::OwnedMessage;
+
+    use super::*;
+
+    fn refused(code: RDKafkaErrorCode) -> Result<OwnedDeliveryResult, ()> {
+        let message = OwnedMessage::new(
+            Some(vec![0; 2_048]),
+            Some(b"lease-1".to_vec()),
+            "leasehold.events".into(),
+            Timestamp::NotAvailable,
+            0,
+            -1,
+            None,
+        );
+        Ok(Err((KafkaError::MessageProduction(code), message)))
+    }
+
+    #[test]
+    fn a_delivery_refused_as_too_large_names_the_event_and_its_size() {
+        let cursor = Cursor { log_epoch: 1, tx_id: 7, position: 42 };
+        let error = delivered_or_failed(cursor, refused(RDKafkaErrorCode::MessageSizeTooLarge));
+        let Err(RelayError::RefusedAsTooLarge { cursor: at, bytes }) = error else {
+            panic!("{error:?}")
+        };
+        assert_eq!((at, bytes), (cursor, 2_048));
+    }
+
+    #[test]
+    fn another_refusal_is_a_publish_failure_with_the_producers_reason() {
+        let cursor = Cursor { log_epoch: 1, tx_id: 7, position: 42 };
+        let error =
+            delivered_or_failed(cursor, refused(RDKafkaErrorCode::TopicAuthorizationFailed));
+        let Err(RelayError::Publish { reason, .. }) = error else { panic!("{error:?}") };
+        assert!(reason.contains("authoriz"), "{reason}");
     }
 }
