@@ -105,6 +105,10 @@ pub struct TailArgs {
     /// topic from its start (narrow it with --from-cursor).
     #[arg(long, default_value = "leasehold-tail")]
     group: String,
+    /// librdkafka settings of your own for --from-kafka's cluster (TLS, SASL, ...), one
+    /// `key=value` a line, as `leasehold relay --kafka-config` takes them.
+    #[arg(long, value_name = "FILE", env = "LEASEHOLD_KAFKA_CONFIG")]
+    kafka_config: Option<std::path::PathBuf>,
 }
 
 /// `events replay`.
@@ -250,7 +254,8 @@ pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
 /// `events tail --from-kafka`: the relayed topic, through the reference consumer.
 async fn tail_kafka(brokers: &str, args: &TailArgs) -> anyhow::Result<()> {
     let filter = args.filter.filter();
-    let mut log = RelayedLog::subscribe(brokers, &args.topic, &args.group, false)?;
+    let settings = crate::relay::kafka_settings(args.kafka_config.as_deref())?;
+    let mut log = RelayedLog::subscribe_with(brokers, &args.topic, &args.group, false, &settings)?;
     let mut out = std::io::stdout().lock();
     let mut number = 0;
     loop {

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use futures_util::FutureExt as _;
-use leasehold_adapters::relay::{KafkaRelay, RelayConfig, relay_checkpoints};
+use leasehold_adapters::relay::{KafkaRelay, KafkaSettings, RelayConfig, relay_checkpoints};
 use leasehold_adapters::{PgEventStore, StoreConfig};
 
 use crate::cli::DatabaseArgs;
@@ -49,6 +49,16 @@ pub struct PublishArgs {
     /// at or under the broker's limit). A larger event stops the relay: it is never skipped.
     #[arg(long, default_value_t = 1_000_000)]
     message_max_bytes: usize,
+    /// librdkafka settings of your own for the cluster, one `key=value` a line (TLS, SASL,
+    /// client.id, ...; `#` comments): a password stays off the command line and out of the
+    /// logs. The relay's own settings (acks, idempotence, timeouts) are refused.
+    #[arg(long, value_name = "FILE", env = "LEASEHOLD_KAFKA_CONFIG")]
+    kafka_config: Option<std::path::PathBuf>,
+}
+
+/// The librdkafka settings in `file`, if one is named.
+pub fn kafka_settings(file: Option<&std::path::Path>) -> anyhow::Result<KafkaSettings> {
+    Ok(file.map(KafkaSettings::read).transpose()?.unwrap_or_default())
 }
 
 /// Runs `relay` or `relay status`.
@@ -68,6 +78,7 @@ async fn publish(args: &PublishArgs) -> anyhow::Result<()> {
     let mut config = RelayConfig::new(brokers, &args.topic);
     config.in_flight_max = args.in_flight_max.max(1);
     config.message_max_bytes = args.message_max_bytes;
+    config.settings = kafka_settings(args.kafka_config.as_deref())?;
     let relay = KafkaRelay::new(store, config)?;
     eprintln!("relaying the log to topic {} on {brokers}; stop with Ctrl-C or SIGTERM", args.topic);
     relay

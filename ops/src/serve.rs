@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// The topic the relay publishes to (it must exist).
     #[arg(long, default_value = "leasehold.events", env = "LEASEHOLD_RELAY_TOPIC")]
     relay_topic: String,
+    /// librdkafka settings of your own for the relay's cluster (TLS, SASL, ...), one
+    /// `key=value` a line, as `leasehold relay --kafka-config` takes them.
+    #[arg(long, value_name = "FILE", env = "LEASEHOLD_RELAY_KAFKA_CONFIG")]
+    relay_kafka_config: Option<std::path::PathBuf>,
     /// A JSON file saying how to reach each lease backend (name, url, secret_file,
     /// timeout_seconds; see the README). With it, `serve` sends every lease's work to its
     /// backend, signed with that backend's secret, and backends call back per operation.
@@ -336,7 +340,8 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     };
     reconcilers.push(crate::dispatch::start_vm_reaper(state.vms(), vm_reaping, &stopped));
     if let Some(brokers) = &args.relay_kafka_brokers {
-        let config = leasehold_adapters::relay::RelayConfig::new(brokers, &args.relay_topic);
+        let mut config = leasehold_adapters::relay::RelayConfig::new(brokers, &args.relay_topic);
+        config.settings = crate::relay::kafka_settings(args.relay_kafka_config.as_deref())?;
         reconcilers.push(crate::relay::spawn(
             store.clone(),
             config,

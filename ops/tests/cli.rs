@@ -725,6 +725,83 @@ fn spawn_relay(url: &str, brokers: &str) -> tokio::process::Child {
 }
 
 #[tokio::test]
+async fn relay_and_tail_reach_a_broker_that_requires_sasl_with_a_settings_file_never_logging_it() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+    let db = TestDb::migrated().await;
+    let mut broker = leasehold_tests::kafka::Broker::start_durable().await;
+    broker.create_topic("leasehold.events", 1).await;
+    broker.create_user("relay", "s3cret-pw").await;
+    broker.require_authentication().await;
+    lease_events(&db, 2, 20).await;
+    let folder = std::env::temp_dir().join(format!("lh-kafka-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir(&folder).unwrap();
+    let settings = folder.join("kafka.properties");
+    let properties = "# SCRAM over plaintext, as the test broker takes it
+                      security.protocol=SASL_PLAINTEXT
+sasl.mechanisms=SCRAM-SHA-512
+                      sasl.username=relay
+sasl.password=s3cret-pw
+";
+    std::fs::write(&settings, properties).unwrap();
+    let settings = settings.to_str().unwrap();
+
+    let url = url_of(&db);
+    let mut relay = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["relay", "--database-url", &url, "--kafka-brokers", &broker.address])
+        .args(["--kafka-config", settings])
+        .env("LEASEHOLD_LOG", "debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("relay starts");
+    let head = db.settled_head().await;
+    relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor >= head).await;
+
+    let mut tail = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["events", "tail", "--from-kafka", &broker.address, "--kafka-config", settings])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tail starts");
+    let mut lines = tokio::io::BufReader::new(tail.stdout.take().unwrap()).lines();
+    let read = async {
+        for _ in 0..40 {
+            lines.next_line().await.unwrap().expect("a line");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), read).await.expect("in time");
+    tail.start_kill().unwrap();
+
+    // Logged at debug, and not one line holds the password.
+    relay.start_kill().unwrap();
+    let mut logged = String::new();
+    relay.stderr.take().unwrap().read_to_string(&mut logged).await.unwrap();
+    relay.stdout.take().unwrap().read_to_string(&mut logged).await.unwrap();
+    assert!(!logged.contains("s3cret-pw"), "{logged}");
+    let _ = std::fs::remove_dir_all(&folder);
+
+    // A file that sets what the relay owns is refused, by line.
+    std::fs::create_dir(&folder).unwrap();
+    let owned = folder.join("owned.properties");
+    std::fs::write(&owned, "client.id=x\nacks=1\n").unwrap();
+    let refused = leasehold(&[
+        "relay",
+        "--database-url",
+        &url,
+        "--kafka-brokers",
+        &broker.address,
+        "--kafka-config",
+        owned.to_str().unwrap(),
+    ])
+    .await;
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("line 2: acks is the relay's own"), "{said}");
+    let _ = std::fs::remove_dir_all(&folder);
+}
+
+#[tokio::test]
 async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_event_once() {
     use tokio::io::AsyncBufReadExt as _;
     let (db, broker) = (TestDb::migrated().await, leasehold_tests::kafka::Broker::start().await);

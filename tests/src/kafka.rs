@@ -30,6 +30,8 @@ pub struct Broker {
     port: u16,
     /// The folder of its SQLite file, for a broker that outlives a restart.
     durable: Option<Folder>,
+    /// Whether every client must authenticate (SASL SCRAM).
+    authenticating: bool,
     /// `127.0.0.1:PORT`, as clients' `bootstrap.servers`.
     pub address: String,
 }
@@ -50,8 +52,9 @@ impl Broker {
 
     async fn start_with(durable: Option<Folder>) -> Broker {
         let port = free_port();
-        let child = spawn(port, durable.as_ref());
-        let broker = Broker { child, port, durable, address: format!("127.0.0.1:{port}") };
+        let child = spawn(port, durable.as_ref(), false);
+        let address = format!("127.0.0.1:{port}");
+        let broker = Broker { child, port, durable, authenticating: false, address };
         broker.wait_until_listening().await;
         broker
     }
@@ -67,8 +70,29 @@ impl Broker {
     /// takes connections.
     pub async fn restart(&mut self) {
         assert!(self.durable.is_some(), "only a durable broker keeps its topics over a restart");
-        self.child = spawn(self.port, self.durable.as_ref());
+        self.child = spawn(self.port, self.durable.as_ref(), self.authenticating);
         self.wait_until_listening().await;
+    }
+
+    /// Adds SASL user `name` (SCRAM-SHA-512) with `password`.
+    pub async fn create_user(&self, name: &str, password: &str) {
+        let broker = format!("tcp://127.0.0.1:{}", self.port);
+        let status = Command::new(tansu())
+            .args(["user", "create", name, password, "--broker", &broker])
+            .stdout(Stdio::null())
+            .status()
+            .await
+            .expect("tansu user create runs");
+        assert!(status.success(), "tansu user create {name}: {status}");
+    }
+
+    /// Restarts a durable broker so that every client must authenticate with SASL SCRAM as
+    /// one of its users (made before, with [`Broker::create_user`]: an authenticating
+    /// broker takes no new users or topics from tansu's own tools).
+    pub async fn require_authentication(&mut self) {
+        self.stop().await;
+        self.authenticating = true;
+        self.restart().await;
     }
 
     /// Creates `topic` with `partitions` partitions.
@@ -135,7 +159,7 @@ impl Drop for Folder {
     }
 }
 
-fn spawn(port: u16, durable: Option<&Folder>) -> Child {
+fn spawn(port: u16, durable: Option<&Folder>, authenticating: bool) -> Child {
     let url = format!("tcp://127.0.0.1:{port}");
     // A durable broker's file is named relative to its working directory. Either way it
     // reads a `.env` there: give it a folder with none in it.
@@ -146,6 +170,7 @@ fn spawn(port: u16, durable: Option<&Folder>) -> Child {
     Command::new(tansu())
         .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
         .args(["--storage-engine", storage, "--cluster-id", "leasehold-test"])
+        .args(authenticating.then_some("--authentication"))
         .current_dir(folder)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
 
+use super::settings::{KafkaSettings, refused_setting};
 use crate::archive::EventLine;
 
 /// Why reading the topic stopped.
@@ -77,13 +77,29 @@ impl RelayedLog {
         group: &str,
         from_the_start: bool,
     ) -> Result<Self, ConsumeError> {
-        let consumer: StreamConsumer = ClientConfig::new()
+        Self::subscribe_with(brokers, topic, group, from_the_start, &KafkaSettings::default())
+    }
+
+    /// [`RelayedLog::subscribe`] with librdkafka settings of the operator's own (TLS, SASL,
+    /// ...), as the relay takes them.
+    ///
+    /// # Errors
+    /// [`ConsumeError::Kafka`] when the consumer cannot be made or subscribe.
+    pub fn subscribe_with(
+        brokers: &str,
+        topic: &str,
+        group: &str,
+        from_the_start: bool,
+        settings: &KafkaSettings,
+    ) -> Result<Self, ConsumeError> {
+        let consumer: StreamConsumer = settings
+            .client_config()
             .set("bootstrap.servers", brokers)
             .set("group.id", group)
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
             .create()
-            .map_err(|error| ConsumeError::Kafka(error.to_string()))?;
+            .map_err(|error| ConsumeError::Kafka(refused_setting(&error)))?;
         consumer.subscribe(&[topic]).map_err(|error| ConsumeError::Kafka(error.to_string()))?;
         Ok(Self { consumer, last: HashMap::new(), from_the_start, repeats: 0 })
     }

@@ -23,10 +23,12 @@ mod checkpoint;
 mod consume;
 mod lock;
 mod publish;
+mod settings;
 
 pub use checkpoint::{RelayCheckpoint, relay_checkpoints};
 pub use consume::{ConsumeError, RelayedLog};
 pub use publish::{KafkaRelay, RelayConfig};
+pub use settings::{KafkaSettings, SettingsError};
 
 use leasehold_domain::{Cursor, StoreError};
 
@@ -36,7 +38,8 @@ pub enum RelayError {
     /// The log or the checkpoint could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The producer could not be made (a bad setting).
+    /// The producer could not be made (a bad setting; the message names the setting, never
+    /// its value).
     #[error("the Kafka producer: {0}")]
     Producer(String),
     /// An event is larger than the producer may publish; the relay stops before it.

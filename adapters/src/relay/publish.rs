@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use leasehold_domain::{Cursor, RecordedEvent, StoreError};
-use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
@@ -17,6 +16,7 @@ use tokio::time::Instant;
 
 use super::checkpoint::{failed, save, start};
 use super::lock::RelayLock;
+use super::settings::{KafkaSettings, refused_setting};
 use super::{RelayError, kafka_relay_name};
 use crate::archive::EventLineRef;
 use crate::store::PgEventStore;
@@ -36,6 +36,8 @@ pub struct RelayConfig {
     pub idle_wait: Duration,
     /// How often, at most, the checkpoint is written while events are acknowledged.
     pub checkpoint_every: Duration,
+    /// librdkafka settings of the operator's own (TLS, SASL, ...), set before the relay's.
+    pub settings: KafkaSettings,
     /// How long a stopping relay waits for the acknowledgements of what it has in flight
     /// (a broker that is down would hold it forever): what is still unacknowledged then is
     /// published again on the next start.
@@ -54,6 +56,7 @@ impl RelayConfig {
             idle_wait: Duration::from_secs(1),
             checkpoint_every: Duration::from_millis(200),
             drain_wait: Duration::from_secs(10),
+            settings: KafkaSettings::default(),
         }
     }
 }
@@ -114,7 +117,9 @@ impl KafkaRelay {
     /// # Errors
     /// [`RelayError::Producer`] for settings librdkafka refuses.
     pub fn new(store: PgEventStore, config: RelayConfig) -> Result<Self, RelayError> {
-        let producer: FutureProducer = ClientConfig::new()
+        let producer: FutureProducer = config
+            .settings
+            .client_config()
             .set("bootstrap.servers", &config.brokers)
             .set("enable.idempotence", "true")
             // A failure that could leave a gap is fatal: nothing after it is delivered.
@@ -126,7 +131,7 @@ impl KafkaRelay {
             .set("retry.backoff.ms", "100")
             .set("retry.backoff.max.ms", "2000")
             .create()
-            .map_err(|error| RelayError::Producer(error.to_string()))?;
+            .map_err(|error| RelayError::Producer(refused_setting(&error)))?;
         let name = kafka_relay_name(&config.topic);
         Ok(Self { store, producer, config, name })
     }
