@@ -706,17 +706,11 @@ async fn relay_checkpoint_until(
     }
 }
 
-fn spawn_relay(url: &str, brokers: &str) -> tokio::process::Child {
+/// `leasehold relay` with at most `in_flight` events unacknowledged.
+fn spawn_relay(url: &str, brokers: &str, in_flight: &str) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args([
-            "relay",
-            "--database-url",
-            url,
-            "--kafka-brokers",
-            brokers,
-            "--in-flight-max",
-            "100",
-        ])
+        .args(["relay", "--database-url", url, "--kafka-brokers", brokers])
+        .args(["--in-flight-max", in_flight])
         .env("LEASEHOLD_LOG", "warn")
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -809,14 +803,19 @@ async fn a_relay_killed_with_sigkill_resumes_and_tail_from_kafka_prints_each_eve
     let url = url_of(&db);
     lease_events(&db, 10, 200).await;
 
-    // Killed mid-stream, with SIGKILL: no last checkpoint written.
-    let mut relay = spawn_relay(&url, &broker.address);
+    // Killed mid-stream, with SIGKILL: no last checkpoint written. A window of ten keeps
+    // the first relay slow enough (a linger of 5 ms a batch) to be killed well before the
+    // head.
+    let first_round = db.settled_head().await;
+    let mut relay = spawn_relay(&url, &broker.address, "10");
     relay_checkpoint_until(&db, |checkpoint| checkpoint.published > 0).await;
     relay.start_kill().unwrap();
     relay.wait().await.unwrap();
+    let killed_at = leasehold_adapters::relay::relay_checkpoints(&db.store(), None).await.unwrap();
+    assert!(killed_at[0].cursor < first_round, "killed mid-stream: {killed_at:?}");
     lease_events(&db, 10, 100).await;
     let head = db.settled_head().await;
-    let mut relay = spawn_relay(&url, &broker.address);
+    let mut relay = spawn_relay(&url, &broker.address, "100");
     relay_checkpoint_until(&db, |checkpoint| checkpoint.cursor >= head).await;
 
     let status = leasehold(&["relay", "status", "--json", "--database-url", &url]).await;
