@@ -101,10 +101,11 @@ pub struct TailArgs {
     /// The topic --from-kafka reads.
     #[arg(long, default_value = "leasehold.events")]
     topic: String,
-    /// The consumer group --from-kafka reads as. It commits no offsets: each run reads the
-    /// topic from its start (narrow it with --from-cursor).
-    #[arg(long, default_value = "leasehold-tail")]
-    group: String,
+    /// The consumer group --from-kafka reads as (default: one of its own for each run, so
+    /// that tails running at once each read every partition). It commits no offsets: each
+    /// run reads the topic from its start (narrow it with --from-cursor).
+    #[arg(long)]
+    group: Option<String>,
     /// librdkafka settings of your own for --from-kafka's cluster (TLS, SASL, ...), one
     /// `key=value` a line, as `leasehold relay --kafka-config` takes them.
     #[arg(long, value_name = "FILE", env = "LEASEHOLD_KAFKA_CONFIG")]
@@ -254,8 +255,18 @@ pub async fn tail(args: &TailArgs) -> anyhow::Result<()> {
 /// `events tail --from-kafka`: the relayed topic, through the reference consumer.
 async fn tail_kafka(brokers: &str, args: &TailArgs) -> anyhow::Result<()> {
     let filter = args.filter.filter();
+    // Partitions interleave on the topic: no one event marks where the log passes a cursor.
+    anyhow::ensure!(
+        filter.to_cursor.is_none(),
+        "--to-cursor does not go with --from-kafka: the topic's partitions interleave, so \
+         reading past the cursor in one says nothing of the others"
+    );
     let settings = crate::relay::kafka_settings(args.kafka_config.as_deref())?;
-    let mut log = RelayedLog::subscribe_with(brokers, &args.topic, &args.group, false, &settings)?;
+    let group = args
+        .group
+        .clone()
+        .unwrap_or_else(|| format!("leasehold-tail-{}", uuid::Uuid::now_v7().simple()));
+    let mut log = RelayedLog::subscribe_with(brokers, &args.topic, &group, false, &settings)?;
     let mut out = std::io::stdout().lock();
     let mut number = 0;
     loop {
@@ -273,9 +284,6 @@ async fn tail_kafka(brokers: &str, args: &TailArgs) -> anyhow::Result<()> {
         };
         number += 1;
         let event = line.recorded(number)?;
-        if filter.to_cursor.is_some_and(|to| event.cursor > to) {
-            return stopped_at(event.cursor);
-        }
         if filter.admits(&event) {
             filter.write_event(&mut out, line)?;
             out.flush()?;

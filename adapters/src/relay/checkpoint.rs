@@ -19,7 +19,7 @@ pub struct RelayCheckpoint {
     pub publish_errors: u64,
     /// The last failure, until the relay publishes again.
     pub last_error: Option<String>,
-    /// When it last moved or failed.
+    /// When it last moved (a failure leaves it: the lag's seconds count on from there).
     pub updated_at: DateTime<Utc>,
 }
 
@@ -37,7 +37,7 @@ const FAILED_SQL: &str = "INSERT INTO relay_checkpoints \
      (relay, log_epoch, tx_id, position, publish_errors, last_error) \
      VALUES ($1, 0, '0'::xid8, 0, 1, $2) \
      ON CONFLICT (relay) DO UPDATE SET publish_errors = relay_checkpoints.publish_errors + 1, \
-       last_error = $2, updated_at = now()";
+       last_error = $2";
 
 /// Every relay's checkpoint, or `relay`'s.
 ///

@@ -35,6 +35,16 @@ impl RelayLock {
         Ok(rows.first().is_some_and(|row| row.get::<_, bool>(0)))
     }
 
+    /// Whether the lock is still this relay's: its session answers. Once the server ended
+    /// the session, the lock is free for another relay, and this one must stop publishing.
+    /// One round trip, asked before each page is published.
+    pub(super) async fn still_held(&self) -> Result<(), StoreError> {
+        self.client.simple_query("").await.map(|_| ()).map_err(|error| {
+            let reason = format!("the session holding the relay's lock ended: {error}");
+            StoreError::Unavailable { endpoint: self.endpoint.clone(), reason }
+        })
+    }
+
     /// Runs `sql` on the lock's connection.
     pub(super) async fn query(
         &self,

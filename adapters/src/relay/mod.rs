@@ -38,6 +38,13 @@ pub enum RelayError {
     /// The log or the checkpoint could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The topic's name is not one Kafka takes (1 to 249 of `A-Z a-z 0-9 . _ -`). Checked
+    /// before anything is stored: the name is the checkpoint's and the metrics' label.
+    #[error("{topic:?} is not a Kafka topic name (1 to 249 of A-Z, a-z, 0-9, '.', '_', '-')")]
+    BadTopic {
+        /// The name given.
+        topic: String,
+    },
     /// The producer could not be made (a bad setting; the message names the setting, never
     /// its value).
     #[error("the Kafka producer: {0}")]
@@ -82,4 +89,22 @@ pub enum RelayError {
 #[must_use]
 pub fn kafka_relay_name(topic: &str) -> String {
     format!("kafka:{topic}")
+}
+
+/// Whether Kafka takes `topic` as a topic's name.
+fn is_topic_name(topic: &str) -> bool {
+    (1..=249).contains(&topic.len())
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_kafkas_topic_names_are_taken() {
+        assert!(super::is_topic_name("leasehold.events"));
+        assert!(super::is_topic_name("a-b_c.1"));
+        for bad in ["", "a b", "a\"b", "a\nb", "é", &"x".repeat(250)] {
+            assert!(!super::is_topic_name(bad), "{bad:?}");
+        }
+    }
 }

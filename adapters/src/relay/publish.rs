@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::checkpoint::{failed, save, start};
 use super::lock::RelayLock;
 use super::settings::{KafkaSettings, refused_setting};
-use super::{RelayError, kafka_relay_name};
+use super::{RelayError, is_topic_name, kafka_relay_name};
 use crate::archive::EventLineRef;
 use crate::store::PgEventStore;
 
@@ -78,6 +78,14 @@ impl std::fmt::Debug for KafkaRelay {
 /// The events published, oldest first, each with the future of its acknowledgement.
 type InFlight = VecDeque<(Cursor, DeliveryFuture)>;
 
+/// Why an event was not handed to the producer.
+enum Unsent {
+    /// librdkafka's queue is full: wait for an acknowledgement and hand it again.
+    QueueFull,
+    /// Never publishable as it is.
+    Refused(RelayError),
+}
+
 /// Whether the loop goes on or was told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -116,7 +124,12 @@ impl KafkaRelay {
     ///
     /// # Errors
     /// [`RelayError::Producer`] for settings librdkafka refuses.
-    pub fn new(store: PgEventStore, config: RelayConfig) -> Result<Self, RelayError> {
+    pub fn new(store: PgEventStore, mut config: RelayConfig) -> Result<Self, RelayError> {
+        // A window of none would publish nothing and spin.
+        config.in_flight_max = config.in_flight_max.max(1);
+        if !is_topic_name(&config.topic) {
+            return Err(RelayError::BadTopic { topic: config.topic });
+        }
         let producer: FutureProducer = config
             .settings
             .client_config()
@@ -189,16 +202,9 @@ impl KafkaRelay {
         acked: &mut Acknowledged,
         mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<(), RelayError> {
-        let start = acked.cursor;
         let mut in_flight = InFlight::new();
-        let (mut pages, _reading) = self.read_ahead(start);
+        let (mut pages, _reading) = self.read_ahead(acked.cursor);
         loop {
-            if in_flight.len() >= self.config.in_flight_max {
-                if self.settle(&mut in_flight, acked, true, &mut stop).await? == Flow::Stopped {
-                    return Ok(());
-                }
-                continue;
-            }
             if in_flight.is_empty() {
                 // Caught up, every event acknowledged: the checkpoint says so before waiting.
                 self.checkpoint(acked, true).await?;
@@ -216,8 +222,7 @@ impl KafkaRelay {
                         page = pages.recv() => page,
                         delivered = delivery => {
                             in_flight.pop_front();
-                            delivered_or_failed(cursor, delivered)?;
-                            self.acknowledged(cursor, acked).await?;
+                            self.settled(cursor, delivered, acked).await?;
                             continue;
                         }
                         () = &mut stop => return self.drain(in_flight, acked).await,
@@ -228,16 +233,17 @@ impl KafkaRelay {
                 endpoint: self.store.endpoint().to_owned(),
                 reason: "the relay's reader of the log stopped".into(),
             })??;
+            // A relay whose lock's session ended may have a successor already: it publishes
+            // nothing more.
+            acked.lock.still_held().await?;
             for event in &page {
-                let delivery = match self.send(event, &mut in_flight, acked).await {
-                    Ok(delivery) => delivery,
-                    Err(error) => return self.drain(in_flight, acked).await.and(Err(error)),
-                };
-                in_flight.push_back((event.cursor, delivery));
+                if self.publish_event(event, &mut in_flight, acked, &mut stop).await?
+                    == Flow::Stopped
+                {
+                    return Ok(());
+                }
             }
-            if self.settle(&mut in_flight, acked, false, &mut stop).await? == Flow::Stopped {
-                return Ok(());
-            }
+            self.take_acknowledged(&mut in_flight, acked).await?;
         }
     }
 
@@ -266,82 +272,109 @@ impl KafkaRelay {
         (receiver, AbortOnDrop(task))
     }
 
-    /// Hands `event` to the producer, waiting for acknowledgements while its queue is full.
-    async fn send(
+    /// Publishes `event` once the window has room for it: while the window (or librdkafka's
+    /// queue) is full, the oldest acknowledgement is waited for. A stop meanwhile drains what
+    /// is in flight; an event that cannot be published drains what precedes it and stops
+    /// the relay.
+    async fn publish_event(
         &self,
         event: &RecordedEvent,
         in_flight: &mut InFlight,
         acked: &mut Acknowledged,
-    ) -> Result<DeliveryFuture, RelayError> {
+        stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Flow, RelayError> {
         let value = serde_json::to_vec(&EventLineRef::of(event)).map_err(|error| {
             RelayError::Publish { cursor: event.cursor, reason: format!("as JSON: {error}") }
         })?;
-        let key = event.stream_id.as_str();
         loop {
-            let record = FutureRecord::to(&self.config.topic)
-                .key(key)
-                .payload(&value)
-                .headers(headers(event));
-            match self.producer.send_result(record) {
-                Ok(delivery) => return Ok(delivery),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    let Some(oldest) = in_flight.pop_front() else {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    };
-                    self.acknowledge(oldest, acked).await?;
+            if in_flight.len() < self.config.in_flight_max {
+                match self.send(event, &value) {
+                    Ok(delivery) => {
+                        in_flight.push_back((event.cursor, delivery));
+                        return Ok(Flow::Going);
+                    }
+                    Err(Unsent::QueueFull) if !in_flight.is_empty() => {}
+                    Err(Unsent::QueueFull) => {
+                        // Full of messages no longer ours (a drain that gave up): they leave
+                        // the queue as the broker takes them.
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_millis(10)) => continue,
+                            () = stop.as_mut() => {
+                                self.checkpoint(acked, true).await?;
+                                return Ok(Flow::Stopped);
+                            }
+                        }
+                    }
+                    Err(Unsent::Refused(error)) => {
+                        return self.drain(std::mem::take(in_flight), acked).await.and(Err(error));
+                    }
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
-                    let max = self.config.message_max_bytes;
-                    return Err(RelayError::TooLarge {
-                        cursor: event.cursor,
-                        bytes: value.len(),
-                        max,
-                    });
-                }
-                Err((error, _)) => {
-                    return Err(RelayError::Publish {
-                        cursor: event.cursor,
-                        reason: error.to_string(),
-                    });
-                }
+            }
+            if self.wait_oldest(in_flight, acked, stop).await? == Flow::Stopped {
+                return Ok(Flow::Stopped);
             }
         }
     }
 
-    /// Takes the acknowledgements that have come; waits for the oldest when the window is
-    /// full or nothing is left to read.
-    async fn settle(
+    /// Hands `event`, as `value`, to the producer.
+    fn send(&self, event: &RecordedEvent, value: &[u8]) -> Result<DeliveryFuture, Unsent> {
+        let record = FutureRecord::to(&self.config.topic)
+            .key(event.stream_id.as_str())
+            .payload(value)
+            .headers(headers(event));
+        let cursor = event.cursor;
+        match self.producer.send_result(record) {
+            Ok(delivery) => Ok(delivery),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(Unsent::QueueFull)
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                let (bytes, max) = (value.len(), self.config.message_max_bytes);
+                Err(Unsent::Refused(RelayError::TooLarge { cursor, bytes, max }))
+            }
+            Err((error, _)) => {
+                Err(Unsent::Refused(RelayError::Publish { cursor, reason: error.to_string() }))
+            }
+        }
+    }
+
+    /// Waits for the oldest event in flight to be acknowledged; a stop meanwhile drains
+    /// what is in flight.
+    async fn wait_oldest(
         &self,
         in_flight: &mut InFlight,
         acked: &mut Acknowledged,
-        idle: bool,
         stop: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> Result<Flow, RelayError> {
-        let must_wait = idle || in_flight.len() >= self.config.in_flight_max;
-        if must_wait && let Some((cursor, delivery)) = in_flight.front_mut() {
-            let cursor = *cursor;
-            tokio::select! {
-                delivered = delivery => {
-                    in_flight.pop_front();
-                    delivered_or_failed(cursor, delivered)?;
-                    self.acknowledged(cursor, acked).await?;
-                }
-                () = stop.as_mut() => {
-                    self.checkpoint(acked, true).await?;
-                    return Ok(Flow::Stopped);
-                }
+        let Some((cursor, delivery)) = in_flight.front_mut() else { return Ok(Flow::Going) };
+        let cursor = *cursor;
+        tokio::select! {
+            biased;
+            delivered = delivery => {
+                in_flight.pop_front();
+                self.settled(cursor, delivered, acked).await?;
+                Ok(Flow::Going)
+            }
+            () = stop.as_mut() => {
+                self.drain(std::mem::take(in_flight), acked).await?;
+                Ok(Flow::Stopped)
             }
         }
+    }
+
+    /// Takes the acknowledgements that have already come, oldest first.
+    async fn take_acknowledged(
+        &self,
+        in_flight: &mut InFlight,
+        acked: &mut Acknowledged,
+    ) -> Result<(), RelayError> {
         while let Some((cursor, delivery)) = in_flight.front_mut() {
             let cursor = *cursor;
             let Some(delivered) = delivery.now_or_never() else { break };
             in_flight.pop_front();
-            delivered_or_failed(cursor, delivered)?;
-            self.acknowledged(cursor, acked).await?;
+            self.settled(cursor, delivered, acked).await?;
         }
-        self.checkpoint(acked, false).await?;
-        Ok(Flow::Going)
+        self.checkpoint(acked, false).await
     }
 
     /// Waits for the events in flight (stopping at one that fails, or at `drain_wait`) and
@@ -359,18 +392,24 @@ impl KafkaRelay {
                 );
                 break;
             };
-            delivered_or_failed(cursor, delivered)?;
-            self.acknowledged(cursor, acked).await?;
+            self.settled(cursor, delivered, acked).await?;
         }
         self.checkpoint(acked, true).await
     }
 
-    async fn acknowledge(
+    /// Takes the delivery report of the event at `cursor` (the oldest in flight): the
+    /// checkpoint may move past it. A failed delivery stops the relay, the prefix
+    /// acknowledged before it checkpointed first; nothing after it counts.
+    async fn settled(
         &self,
-        (cursor, delivery): (Cursor, DeliveryFuture),
+        cursor: Cursor,
+        delivered: Result<OwnedDeliveryResult, impl std::fmt::Debug>,
         acked: &mut Acknowledged,
     ) -> Result<(), RelayError> {
-        delivered_or_failed(cursor, delivery.await)?;
+        if let Err(error) = delivered_or_failed(cursor, delivered) {
+            self.checkpoint(acked, true).await?;
+            return Err(error);
+        }
         self.acknowledged(cursor, acked).await
     }
 

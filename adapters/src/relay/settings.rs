@@ -1,31 +1,53 @@
 //! librdkafka settings of the operator's own, for a cluster that needs them: TLS, SASL,
 //! a client id, timeouts. They come from a properties file (`key=value` lines, as `kcat -F`
 //! and the Kafka tools read), so that a password is never on a command line; and no value is
-//! ever printed (`Debug` shows the keys only). The settings the relay's guarantees rest on are
-//! the relay's own, and a file that sets one is refused.
+//! ever printed (`Debug` shows the keys only). Only settings that say how to reach and trust
+//! the cluster, and how to batch, are taken: the relay's guarantees rest on the rest (acks,
+//! idempotence, timeouts, the partitioner that keeps a stream in one partition, the queue
+//! its window is sized against), and a file that sets one is refused.
 
 use std::path::Path;
 
 use rdkafka::ClientConfig;
 
-/// Settings the relay or its consumer set themselves: ordering, acknowledgement and delivery
-/// guarantees, the brokers and the size limit (flags of their own), a consumer's group and
-/// offsets.
-const OWNED: &[&str] = &[
-    "bootstrap.servers",
-    "metadata.broker.list",
-    "enable.idempotence",
-    "enable.gapless.guarantee",
-    "acks",
-    "request.required.acks",
-    "message.timeout.ms",
-    "delivery.timeout.ms",
-    "message.max.bytes",
-    "transactional.id",
-    "group.id",
-    "enable.auto.commit",
-    "auto.offset.reset",
+/// The settings a file may give: exact keys, or prefixes ending in `.`.
+const TAKEN: &[&str] = &[
+    "security.protocol",
+    "ssl.",
+    "sasl.",
+    "enable.ssl.certificate.verification",
+    "https.",
+    "client.id",
+    "client.rack",
+    "client.dns.lookup",
+    "socket.",
+    "reconnect.",
+    "connections.max.idle.ms",
+    "broker.address.family",
+    "broker.address.ttl",
+    "metadata.max.age.ms",
+    "topic.metadata.refresh.interval.ms",
+    "api.version.request",
+    "api.version.request.timeout.ms",
+    "linger.ms",
+    "batch.num.messages",
+    "batch.size",
+    "compression.type",
+    "compression.codec",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "debug",
+    "log_level",
 ];
+
+/// Whether a file may give setting `key`.
+fn taken(key: &str) -> bool {
+    TAKEN.iter().any(
+        |&allowed| {
+            if allowed.ends_with('.') { key.starts_with(allowed) } else { key == allowed }
+        },
+    )
+}
 
 /// Why a settings file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +66,12 @@ pub enum SettingsError {
         /// Its number, from 1.
         line: usize,
     },
-    /// A line sets what the relay sets itself.
-    #[error("Kafka settings line {line}: {key} is the relay's own (its guarantees rest on it)")]
-    Owned {
+    /// A line sets what the relay does not take.
+    #[error(
+        "Kafka settings line {line}: {key} is not one the relay takes (security, connection \
+         and batching settings only: its guarantees rest on the others)"
+    )]
+    NotTaken {
         /// Its number, from 1.
         line: usize,
         /// The setting.
@@ -71,7 +96,7 @@ impl KafkaSettings {
     ///
     /// # Errors
     /// [`SettingsError`]: the file cannot be read, a line is not a setting, or a setting is
-    /// the relay's own.
+    /// not one the relay takes.
     pub fn read(path: &Path) -> Result<Self, SettingsError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| SettingsError::Read { path: path.display().to_string(), source })?;
@@ -81,7 +106,7 @@ impl KafkaSettings {
     /// Parses the text of a properties file, as [`KafkaSettings::read`].
     ///
     /// # Errors
-    /// [`SettingsError`]: a line is not a setting, or a setting is the relay's own.
+    /// [`SettingsError`]: a line is not a setting, or a setting is not one the relay takes.
     pub fn parse(text: &str) -> Result<Self, SettingsError> {
         let mut settings = Vec::new();
         for (at, line) in text.lines().enumerate() {
@@ -97,8 +122,8 @@ impl KafkaSettings {
             if key.is_empty() {
                 return Err(SettingsError::NotASetting { line: line_no });
             }
-            if OWNED.contains(&key) {
-                return Err(SettingsError::Owned { line: line_no, key: key.to_owned() });
+            if !taken(key) {
+                return Err(SettingsError::NotTaken { line: line_no, key: key.to_owned() });
             }
             settings.push((key.to_owned(), value.trim().to_owned()));
         }
@@ -160,11 +185,15 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_is_not_a_setting_or_sets_the_relays_own_is_refused_by_number() {
+    fn a_line_that_is_not_a_setting_or_not_one_the_relay_takes_is_refused_by_number() {
         let not = KafkaSettings::parse("client.id=a\nsecurity.protocol\n").unwrap_err();
         assert!(matches!(not, SettingsError::NotASetting { line: 2 }), "{not:?}");
-        let owned = KafkaSettings::parse("acks=1\n").unwrap_err();
-        assert!(matches!(owned, SettingsError::Owned { line: 1, ref key } if key == "acks"));
+        for key in ["acks", "partitioner", "queue.buffering.max.messages", "enable.idempotence"] {
+            let owned = KafkaSettings::parse(&format!("{key}=1\n")).unwrap_err();
+            assert!(matches!(owned, SettingsError::NotTaken { line: 1, key: ref k } if k == key));
+        }
+        let taken = "ssl.ca.location=/ca.pem\nsasl.username=u\nclient.id=c\nlinger.ms=1\n";
+        assert_eq!(KafkaSettings::parse(taken).unwrap().keys().count(), 4);
         assert!(matches!(
             KafkaSettings::parse("=x").unwrap_err(),
             SettingsError::NotASetting { line: 1 }

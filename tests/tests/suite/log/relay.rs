@@ -112,22 +112,31 @@ async fn a_relay_killed_mid_stream_resumes_from_its_checkpoint_repeating_only_it
     let (_stop, first) = relay(&store, &broker);
     let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
     let mut taken = take(&mut log, 3_000).await;
+    writing.await.unwrap();
+
+    // Mid-stream for sure: the broker stops acknowledging, a round more is written, and the
+    // relay fills its window with it before it is killed.
+    let written = db.settled_head().await;
+    broker.pause();
+    write(&store, 10, 100, 1).await;
+    lag_shows(&store, written, 1_000).await;
     // Killed: its task dropped where it stands, producer and all, no last checkpoint.
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    let (stop, second) = relay(&store, &broker);
-    writing.await.unwrap();
-    taken.extend(take(&mut log, 7_000).await);
+    let killed_at = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
+    assert!(killed_at[0].cursor < db.settled_head().await, "killed mid-stream");
+    broker.resume();
 
+    let (stop, second) = relay(&store, &broker);
+    taken.extend(take(&mut log, 8_000).await);
     let ids: std::collections::HashSet<_> = taken.iter().map(|e| e.event_id).collect();
-    assert_eq!(ids.len(), 10_000, "every event once, each stream's in order (no gap)");
-    // Repeated: at most what was published after the checkpoint, in flight or acknowledged
-    // and not yet written.
-    assert!(log.repeats() <= 2 * WINDOW as u64, "{} repeats", log.repeats());
+    assert_eq!(ids.len(), 11_000, "every event once, each stream's in order (no gap)");
+    // Repeated: at most what was published after the checkpoint, the window in flight.
+    assert!(log.repeats() <= WINDOW as u64, "{} repeats", log.repeats());
     stop.send(()).unwrap();
     second.await.unwrap();
     let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
-    assert_eq!(checkpoint[0].cursor, store.head().await.unwrap());
+    assert_eq!(checkpoint[0].cursor, db.settled_head().await);
 }
 
 #[tokio::test]
@@ -161,9 +170,63 @@ async fn a_second_relay_of_the_topic_stands_by_and_takes_over_when_the_first_sto
     checkpoint_until(&store, |checkpoint| checkpoint[0].cursor >= head).await;
     stop_second.send(()).unwrap();
     second.await.unwrap();
+    read_to_the_end(&mut log).await;
     assert_eq!(log.repeats(), 0, "nothing published twice");
     let checkpoint = relay_checkpoints(&store, Some("kafka:leasehold.events")).await.unwrap();
     assert_eq!(checkpoint[0].published, 600);
+}
+
+#[tokio::test]
+async fn a_relay_whose_lock_session_ends_publishes_nothing_more_and_the_standby_takes_over() {
+    let (db, broker) = (TestDb::migrated().await, Broker::start().await);
+    broker.create_topic(TOPIC, 2).await;
+    let store = db.store();
+    let first = KafkaRelay::new(store.clone(), RelayConfig::new(&broker.address, TOPIC));
+    let first = first.unwrap();
+    let first = tokio::spawn(async move { first.run(std::future::pending()).await });
+    let mut log = RelayedLog::subscribe(&broker.address, TOPIC, "check", true).unwrap();
+    write(&store, 10, 20, 0).await;
+    let mut taken = take(&mut log, 200).await;
+    let (stop_second, second) = relay(&store, &broker);
+
+    // The server ends the first relay's lock session (an operator, a failover, a network
+    // cut): the next page is not published by it, and it stops.
+    let client = db.client().await;
+    let ended = "SELECT pg_terminate_backend(l.pid) FROM pg_locks l \
+                 JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() \
+                 WHERE l.locktype = 'advisory' AND l.classid = x'4c52'::int AND l.granted";
+    assert_eq!(client.query(ended, &[]).await.unwrap().len(), 1, "one relay holds the lock");
+    let gone = "SELECT count(*) FROM pg_locks l \
+                JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() \
+                WHERE l.locktype = 'advisory' AND l.classid = x'4c52'::int AND l.granted";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while client.query_one(gone, &[]).await.unwrap().get::<_, i64>(0) > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the session did not end in 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    write(&store, 10, 20, 1).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), first).await.expect("stopped");
+    let error = stopped.unwrap().expect_err("a relay that lost its lock stops");
+    assert!(matches!(error, RelayError::Store(_)), "{error:?}");
+
+    taken.extend(take(&mut log, 200).await);
+    let ids: std::collections::HashSet<_> = taken.iter().map(|e| e.event_id).collect();
+    assert_eq!(ids.len(), 400);
+    let head = db.settled_head().await;
+    checkpoint_until(&store, |checkpoint| checkpoint[0].cursor >= head).await;
+    stop_second.send(()).unwrap();
+    second.await.unwrap();
+    read_to_the_end(&mut log).await;
+    assert_eq!(log.repeats(), 0, "the second round published once, by the standby");
+}
+
+/// Reads what is left on the topic (it holds nothing new: every repeat is counted), until
+/// nothing has come for two seconds.
+async fn read_to_the_end(log: &mut RelayedLog) {
+    match log.next(Duration::from_secs(2)).await {
+        Err(leasehold_adapters::relay::ConsumeError::Quiet(_)) => {}
+        other => panic!("nothing new was left to read: {other:?}"),
+    }
 }
 
 /// Waits (at most 60 s) until the relay's checkpoint row satisfies `done`.
