@@ -1,5 +1,7 @@
 //! `leasehold relay`: the committed log published to Kafka, and where each relay stands.
 
+use std::time::Duration;
+
 use clap::{Args, Subcommand};
 use futures_util::FutureExt as _;
 use leasehold_adapters::relay::{KafkaRelay, KafkaSettings, RelayConfig, relay_checkpoints};
@@ -92,7 +94,7 @@ async fn publish(args: &PublishArgs) -> anyhow::Result<()> {
 
 /// The relay inside `serve`: run until `stopped`; after a failure (recorded in its checkpoint's
 /// row) run again from its checkpoint, waiting 1 s, then twice as long each time up to a
-/// minute.
+/// minute (short again after a run that lasted longer than that).
 pub fn spawn(
     store: PgEventStore,
     config: RelayConfig,
@@ -102,8 +104,10 @@ pub fn spawn(
     drop(KafkaRelay::new(store.clone(), config.clone())?);
     Ok(tokio::spawn(async move {
         let stopped = stopped.shared();
-        let mut wait = std::time::Duration::from_secs(1);
+        let (first_wait, longest_wait) = (Duration::from_secs(1), Duration::from_secs(60));
+        let mut wait = first_wait;
         loop {
+            let started = std::time::Instant::now();
             // A producer of its own each run: one that failed may hold undelivered messages.
             let ran = match KafkaRelay::new(store.clone(), config.clone()) {
                 Ok(relay) => relay.run(stopped.clone()).await,
@@ -112,11 +116,15 @@ pub fn spawn(
             if ran.is_ok() {
                 return;
             }
+            // A run that went well for a while failed afresh: the waits start short again.
+            if started.elapsed() > longest_wait {
+                wait = first_wait;
+            }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = stopped.clone() => return,
             }
-            wait = (wait * 2).min(std::time::Duration::from_secs(60));
+            wait = (wait * 2).min(longest_wait);
         }
     }))
 }

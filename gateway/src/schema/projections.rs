@@ -128,13 +128,13 @@ pub enum LogReaderKind {
 pub struct ProjectionStatus {
     /// Its name.
     pub name: String,
-    /// A projection or a reconciler.
+    /// A projection, a reconciler or a relay.
     pub kind: LogReaderKind,
     /// Its version.
     pub version: u32,
     /// The last event it applied (an `events` cursor).
     pub cursor: String,
-    /// Events applied over its life.
+    /// Events applied over its life (a relay's: published, acknowledged by the broker).
     pub events_applied: u64,
     /// Readable events it has not applied yet (counted up to 1,000,000).
     pub events_behind: u64,
