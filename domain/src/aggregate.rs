@@ -69,6 +69,8 @@ impl<F> Context<F> {
 
 /// A stored event of one aggregate: its name, its payload's shape version, and its payload.
 pub trait DomainEvent: Sized {
+    /// Every event type of the enum, as stored.
+    const EVENT_TYPES: &'static [&'static str];
     /// The stored event type, stable once shipped (past tense, e.g. `LeaseProvisioned`).
     fn event_type(&self) -> &'static str;
     /// The stored payload.
@@ -99,9 +101,52 @@ pub fn from_tagged<E: DeserializeOwned>(
     let tagged = serde_json::json!({ "type": event_type, "data": payload });
     serde_json::from_value(tagged).map_err(|error| EventDecodeError {
         event_type: event_type.to_owned(),
-        // For operators' logs only: serde_json may quote a value it could not read.
-        reason: error.to_string(),
+        reason: without_values(&error.to_string()),
     })
+}
+
+/// A decoder's message with every value it quotes cut out: serde quotes what it could not
+/// read (`invalid type: string "…", expected u64`), and a payload's values are tenants' data,
+/// not for operators' logs. Field and variant names stay: they are the code's.
+fn without_values(message: &str) -> String {
+    let mut kept = String::with_capacity(message.len());
+    let mut rest = message;
+    // serde's `Unexpected` shows a string as `string "…"`, a number or char in backticks
+    // after its kind (`integer `5``), and bytes as `byte array`; a string read as an enum it
+    // is not one of is an `unknown variant `…``.
+    let kinds = [
+        "string \"",
+        "integer `",
+        "floating point `",
+        "character `",
+        "boolean `",
+        "unknown variant `",
+    ];
+    while let Some((at, kind)) =
+        kinds.iter().filter_map(|kind| rest.find(kind).map(|at| (at, *kind))).min()
+    {
+        let opened = at + kind.len();
+        kept.push_str(&rest[..opened]);
+        kept.push('…');
+        let close = if kind.ends_with('"') { '"' } else { '`' };
+        rest = &rest[opened + closing(&rest[opened..], close)..];
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// Where the quoted value at the start of `text` ends: at its `close`, past any escaped one
+/// (a string is shown with its quotes escaped); the end of `text` if it never closes.
+fn closing(text: &str, close: char) -> usize {
+    let mut escaped = false;
+    for (at, c) in text.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            c if c == close && !escaped => return at,
+            _ => escaped = false,
+        }
+    }
+    text.len()
 }
 
 /// Implements [`DomainEvent`] for an event enum stored as `#[serde(tag = "type", content =
@@ -116,6 +161,8 @@ pub fn from_tagged<E: DeserializeOwned>(
 macro_rules! tagged_events {
     ($event:ty { $($variant:ident),+ $(,)? }) => {
         impl $crate::DomainEvent for $event {
+            const EVENT_TYPES: &'static [&'static str] = &[$(stringify!($variant)),+];
+
             fn event_type(&self) -> &'static str {
                 match self {
                     $(Self::$variant { .. } => stringify!($variant),)+

@@ -157,7 +157,47 @@ impl CursorKey {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Whatever a client sends as a cursor, it is refused as bad input: never a panic,
+        /// never another error.
+        #[test]
+        fn any_text_is_refused_as_bad_input(text in ".{0,200}", base64 in "[A-Za-z0-9_-]{0,120}") {
+            let key = CursorKey::derive(b"secret");
+            for text in [text, base64] {
+                let opened = key.open::<serde_json::Value>(CursorKind::Log, "tenant:acme", "after", &text);
+                prop_assert_eq!(opened.expect_err("refused").code, crate::errors::Code::BadUserInput);
+            }
+        }
+
+        /// Any one byte of a cursor changed, or the cursor cut short or made longer, and it
+        /// no longer opens.
+        #[test]
+        fn a_cursor_altered_anywhere_does_not_open(
+            position in any::<u64>(),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+            cut in any::<prop::sample::Index>(),
+            extra in prop::collection::vec(any::<u8>(), 1..8),
+        ) {
+            let key = CursorKey::derive(b"secret");
+            let sealed = key.seal(CursorKind::Log, "tenant:acme", &position);
+            let bytes = URL_SAFE_NO_PAD.decode(&sealed).expect("base64url");
+            let mut flipped = bytes.clone();
+            flipped[at.index(bytes.len())] ^= flip;
+            let cut = bytes[..cut.index(bytes.len())].to_vec();
+            let longer = [bytes.clone(), extra].concat();
+            for altered in [flipped, cut, longer] {
+                let text = URL_SAFE_NO_PAD.encode(&altered);
+                let opened = key.open::<u64>(CursorKind::Log, "tenant:acme", "after", &text);
+                prop_assert!(opened.is_err());
+            }
+            prop_assert_eq!(key.open::<u64>(CursorKind::Log, "tenant:acme", "after", &sealed).ok(), Some(position));
+        }
+    }
 
     #[test]
     fn a_cursor_opens_only_in_its_scope_and_kind() {
