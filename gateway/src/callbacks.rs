@@ -27,6 +27,7 @@
 //! same report for a new operation has a new URL, so it is not.
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -140,12 +141,13 @@ pub(crate) async fn unnamed() -> Response {
 /// `POST /callbacks/leases/{lease_id}/operations/{operation_id}`.
 pub(crate) async fn operation(
     State(http): State<Http>,
-    Path((lease, operation)): Path<(String, String)>,
+    ids: Result<Path<(String, String)>, PathRejection>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let Ok(Path((lease, operation))) = ids else { return undecodable_ids() };
     let named = (Named::Operation, operation.as_str());
     answer(handle(&http, &lease, named, &method, &uri, &headers, &body).await)
 }
@@ -153,14 +155,21 @@ pub(crate) async fn operation(
 /// `POST /callbacks/leases/{lease_id}/maintenance/{maintenance_id}`.
 pub(crate) async fn maintenance(
     State(http): State<Http>,
-    Path((lease, maintenance)): Path<(String, String)>,
+    ids: Result<Path<(String, String)>, PathRejection>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let Ok(Path((lease, maintenance))) = ids else { return undecodable_ids() };
     let named = (Named::Maintenance, maintenance.as_str());
     answer(handle(&http, &lease, named, &method, &uri, &headers, &body).await)
+}
+
+/// A callback URL whose ids do not decode (percent-encoded bytes that are not UTF-8): refused
+/// as the gateway refuses any bad input, not with the router's plain text.
+fn undecodable_ids() -> Response {
+    answer(Err(ApiError::bad_input("the callback URL's ids are not UUIDs")))
 }
 
 async fn handle(

@@ -52,6 +52,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::render))
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(no_such_method)
         .layer(DefaultBodyLimit::max(body_max))
         .route_layer(axum::middleware::from_fn_with_state(http.clone(), crate::metrics::track))
         .with_state(http)
@@ -59,6 +61,18 @@ pub fn app(state: AppState) -> Router {
 
 async fn graphiql() -> Html<String> {
     Html(async_graphql::http::GraphiQLSource::build().endpoint("/graphql").finish())
+}
+
+/// A path the gateway does not serve: a typed answer, as every other refusal is.
+async fn no_such_route() -> Response {
+    let body = serde_json::json!({ "code": "NOT_FOUND", "message": "no such route" });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+/// A method a route does not take.
+async fn no_such_method() -> Response {
+    let body = serde_json::json!({ "code": "BAD_USER_INPUT", "message": "method not allowed" });
+    (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body)).into_response()
 }
 
 async fn healthz() -> &'static str {

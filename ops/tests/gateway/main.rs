@@ -8,6 +8,7 @@ mod clients;
 mod dispatch;
 mod fleet;
 mod fleet_moves;
+mod fuzz;
 mod inventory;
 mod leases;
 mod limits;

@@ -34,7 +34,7 @@ pub struct Server {
     log_level: String,
     /// Every line the server wrote to standard error (its log), across restarts.
     logs: Logs,
-    http: reqwest::Client,
+    pub http: reqwest::Client,
     _data_dir: TempDir,
 }
 
