@@ -41,7 +41,7 @@ where
     S::Value: std::fmt::Debug,
 {
     let config = Config { failure_persistence: None, ..Config::default() };
-    let result = TestRunner::new(config).run(&strategy, |value| case(value));
+    let result = TestRunner::new(config).run(&strategy, case);
     if let Err(failure) = result {
         panic!("{failure}");
     }
