@@ -317,17 +317,8 @@ fn answer(result: Result<serde_json::Value, ApiError>) -> Response {
     match result {
         Ok(outcome) => (StatusCode::OK, axum::Json(outcome)).into_response(),
         Err(error) => {
-            let status = match error.code {
-                Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-                Code::NotFound => StatusCode::NOT_FOUND,
-                Code::BadUserInput => StatusCode::BAD_REQUEST,
-                Code::Fenced | Code::InvalidState | Code::Conflict | Code::IdempotencyConflict => {
-                    StatusCode::CONFLICT
-                }
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
             let body = json!({ "code": error.code.as_str(), "message": error.message });
-            (status, axum::Json(body)).into_response()
+            (error.code.http_status(), axum::Json(body)).into_response()
         }
     }
 }

@@ -66,6 +66,29 @@ impl Code {
             Self::Internal => "INTERNAL",
         }
     }
+
+    /// The HTTP status of an answer outside GraphQL (the backends' callbacks) refused with
+    /// this code: only `INTERNAL` is a 500; what passes (`UNAVAILABLE`, `RATE_LIMITED`) says
+    /// so, so that a backend retries it and nothing else.
+    pub fn http_status(self) -> axum::http::StatusCode {
+        use axum::http::StatusCode as S;
+        match self {
+            Self::Unauthenticated => S::UNAUTHORIZED,
+            Self::Forbidden => S::FORBIDDEN,
+            Self::NotFound => S::NOT_FOUND,
+            Self::BadUserInput | Self::Unsupported => S::BAD_REQUEST,
+            Self::Conflict
+            | Self::Fenced
+            | Self::IdempotencyConflict
+            | Self::InvalidState
+            | Self::QuotaExceeded
+            | Self::Stale
+            | Self::NotProvisioned => S::CONFLICT,
+            Self::RateLimited => S::TOO_MANY_REQUESTS,
+            Self::Unavailable => S::SERVICE_UNAVAILABLE,
+            Self::Internal => S::INTERNAL_SERVER_ERROR,
+        }
+    }
 }
 
 /// An error a client may see. It deliberately does not implement `Display`: async-graphql
@@ -177,3 +200,61 @@ pub fn response_of(error: ApiError) -> async_graphql::Response {
 
 /// The result type of resolvers.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::Code;
+
+    /// Every code; the match makes a new one a compile error here until it is listed.
+    fn every() -> Vec<Code> {
+        let all = vec![
+            Code::Unauthenticated,
+            Code::Forbidden,
+            Code::NotFound,
+            Code::BadUserInput,
+            Code::Conflict,
+            Code::Fenced,
+            Code::IdempotencyConflict,
+            Code::InvalidState,
+            Code::QuotaExceeded,
+            Code::Unsupported,
+            Code::Stale,
+            Code::RateLimited,
+            Code::NotProvisioned,
+            Code::Unavailable,
+            Code::Internal,
+        ];
+        for code in &all {
+            match code {
+                Code::Unauthenticated
+                | Code::Forbidden
+                | Code::NotFound
+                | Code::BadUserInput
+                | Code::Conflict
+                | Code::Fenced
+                | Code::IdempotencyConflict
+                | Code::InvalidState
+                | Code::QuotaExceeded
+                | Code::Unsupported
+                | Code::Stale
+                | Code::RateLimited
+                | Code::NotProvisioned
+                | Code::Unavailable
+                | Code::Internal => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn only_internal_is_a_500_and_what_passes_says_so() {
+        for code in every() {
+            let status = code.http_status().as_u16();
+            assert_eq!(status == 500, code == Code::Internal, "{}: {status}", code.as_str());
+            assert!(status >= 400, "{}: {status}", code.as_str());
+        }
+        assert_eq!(Code::Unavailable.http_status().as_u16(), 503);
+        assert_eq!(Code::RateLimited.http_status().as_u16(), 429);
+        assert_eq!(Code::Forbidden.http_status().as_u16(), 403);
+    }
+}
