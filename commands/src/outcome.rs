@@ -98,6 +98,10 @@ pub enum ErrorClass {
     QuotaExceeded,
     /// `UNSUPPORTED`
     Unsupported,
+    /// `UNAVAILABLE`: the database could not be reached. The command may or may not have
+    /// been recorded (the connection can drop after the commit), so the caller sends it again
+    /// with the same operation key, which makes the retry safe.
+    Unavailable,
     /// `INTERNAL`
     Internal,
 }
@@ -124,6 +128,7 @@ impl<E: Refusal> CommandError<E> {
                 ErrorClass::Conflict
             }
             Self::Store(StoreError::Invalid(_)) => ErrorClass::BadInput,
+            Self::Store(StoreError::Unavailable { .. }) => ErrorClass::Unavailable,
             Self::Store(_) => ErrorClass::Internal,
         }
     }

@@ -39,7 +39,8 @@ pub enum Code {
     /// The lease exists but is not provisioned (yet, or any more): what it asked for lives at
     /// its backend only while it runs.
     NotProvisioned,
-    /// An outside system Leasehold needs (a lease's backend) did not answer: retry later.
+    /// An outside system Leasehold needs (a lease's backend, the database) did not answer:
+    /// retry later.
     Unavailable,
     /// Our fault; the message carries a request id.
     Internal,
@@ -128,6 +129,13 @@ impl ApiError {
     }
 
     /// Logs `detail` under a fresh request id and returns an error that carries only the id.
+    /// The database could not be reached: a retryable answer, its detail (the endpoint, the
+    /// driver's words) only in the log.
+    pub fn unavailable(detail: &dyn std::fmt::Display) -> Self {
+        tracing::warn!(error = %detail, "the database is unreachable");
+        Self::new(Code::Unavailable, "the database is unavailable: retry the request")
+    }
+
     pub fn internal(detail: &dyn std::fmt::Display) -> Self {
         let request_id = uuid::Uuid::now_v7();
         tracing::error!(%request_id, error = %detail, "internal error");
@@ -145,6 +153,7 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Invalid(invalid) => Self::bad_input(invalid.to_string()),
+            unreachable @ StoreError::Unavailable { .. } => Self::unavailable(&unreachable),
             other => Self::internal(&other),
         }
     }
@@ -161,6 +170,7 @@ impl<E: Refusal> From<CommandError<E>> for ApiError {
             ErrorClass::IdempotencyConflict => Code::IdempotencyConflict,
             ErrorClass::QuotaExceeded => Code::QuotaExceeded,
             ErrorClass::Unsupported => Code::Unsupported,
+            ErrorClass::Unavailable => return Self::unavailable(&error),
             ErrorClass::Internal => return Self::internal(&error),
         };
         Self::new(code, error.to_string())
@@ -244,6 +254,25 @@ mod tests {
             }
         }
         all
+    }
+
+    #[test]
+    fn an_unreachable_database_is_a_retryable_answer_that_names_nothing_of_it() {
+        use leasehold_commands::CommandError;
+        use leasehold_domain::StoreError;
+        use leasehold_domain::lease::LeaseError;
+        let unreachable = || StoreError::Unavailable {
+            endpoint: "db.internal:5432".into(),
+            reason: "connection refused".into(),
+        };
+        let from_command: super::ApiError = CommandError::<LeaseError>::Store(unreachable()).into();
+        let from_store: super::ApiError = unreachable().into();
+        for answer in [from_command, from_store] {
+            assert_eq!(answer.code, Code::Unavailable);
+            assert!(!answer.message.contains("db.internal"), "{}", answer.message);
+            assert!(!answer.message.contains("refused"), "{}", answer.message);
+            assert_eq!(answer.code.http_status().as_u16(), 503);
+        }
     }
 
     #[test]
