@@ -52,6 +52,17 @@ fn wait<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
+/// `request`'s status and body, from inside a proptest case; no answer at all (a dropped
+/// connection) fails the case.
+fn answer(request: reqwest::RequestBuilder) -> Result<(u16, String), TestCaseError> {
+    wait(async {
+        let response =
+            request.send().await.map_err(|e| TestCaseError::fail(format!("no answer: {e}")))?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await.unwrap_or_default()))
+    })
+}
+
 /// A typed answer: 2xx, or a JSON error with one of the gateway's codes (5xx only INTERNAL).
 fn typed(
     status: u16,
@@ -164,12 +175,7 @@ async fn any_callback_gets_a_typed_answer_and_the_server_stays_up() {
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);
         }
-        let (status, text) = wait(async {
-            let response =
-                request.send().await.map_err(|e| TestCaseError::fail(format!("no answer: {e}")))?;
-            let status = response.status().as_u16();
-            Ok::<_, TestCaseError>((status, response.text().await.unwrap_or_default()))
-        })?;
+        let (status, text) = answer(request)?;
         typed(status, &text, |answer| answer["code"].as_str())
     });
     // Still up, and still right: the lease reads back.
@@ -265,12 +271,7 @@ async fn any_graphql_request_gets_a_typed_answer_and_the_server_stays_up() {
         if let Some(token) = token {
             request = request.header("authorization", format!("Bearer {token}"));
         }
-        let (status, text) = wait(async {
-            let response =
-                request.send().await.map_err(|e| TestCaseError::fail(format!("no answer: {e}")))?;
-            let status = response.status().as_u16();
-            Ok::<_, TestCaseError>((status, response.text().await.unwrap_or_default()))
-        })?;
+        let (status, text) = answer(request)?;
         // GraphQL answers errors in `errors[].extensions.code`; a request the server refuses
         // before GraphQL (not JSON at all) answers as the rest of the gateway does.
         typed(status, &text, |answer| {
