@@ -142,6 +142,28 @@ impl Server {
         self.post(Some(token), request.to_string().into()).await.1
     }
 
+    /// Runs `query` once the projections have reached `cursor` (read-your-writes). Another
+    /// test's open transaction holds back every reader of the log on this shared cluster, so
+    /// a STALE answer is asked again, for at most 60 s.
+    pub async fn graphql_after(
+        &self,
+        token: &str,
+        query: &str,
+        variables: Value,
+        cursor: &Value,
+    ) -> Value {
+        let request = json!({ "query": query, "variables": variables, "extensions": { "minCursor": cursor } });
+        let fresh = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            loop {
+                let answer = self.graphql_with(token, request.clone()).await;
+                if code(&answer) != Some("STALE") {
+                    return answer;
+                }
+            }
+        });
+        fresh.await.expect("the projections reach the cursor within 60 s")
+    }
+
     /// A plain GET.
     pub async fn get(&self, path: &str) -> (u16, String) {
         let response = self.http.get(format!("{}{path}", self.base)).send().await.expect("answers");
