@@ -108,6 +108,25 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         "Operations running on WebSockets.",
         subscriptions,
     );
+    let (selections, renders, deliveries) = inner.renderer.counts();
+    gauge(
+        &mut out,
+        "leasehold_live_selections",
+        "Distinct (scope, selection) pairs whose live events are rendered once and shared.",
+        selections as f64,
+    );
+    counter(
+        &mut out,
+        "leasehold_live_renders_total",
+        "Live events rendered for shared subscriptions (once per event per selection).",
+        renders,
+    );
+    counter(
+        &mut out,
+        "leasehold_live_deliveries_total",
+        "Shared renderings sent to subscribers (once per event per subscriber).",
+        deliveries,
+    );
     // Estimates that never read the log: a scrape must not cost a count over the backlog.
     match inner.read_models.projection_lag_estimates().await {
         Ok(statuses) => {
@@ -194,4 +213,8 @@ fn backends(out: &mut String, router: &leasehold_adapters::backends::Router) {
 
 fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
 }

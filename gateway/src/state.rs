@@ -193,6 +193,8 @@ pub(crate) struct Inner {
     pub(crate) config: GatewayConfig,
     pub(crate) projections: ProjectionProgress,
     pub(crate) hub: Hub,
+    /// Renders each live event once per (scope, selection) for the sockets that share it.
+    pub(crate) renderer: crate::ws::render::Renderer,
     /// Turns true when the server stops: sockets close with 1012 and the hub stops.
     pub(crate) stopping: watch::Sender<bool>,
     /// Open WebSockets.
@@ -285,6 +287,7 @@ impl AppState {
             leases: LeaseService::new(pipeline, config.backend.clone(), config.lease_limits)
                 .with_retention_max_age(config.retention_max_age),
             jwt,
+            renderer: crate::ws::render::Renderer::new(cursors.clone()),
             cursors,
             config,
             projections,

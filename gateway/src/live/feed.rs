@@ -50,8 +50,8 @@ pub struct Feed {
     scope: Scope,
     /// Every event up to here is delivered or filtered out.
     position: Cursor,
-    /// Read, admitted, not yet delivered.
-    ready: VecDeque<RecordedEvent>,
+    /// Read, admitted, not yet delivered (shared with the other feeds that admit them).
+    ready: VecDeque<Arc<RecordedEvent>>,
     /// Whether the log must be read before trusting the hub again.
     catching_up: bool,
 }
@@ -71,7 +71,7 @@ impl Feed {
     ///
     /// # Errors
     /// When the log cannot be read.
-    pub async fn next(&mut self) -> Result<Option<RecordedEvent>, StoreError> {
+    pub async fn next(&mut self) -> Result<Option<Arc<RecordedEvent>>, StoreError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Ok(Some(event));
@@ -92,7 +92,7 @@ impl Feed {
     async fn read_log(&mut self) -> Result<(), StoreError> {
         let page = self.store.read_log(self.position, PAGE_EVENTS).await?;
         self.catching_up = page.events.len() == PAGE_EVENTS;
-        self.admit(page.events);
+        self.admit(page.events.into_iter().map(Arc::new));
         self.position = self.position.max(page.next);
         Ok(())
     }
@@ -111,7 +111,7 @@ impl Feed {
         self.position = batch.next;
     }
 
-    fn admit(&mut self, events: impl IntoIterator<Item = RecordedEvent>) {
+    fn admit(&mut self, events: impl IntoIterator<Item = Arc<RecordedEvent>>) {
         let scope = &self.scope;
         self.ready.extend(events.into_iter().filter(|event| scope.admits(event)));
     }

@@ -23,8 +23,8 @@ const RETRY_WAIT: Duration = Duration::from_millis(500);
 pub struct Batch {
     /// The cursor the page was read after.
     pub from: Cursor,
-    /// The events, in log order (never empty).
-    pub events: Vec<RecordedEvent>,
+    /// The events, in log order (never empty); shared by every subscriber's feed.
+    pub events: Vec<Arc<RecordedEvent>>,
     /// The last event's cursor.
     pub next: Cursor,
 }
@@ -93,5 +93,6 @@ async fn read(
     };
     let page = store.read_log(from, PAGE_EVENTS).await?;
     *position = Some(page.next);
-    Ok((!page.events.is_empty()).then_some(Batch { from, events: page.events, next: page.next }))
+    let events: Vec<_> = page.events.into_iter().map(Arc::new).collect();
+    Ok((!events.is_empty()).then_some(Batch { from, events, next: page.next }))
 }

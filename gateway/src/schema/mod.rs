@@ -5,7 +5,7 @@
 
 mod backends;
 pub(crate) mod command;
-mod events;
+pub(crate) mod events;
 pub(crate) mod host;
 pub(crate) mod lease;
 pub mod projections;

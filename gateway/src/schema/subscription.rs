@@ -1,6 +1,8 @@
 //! Subscriptions: `lifecycleEvents` delivers the log in order from a cursor, handing over from
 //! the log to the live hub with no gap and no duplicate (see `live::feed`).
 
+use std::sync::Arc;
+
 use async_graphql::{Context, Subscription};
 use futures_util::Stream;
 use leasehold_domain::EventStore as _;
@@ -9,6 +11,7 @@ use super::events::{EventFilter, LifecycleEvent, after_of, scope_of, view_of};
 use super::{caller, shared};
 use crate::errors::ApiError;
 use crate::live::feed::Feed;
+use crate::ws::render::Handoff;
 
 /// The subscriptions over every kind at once.
 #[derive(Debug, Default, Clone, Copy)]
@@ -35,13 +38,25 @@ impl LogSubscription {
             None => state.store.head().await?,
         };
         let feed = Feed::new(state.store.clone(), live, scope, start);
+        // A socket that renders this selection once for all its sharers takes the feed over
+        // (`ws::render`); the stream left to async-graphql is then empty.
+        let feed = match ctx.data_opt::<Handoff>() {
+            Some(handoff) => {
+                handoff.give(feed);
+                None
+            }
+            None => Some(feed),
+        };
         let cursors = state.cursors.clone();
-        Ok(futures_util::stream::unfold(Some(feed), move |feed| {
+        Ok(futures_util::stream::unfold(feed, move |feed| {
             let (cursors, principal) = (cursors.clone(), principal.clone());
             async move {
                 let mut feed = feed?;
                 match feed.next().await {
-                    Ok(Some(event)) => Some((Ok(view_of(&cursors, &principal, event)), Some(feed))),
+                    Ok(Some(event)) => {
+                        let event = Arc::unwrap_or_clone(event);
+                        Some((Ok(view_of(&cursors, &principal, event)), Some(feed)))
+                    }
                     Ok(None) => None,
                     // Reported once; the client resumes from its last cursor.
                     Err(error) => Some((Err(ApiError::from(error)), None)),

@@ -5,6 +5,7 @@
 //! resumes from its last cursor).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures_util::Stream;
 use leasehold_domain::RecordedEvent;
@@ -23,7 +24,7 @@ pub(crate) fn items<S, T, F, Fut>(
 where
     S: Clone + Send + Sync + 'static,
     T: Send + 'static,
-    F: Fn(AppState, S, RecordedEvent) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(AppState, S, Arc<RecordedEvent>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = ApiResult<Option<T>>> + Send,
 {
     futures_util::stream::unfold(Some(feed), move |feed| {

@@ -9,6 +9,7 @@
 //! from its last cursor, so nothing is lost.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::Request;
@@ -19,16 +20,27 @@ use serde_json::{Value, json};
 use tokio_stream::StreamMap;
 
 use super::protocol::{ClientMessage, Close, Protocol, ServerMessage};
+use super::render::{Handoff, Selection};
 use crate::auth::{Principal, Role};
 use crate::errors::{Code, with_codes};
+use crate::live::feed::Feed;
 use crate::schema::LeaseholdSchema;
 use crate::state::AppState;
 
 /// How long the closing frame may take to send.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// What a socket's operations yield: a response, then `None` when the operation is over.
-type Operation = BoxStream<'static, Option<async_graphql::Response>>;
+/// What an operation delivers.
+enum Delivery {
+    /// A response async-graphql executed for this operation alone (boxed: the shared
+    /// renderings, far more numerous, stay small).
+    Response(Box<async_graphql::Response>),
+    /// A `next` payload's JSON, rendered once for every socket that shares its selection.
+    Rendered(Arc<str>),
+}
+
+/// What a socket's operations yield: deliveries, then `None` when the operation is over.
+type Operation = BoxStream<'static, Option<Delivery>>;
 
 /// An operation, counted in `/metrics` while it runs.
 struct Counted {
@@ -37,7 +49,7 @@ struct Counted {
 }
 
 impl futures_util::Stream for Counted {
-    type Item = Option<async_graphql::Response>;
+    type Item = Option<Delivery>;
 
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,
@@ -186,9 +198,9 @@ impl Connection {
         if principal.role != Role::Operator {
             request = request.disable_introspection();
         }
-        let responses =
-            self.schema.execute_stream(request).map(|response| Some(with_codes(response)));
-        Ok(responses.chain(futures_util::stream::once(async { None })).boxed())
+        let setup = (self.schema.clone(), self.state.clone(), principal.clone());
+        let deliveries = futures_util::stream::once(deliveries(setup, request)).flatten();
+        Ok(deliveries.map(Some).chain(futures_util::stream::once(async { None })).boxed())
     }
 
     /// Sends an operation's response, or its end. A first response that is only errors (the
@@ -196,14 +208,22 @@ impl Connection {
     async fn deliver(
         &mut self,
         id: String,
-        item: Option<async_graphql::Response>,
+        item: Option<Delivery>,
         failed: &mut HashSet<String>,
     ) -> Result<(), Ending> {
-        let Some(response) = item else {
-            if !failed.remove(&id) {
-                self.send(&ServerMessage::Complete(id)).await?;
+        let response = match item {
+            None => {
+                if !failed.remove(&id) {
+                    self.send(&ServerMessage::Complete(id)).await?;
+                }
+                return Ok(());
             }
-            return Ok(());
+            Some(Delivery::Rendered(payload)) => {
+                return self
+                    .send_text(ServerMessage::next_text(self.protocol, &id, &payload))
+                    .await;
+            }
+            Some(Delivery::Response(response)) => *response,
         };
         if response.data == async_graphql::Value::Null && !response.errors.is_empty() {
             let errors = serde_json::to_value(&response.errors).unwrap_or_default();
@@ -217,7 +237,12 @@ impl Connection {
     /// Sends one message; gives up on a client that does not read in time (close 1013: it
     /// reconnects and resumes from its last cursor).
     async fn send(&mut self, message: &ServerMessage) -> Result<(), Ending> {
-        let frame = Message::Text(message.to_text(self.protocol).into());
+        self.send_text(message.to_text(self.protocol)).await
+    }
+
+    /// Sends one text frame, as [`Self::send`] does.
+    async fn send_text(&mut self, text: String) -> Result<(), Ending> {
+        let frame = Message::Text(text.into());
         let wait = self.state.inner.config.ws_send_wait;
         match tokio::time::timeout(wait, self.sink.send(frame)).await {
             Ok(Ok(())) => Ok(()),
@@ -225,6 +250,50 @@ impl Connection {
             Err(_) => Err(Some((Close::TooSlow, "not reading; resume from your last cursor"))),
         }
     }
+}
+
+/// An operation's deliveries: a `lifecycleEvents` subscription that `render` shares is set up
+/// by async-graphql (validation, the resolver's checks) and then rendered by its shared
+/// selection; anything else is executed by async-graphql, response by response.
+async fn deliveries(
+    (schema, state, principal): (LeaseholdSchema, AppState, Principal),
+    request: Request,
+) -> BoxStream<'static, Delivery> {
+    let executed = |responses: BoxStream<'static, async_graphql::Response>| {
+        responses.map(|response| Delivery::Response(Box::new(with_codes(response)))).boxed()
+    };
+    let Some(selection) = state.inner.renderer.plan(&principal, &request).await else {
+        return executed(schema.execute_stream(request));
+    };
+    let handoff = Handoff::default();
+    // Accepted, the resolver hands its feed over and leaves async-graphql an empty stream;
+    // refused, the stream holds the errors.
+    let setup: Vec<_> = schema.execute_stream(request.data(handoff.clone())).collect().await;
+    match handoff.take() {
+        Some(feed) => rendered(feed, selection),
+        None => executed(futures_util::stream::iter(setup).boxed()),
+    }
+}
+
+/// The feed's events, each as its selection's shared rendering; a failed read of the log is
+/// reported once and ends the operation (the client resumes from its last cursor).
+fn rendered(feed: Feed, selection: Arc<Selection>) -> BoxStream<'static, Delivery> {
+    futures_util::stream::unfold(Some(feed), move |feed| {
+        let selection = selection.clone();
+        async move {
+            let mut feed = feed?;
+            match feed.next().await {
+                Ok(Some(event)) => {
+                    Some((Delivery::Rendered(selection.render(&event).await), Some(feed)))
+                }
+                Ok(None) => None,
+                Err(error) => {
+                    Some((Delivery::Response(Box::new(selection.failed(error.into()))), None))
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// The next text frame; `None` when the socket closed or failed.

@@ -3,6 +3,7 @@
 
 mod connection;
 mod protocol;
+pub(crate) mod render;
 
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;

@@ -137,6 +137,17 @@ impl ServerMessage {
     }
 }
 
+impl ServerMessage {
+    /// The `next` (legacy: `data`) message for `id` whose payload is the JSON text `payload`,
+    /// already rendered (shared among sockets): the same message [`Self::to_text`] writes for
+    /// `Next`, without parsing the payload again.
+    pub fn next_text(protocol: Protocol, id: &str, payload: &str) -> String {
+        let kind = if protocol == Protocol::LegacyWs { "data" } else { "next" };
+        let id = Value::from(id).to_string();
+        format!(r#"{{"id":{id},"payload":{payload},"type":"{kind}"}}"#)
+    }
+}
+
 /// Close codes, as the graphql-ws library reads them (it retries 1012, 1013, 4403, 4408; it
 /// gives up on 4400, 4401, 4409, 4429).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,5 +205,19 @@ mod tests {
         let next = ServerMessage::Next { id: "1".into(), payload: json!({}) };
         assert!(next.to_text(Protocol::LegacyWs).contains(r#""type":"data""#));
         assert!(ServerMessage::KeepAlive.to_text(Protocol::LegacyWs).contains(r#""ka""#));
+    }
+
+    #[test]
+    fn a_shared_rendering_makes_the_same_next_message_in_both_protocols() {
+        let payload = json!({ "data": { "lifecycleEvents": { "cursor": "c\"1", "n": 2 } } });
+        for protocol in [Protocol::TransportWs, Protocol::LegacyWs] {
+            for id in ["1", "a \"quoted\" \\ id", "é"] {
+                let next = ServerMessage::Next { id: id.into(), payload: payload.clone() };
+                let expected: Value = serde_json::from_str(&next.to_text(protocol)).expect("JSON");
+                let shared = ServerMessage::next_text(protocol, id, &payload.to_string());
+                let shared: Value = serde_json::from_str(&shared).expect("JSON");
+                assert_eq!(shared, expected);
+            }
+        }
     }
 }

@@ -81,6 +81,7 @@ async fn metrics_count_requests_sockets_and_lag() {
         "leasehold_http_requests_total{route=\"/graphql/ws\",status=\"101\"} 1",
         "leasehold_websockets_open 1",
         "leasehold_subscriptions_active 1",
+        "leasehold_live_selections 1",
         "leasehold_projection_events_behind{projection=\"lease_views\"}",
         "leasehold_horizon_lag_seconds",
     ] {

@@ -319,3 +319,114 @@ async fn a_socket_that_stops_reading_is_closed_and_does_not_stall_the_others() {
     let code = stuck.close_code().await;
     assert!(matches!(code, 1013 | 1006), "closed with {code}");
 }
+
+/// A selection with an alias, a fragment, an inline fragment, `__typename` and an `@include`
+/// on a variable: shared by every subscriber with the same scope.
+const SHARED: &str = "subscription Live($after: String, $filter: EventFilter, $full: Boolean!) {
+    feed: lifecycleEvents(after: $after, filter: $filter) {
+        __typename at: cursor ...Where payload @include(if: $full)
+        ... on LifecycleEvent { type version eventId tenantId metadata hash }
+    }
+}
+fragment Where on LifecycleEvent { streamId streamType }";
+
+/// The same selection with a directive on the root field: not shared, so async-graphql
+/// executes it for its one subscriber, as every subscription was before.
+const ALONE: &str = "subscription Live($after: String, $filter: EventFilter, $full: Boolean!) {
+    feed: lifecycleEvents(after: $after, filter: $filter) @include(if: true) {
+        __typename at: cursor ...Where payload @include(if: $full)
+        ... on LifecycleEvent { type version eventId tenantId metadata hash }
+    }
+}
+fragment Where on LifecycleEvent { streamId streamType }";
+
+/// The cursor of the log's first event as `token` is given it, once the log's readers can
+/// read it (another test's open transaction may hold them back for a while).
+async fn first_cursor(server: &Server, token: &str) -> serde_json::Value {
+    let first = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let page =
+                server.graphql(token, "{ events(first: 1) { edges { cursor } } }", json!({})).await;
+            let cursor = &data(&page)["events"]["edges"][0]["cursor"];
+            if cursor.is_string() {
+                return cursor.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    first.await.expect("the first event is readable within 60 s")
+}
+
+/// The next `count` `next` payloads of operation `id`, whole.
+async fn payloads(socket: &mut Socket, id: &str, count: usize) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    while seen.len() < count {
+        let message = socket.message().await;
+        assert_eq!((message["id"].as_str(), message["type"].as_str()), (Some(id), Some("next")));
+        seen.push(message["payload"].clone());
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_rendering_is_what_each_subscriber_would_have_been_sent_alone() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let operator = role_token(Role::Operator, None);
+    let start = request_lease(&server, &acme, "req-0").await;
+    let variables = |full: bool| json!({ "after": start["cursor"], "full": full });
+    // Three tenant subscribers share one rendering; a fourth asks without the payload (its
+    // own); a fifth is executed alone; operators, another scope, likewise.
+    let mut tenants = Vec::new();
+    for (query, full) in
+        [(SHARED, true), (SHARED, true), (SHARED, true), (SHARED, false), (ALONE, true)]
+    {
+        let mut socket = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+        socket.subscribe("1", query, variables(full)).await;
+        tenants.push(socket);
+    }
+    // Operators' cursors are their own: both start after the log's first event.
+    let after = first_cursor(&server, &operator).await;
+    let mut operators = Vec::new();
+    for query in [SHARED, ALONE] {
+        let mut socket = Socket::connect(&server, "graphql-transport-ws", &operator).await;
+        socket.subscribe("1", query, json!({ "after": after, "full": true })).await;
+        operators.push(socket);
+    }
+    let lease = request_lease(&server, &acme, "req-1").await;
+    let input = report_input(&server, &lease["id"], "up-1").await;
+    let reported = server.graphql(&role_token(Role::Agent, None), REPORT_PROVISIONED, input).await;
+    assert!(reported.get("errors").is_none(), "{reported}");
+    // The request's lease and quota events, the report's two: at least 4 after the start.
+    let count = 4;
+    let mut seen = Vec::new();
+    for socket in &mut tenants {
+        seen.push(payloads(socket, "1", count).await);
+    }
+    let alone = &seen[4];
+    assert_eq!(seen[0], *alone, "shared and alone differ");
+    assert_eq!((&seen[1], &seen[2]), (alone, alone));
+    for (with, without) in alone.iter().zip(&seen[3]) {
+        let mut expected = with.clone();
+        expected["data"]["feed"].as_object_mut().expect("an object").remove("payload");
+        assert_eq!(*without, expected);
+    }
+    let first = &alone[0]["data"]["feed"];
+    assert_eq!(first["__typename"], "LifecycleEvent");
+    assert!(first["tenantId"].is_null() && first["hash"].is_null(), "tenant view: {first}");
+    // Operators: shared or alone alike, with what only they see.
+    let shared = payloads(&mut operators[0], "1", count).await;
+    let alone = payloads(&mut operators[1], "1", count).await;
+    assert_eq!(shared, alone);
+    assert_eq!(shared[0]["data"]["feed"]["tenantId"], "acme");
+    // Rendered once per event for the three sharers, not three times.
+    let (_, metrics) = server.get("/metrics").await;
+    let value = |name: &str| {
+        let line = metrics.lines().find(|line| line.starts_with(&format!("{name} ")));
+        line.and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok()).expect(name)
+    };
+    assert_eq!(value("leasehold_live_selections"), 3, "acme's two selections and the operators'");
+    let (renders, deliveries) =
+        (value("leasehold_live_renders_total"), value("leasehold_live_deliveries_total"));
+    assert!(deliveries >= renders + 2 * count as u64, "{renders} renders, {deliveries} deliveries");
+}

@@ -13,6 +13,8 @@
 //! gap and no duplicate (the same feed as `lifecycleEvents`); only work its lease still awaits
 //! is delivered, so a subscriber resuming from an old cursor never sees settled work.
 
+use std::sync::Arc;
+
 use async_graphql::{Context, ID, SimpleObject, Subscription};
 use futures_util::Stream;
 use leasehold_adapters::backends::wire::{ProvisionRequest, UpdateRequest};
@@ -109,7 +111,7 @@ impl LeaseSubscription {
 async fn item_of(
     state: &Inner,
     (principal, backend): &(Principal, String),
-    event: RecordedEvent,
+    event: Arc<RecordedEvent>,
 ) -> ApiResult<Option<WorkItem>> {
     let Ok(decoded) = LeaseEvent::from_stored(event.event_type.as_str(), &event.payload) else {
         return Ok(None);

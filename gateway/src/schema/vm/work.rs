@@ -10,6 +10,8 @@
 //! (without one, from the start of the log), resuming with no gap and no duplicate (the same
 //! feed as `lifecycleEvents`); only work its VM still awaits is delivered.
 
+use std::sync::Arc;
+
 use async_graphql::{Context, ID, SimpleObject, Subscription};
 use futures_util::Stream;
 use leasehold_adapters::dispatch::vm::{started_work, work_of};
@@ -92,7 +94,7 @@ impl VmSubscription {
 async fn item_of(
     state: &Inner,
     (principal, host): &(Principal, HostId),
-    event: RecordedEvent,
+    event: Arc<RecordedEvent>,
 ) -> ApiResult<Option<VmWorkItem>> {
     let Ok(decoded) = VmEvent::from_stored(event.event_type.as_str(), &event.payload) else {
         return Ok(None);
