@@ -49,7 +49,7 @@ impl PgEventStore {
                 &[&stream.as_str(), &version, &schema, &bytes],
             )
             .await
-            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+            .map_err(|e| crate::store::from_driver(e, self.endpoint()))?;
         Ok(())
     }
 
@@ -67,7 +67,7 @@ impl PgEventStore {
                 &[&stream.as_str(), &schema],
             )
             .await
-            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+            .map_err(|e| crate::store::from_driver(e, self.endpoint()))?;
         let Some(row) = row else { return Ok(None) };
         let version = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
         let bytes: &[u8] = row.get(1);

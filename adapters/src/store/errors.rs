@@ -20,6 +20,9 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
         return AttemptError::Fail(unavailable_or_database(error, endpoint));
     };
     let code = db.code();
+    if session_ended(code) {
+        return AttemptError::Fail(unavailable(endpoint, db));
+    }
     // A lock waited for longer than the append function's lock_timeout is a collision too:
     // retried (a bounded number of times), never waited for without end.
     if code == &SqlState::T_R_SERIALIZATION_FAILURE
@@ -45,9 +48,25 @@ pub(crate) fn classify_append(error: tokio_postgres::Error, endpoint: &str) -> A
 /// A driver error outside an append.
 pub(crate) fn from_driver(error: tokio_postgres::Error, endpoint: &str) -> StoreError {
     match error.as_db_error() {
+        Some(db) if session_ended(db.code()) => unavailable(endpoint, db),
         Some(db) => StoreError::Database { reason: db.to_string() },
         None => unavailable_or_database(error, endpoint),
     }
+}
+
+/// Whether the server ended the session rather than refused the statement: terminated by an
+/// administrator (`pg_terminate_backend`, a fast shutdown), a crash of another backend, a
+/// server still starting, or a connection exception (class 08). The same statement on a new
+/// session may succeed: the database is unavailable for a moment, not in error.
+fn session_ended(code: &SqlState) -> bool {
+    code == &SqlState::ADMIN_SHUTDOWN
+        || code == &SqlState::CRASH_SHUTDOWN
+        || code == &SqlState::CANNOT_CONNECT_NOW
+        || code.code().starts_with("08")
+}
+
+fn unavailable(endpoint: &str, db: &tokio_postgres::error::DbError) -> StoreError {
+    StoreError::Unavailable { endpoint: endpoint.to_string(), reason: db.message().to_string() }
 }
 
 fn unavailable_or_database(error: tokio_postgres::Error, endpoint: &str) -> StoreError {

@@ -174,7 +174,7 @@ impl PgEventStore {
         let statement = client
             .prepare_cached(PAGE_SQL)
             .await
-            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+            .map_err(|e| crate::store::from_driver(e, self.endpoint()))?;
         let mut report = VerifyReport::default();
         let mut walk = Walk { stream_id: String::new(), version: 0, hash: GENESIS_HASH };
         loop {
@@ -182,7 +182,7 @@ impl PgEventStore {
             let rows = client
                 .query(&statement, &[&walk.stream_id, &after_version, &VERIFY_PAGE_ROWS])
                 .await
-                .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+                .map_err(|e| crate::store::from_driver(e, self.endpoint()))?;
             for row in &rows {
                 check_row(row, &mut walk, &mut report)?;
             }
@@ -194,7 +194,7 @@ impl PgEventStore {
         let heads = client
             .query(HEADS_SQL, &[])
             .await
-            .map_err(|e| StoreError::Database { reason: e.to_string() })?;
+            .map_err(|e| crate::store::from_driver(e, self.endpoint()))?;
         for row in &heads {
             check_head(row, &mut report);
         }

@@ -14,6 +14,7 @@ mod leases;
 mod limits;
 mod node_agent;
 mod operations;
+mod outages;
 mod providers;
 mod rented;
 mod runner_dispatch;

@@ -35,21 +35,27 @@ const DRAIN_WAIT: Duration = Duration::from_secs(120);
 
 /// The subscription every subscriber runs.
 const SUBSCRIPTION: &str =
-    "subscription($after: String) { lifecycleEvents(after: $after) { cursor streamId } }";
+    "subscription($after: String) { lifecycleEvents(after: $after) { cursor streamId version } }";
 
 /// How hard to push.
 #[derive(Debug, Clone)]
 pub struct Load {
-    /// Concurrent subscriptions, one socket each.
+    /// Concurrent subscriptions.
     pub subscriptions: usize,
+    /// Subscriptions a socket carries.
+    pub per_socket: usize,
     /// Appends per second.
     pub events_per_second: u64,
     /// How long the writers write.
     pub duration: Duration,
 }
 
-/// What one subscriber received: each stream id with when it arrived.
-type Received = Arc<Mutex<Vec<(String, Instant)>>>;
+/// An event as subscribers and the log name it: its stream and version. (A stream id alone
+/// repeats: every lease request also appends to its tenant's quota stream.)
+type EventKey = (String, u64);
+
+/// What one subscriber received: each event with when it arrived.
+type Received = Arc<Mutex<Vec<(EventKey, Instant)>>>;
 
 /// p50/p99 delivery latency beside NOTIFY's, and the gaps and duplicates seen.
 pub async fn measure(
@@ -60,42 +66,45 @@ pub async fn measure(
     let baseline = notify_latencies(url, load).await?;
     let start = start_cursor(gateway).await?;
     let mut subscribers = Vec::with_capacity(load.subscriptions);
-    for _ in 0..load.subscriptions {
-        let received: Received = Arc::default();
-        let task = tokio::spawn(subscribe(
-            gateway.base.clone(),
-            gateway.token.clone(),
-            start.1.clone(),
-            received.clone(),
-        ));
-        subscribers.push((received, task));
+    let mut sockets = Vec::new();
+    let mut left = load.subscriptions;
+    while left > 0 {
+        let received: Vec<Received> =
+            (0..left.min(load.per_socket)).map(|_| Arc::default()).collect();
+        left -= received.len();
+        let connection = (gateway.base.clone(), gateway.token.clone());
+        sockets.push(tokio::spawn(subscribe(connection, start.1.clone(), received.clone())));
+        subscribers.extend(received);
     }
     // The first second after a thousand subscriptions start is their set-up, not delivery:
     // written and checked for gaps and duplicates, but not timed.
     let warmup = Load { duration: WARMUP, ..load.clone() };
-    let warmup = write(gateway, &warmup).await?;
+    write(gateway, &warmup).await?;
     let written = write(gateway, load).await?;
+    // Every event of the log since the start, the writers' and their quota reservations'.
+    let order = log_order(gateway, start.0).await?;
     let drained = Instant::now() + DRAIN_WAIT;
-    let total = warmup.len() + written.len();
-    while subscribers.iter().any(|(received, _)| lock(received).len() < total)
+    let total = order.len();
+    while subscribers.iter().any(|received| lock(received).len() < total)
         && Instant::now() < drained
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    for (_, task) in &subscribers {
+    for task in &sockets {
         task.abort();
     }
-    let order = log_order(gateway, start.0).await?;
     let (mut latencies, mut gaps, mut duplicates, mut reordered) = (Vec::new(), 0u64, 0u64, 0u64);
-    for (received, _) in &subscribers {
+    for received in &subscribers {
         let received = lock(received).clone();
-        let streams: Vec<&str> = received.iter().map(|(stream, _)| stream.as_str()).collect();
-        let unique: HashSet<&str> = streams.iter().copied().collect();
-        duplicates += (streams.len() - unique.len()) as u64;
-        gaps += order.iter().filter(|stream| !unique.contains(stream.as_str())).count() as u64;
-        reordered += u64::from(streams.iter().zip(&order).any(|(got, want)| got != want));
-        for (stream, at) in &received {
-            if let Some(committed) = written.get(stream) {
+        let events: Vec<&EventKey> = received.iter().map(|(event, _)| event).collect();
+        let unique: HashSet<&EventKey> = events.iter().copied().collect();
+        duplicates += (events.len() - unique.len()) as u64;
+        gaps += order.iter().filter(|event| !unique.contains(event)).count() as u64;
+        reordered += u64::from(events.iter().zip(&order).any(|(got, want)| *got != want));
+        // Timed: each lease's first event (its quota reservation's stream was not written by
+        // the writer alone).
+        for ((stream, version), at) in &received {
+            if let (1, Some(committed)) = (version, written.get(stream)) {
                 latencies.push(at.saturating_duration_since(*committed));
             }
         }
@@ -116,7 +125,7 @@ pub async fn measure(
     Ok(measures)
 }
 
-fn lock(received: &Received) -> std::sync::MutexGuard<'_, Vec<(String, Instant)>> {
+fn lock(received: &Received) -> std::sync::MutexGuard<'_, Vec<(EventKey, Instant)>> {
     received.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -137,15 +146,21 @@ async fn start_cursor(gateway: &Gateway) -> anyhow::Result<(Cursor, String)> {
         .await?;
     let sealed =
         answer["data"]["requestLease"]["cursor"].as_str().context("a start cursor")?.to_string();
-    Ok((gateway.store.head().await?, sealed))
+    // Where the subscribers start: the position the sealed cursor stands for.
+    let key = leasehold_gateway::cursor::CursorKey::derive(super::SECRET);
+    let scope = format!("tenant:{TENANT}");
+    let position: String = key
+        .open(leasehold_gateway::cursor::CursorKind::Log, &scope, "after", &sealed)
+        .map_err(|error| anyhow::anyhow!("the start cursor does not open: {}", error.message))?;
+    Ok((position.parse().map_err(|_| anyhow::anyhow!("a malformed start cursor"))?, sealed))
 }
 
-/// One subscriber: connect, init, subscribe after `after`, record every event's arrival.
+/// One socket: connect, init, subscribe once for each of `received` (ids "0", "1", ...)
+/// after `after`, record every event's arrival with its subscription.
 async fn subscribe(
-    base: String,
-    token: String,
+    (base, token): (String, String),
     after: String,
-    received: Received,
+    received: Vec<Received>,
 ) -> anyhow::Result<()> {
     let url = format!("{}/graphql/ws", base.replace("http://", "ws://"));
     let mut request = url.into_client_request()?;
@@ -153,16 +168,24 @@ async fn subscribe(
     let (mut socket, _) = tokio_tungstenite::connect_async_with_config(request, None, true).await?;
     let init = json!({ "type": "connection_init", "payload": { "authorization": format!("Bearer {token}") } });
     socket.send(Message::Text(init.to_string().into())).await?;
-    let subscribe = json!({ "type": "subscribe", "id": "1", "payload": { "query": SUBSCRIPTION, "variables": { "after": after } } });
-    socket.send(Message::Text(subscribe.to_string().into())).await?;
+    for id in 0..received.len() {
+        let payload = json!({ "query": SUBSCRIPTION, "variables": { "after": after } });
+        let subscribe = json!({ "type": "subscribe", "id": id.to_string(), "payload": payload });
+        socket.send(Message::Text(subscribe.to_string().into())).await?;
+    }
     while let Some(frame) = socket.next().await {
         let Message::Text(text) = frame? else { continue };
         let message: Value = serde_json::from_str(&text)?;
         if message["type"] == "next" {
-            let stream = message["payload"]["data"]["lifecycleEvents"]["streamId"]
-                .as_str()
-                .unwrap_or_default();
-            lock(&received).push((stream.to_string(), Instant::now()));
+            let event = &message["payload"]["data"]["lifecycleEvents"];
+            let key = (
+                event["streamId"].as_str().unwrap_or_default().to_string(),
+                event["version"].as_u64().unwrap_or_default(),
+            );
+            let id: Option<usize> = message["id"].as_str().and_then(|id| id.parse().ok());
+            if let Some(received) = id.and_then(|id| received.get(id)) {
+                lock(received).push((key, Instant::now()));
+            }
         }
     }
     Ok(())
@@ -205,8 +228,8 @@ async fn write(gateway: &Gateway, load: &Load) -> anyhow::Result<HashMap<String,
     Ok(written)
 }
 
-/// The stream ids of the log after `start`, in log order.
-async fn log_order(gateway: &Gateway, start: Cursor) -> anyhow::Result<Vec<String>> {
+/// The events of the log after `start`, in log order.
+async fn log_order(gateway: &Gateway, start: Cursor) -> anyhow::Result<Vec<EventKey>> {
     let mut order = Vec::new();
     let mut after = start;
     loop {
@@ -214,7 +237,9 @@ async fn log_order(gateway: &Gateway, start: Cursor) -> anyhow::Result<Vec<Strin
         if page.events.is_empty() {
             return Ok(order);
         }
-        order.extend(page.events.iter().map(|event| event.stream_id.as_str().to_string()));
+        order.extend(
+            page.events.iter().map(|event| (event.stream_id.as_str().to_string(), event.version)),
+        );
         after = page.next;
     }
 }

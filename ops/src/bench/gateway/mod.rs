@@ -33,9 +33,14 @@ pub struct GatewayBenchArgs {
     /// Workloads (of the five kinds) in the read model the workloads page runs against.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=10_000_000))]
     workloads: u64,
-    /// Concurrent subscriptions (one WebSocket each).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    /// Concurrent subscriptions.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     subscriptions: u64,
+    /// Subscriptions each WebSocket carries (the last socket may carry fewer). Above about
+    /// 9,000 sockets the process runs out of file descriptors (client and server ends are
+    /// both in it): carry 10,000 subscriptions on 1,000 sockets with 10.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    subscriptions_per_socket: u64,
     /// Events appended per second while the subscriptions listen.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     events_per_second: u64,
@@ -115,9 +120,11 @@ async fn measure_all(url: &DatabaseUrl, args: &GatewayBenchArgs) -> anyhow::Resu
         }
     }
     if common.wants("delivery") {
-        common.progress(&format!("{} subscriptions while writers append", args.subscriptions));
+        let (count, per) = (args.subscriptions, args.subscriptions_per_socket);
+        common.progress(&format!("{count} subscriptions, {per} a socket, while writers append"));
         let load = delivery::Load {
             subscriptions: usize::try_from(args.subscriptions)?,
+            per_socket: usize::try_from(args.subscriptions_per_socket)?,
             events_per_second: args.events_per_second,
             duration: common.duration(),
         };

@@ -11,6 +11,7 @@ mod heads;
 mod idempotency;
 mod ledger_order;
 mod order;
+mod outages;
 mod paging;
 mod relay;
 mod seals;
