@@ -278,18 +278,18 @@ async fn deliveries(
 /// The feed's events, each as its selection's shared rendering; a failed read of the log is
 /// reported once and ends the operation (the client resumes from its last cursor).
 fn rendered(feed: Feed, selection: Arc<Selection>) -> BoxStream<'static, Delivery> {
-    futures_util::stream::unfold(Some(feed), move |feed| {
-        let selection = selection.clone();
-        async move {
-            let mut feed = feed?;
-            match feed.next().await {
-                Ok(Some(event)) => {
-                    Some((Delivery::Rendered(selection.render(&event).await), Some(feed)))
-                }
-                Ok(None) => None,
-                Err(error) => {
-                    Some((Delivery::Response(Box::new(selection.failed(error.into()))), None))
-                }
+    // The selection lives in the stream's state, one reference a subscriber: its count is
+    // how many share it.
+    futures_util::stream::unfold(Some((feed, selection)), |state| async move {
+        let (mut feed, selection) = state?;
+        match feed.next().await {
+            Ok(Some(event)) => {
+                let rendered = selection.render(&event).await;
+                Some((Delivery::Rendered(rendered), Some((feed, selection))))
+            }
+            Ok(None) => None,
+            Err(error) => {
+                Some((Delivery::Response(Box::new(selection.failed(error.into()))), None))
             }
         }
     })

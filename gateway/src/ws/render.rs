@@ -43,8 +43,10 @@ use crate::schema::events::{LifecycleEvent, view_of};
 const FIELD: &str = "lifecycleEvents";
 
 /// Events a [`Selection`] keeps rendered: subscribers of one key read the same events within
-/// moments of each other; one far behind renders its own.
-const RECENT_MAX: usize = 512;
+/// moments of each other; one far behind renders its own. At most this many a subscriber (a
+/// late joiner still finds the last few), and this many in all.
+const RECENT_PER_SHARER: usize = 16;
+const RECENT_MAX: usize = 256;
 
 /// Keys kept before the dead ones are swept out.
 const SWEEP_AT: usize = 1_024;
@@ -317,16 +319,18 @@ impl std::fmt::Debug for Selection {
 impl Selection {
     /// The JSON of the response to `event` (the `next` message's payload), rendered by the
     /// first subscriber to ask and shared with the others.
-    pub(crate) async fn render(&self, event: &RecordedEvent) -> Arc<str> {
+    pub(crate) async fn render(self: &Arc<Self>, event: &RecordedEvent) -> Arc<str> {
+        self.counts.deliveries.fetch_add(1, Ordering::Relaxed);
+        // Each subscriber's stream holds one reference: the count is how many share it.
+        let kept = (RECENT_PER_SHARER * Arc::strong_count(self)).min(RECENT_MAX);
         let cell = {
             let mut recent = lock(&self.recent);
             let cell = recent.entry(event.cursor).or_default().clone();
-            if recent.len() > RECENT_MAX {
+            while recent.len() > kept {
                 recent.pop_first();
             }
             cell
         };
-        self.counts.deliveries.fetch_add(1, Ordering::Relaxed);
         cell.get_or_init(|| self.execute(view_of(&self.cursors, &self.principal, event.clone())))
             .await
             .clone()
