@@ -5,6 +5,7 @@ mod backend;
 mod backend_reads;
 mod callbacks;
 mod clients;
+mod crash;
 mod dispatch;
 mod fleet;
 mod fleet_moves;

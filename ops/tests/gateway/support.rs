@@ -81,6 +81,11 @@ impl Server {
         Server { base, db, url, extra, log_level, logs, child, http, _data_dir: data_dir }
     }
 
+    /// The URL of its database (`--database-url`).
+    pub fn database_url(&self) -> String {
+        self.url.clone()
+    }
+
     /// Everything the server has logged so far.
     pub fn logs(&self) -> String {
         self.logs.lock().expect("not poisoned").clone()
