@@ -110,3 +110,54 @@ async fn sessions_ended_under_load_answer_unavailable_and_nothing_acknowledged_i
     let (status, _) = server.get("/readyz").await;
     assert_eq!(status, 200);
 }
+
+/// `/readyz`'s status, asked until it is `status` (at most 30 s).
+async fn until_ready_is(server: &Server, status: u16) {
+    let reached = tokio::time::timeout(Duration::from_secs(30), async {
+        while server.get("/readyz").await.0 != status {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    reached.await.unwrap_or_else(|_| panic!("/readyz answers {status} in time"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_refuses_connections_is_not_ready_and_unavailable_until_it_returns() {
+    let server = Server::start().await;
+    let acme = tenant_token("acme");
+    let before = request_lease(&server, &acme, "before").await;
+    // An outage of this test's database alone: it refuses new sessions, and its sessions end.
+    let admin = leasehold_tests::server_url().connect().await.expect("the server's admin database");
+    let name = server.db.name().to_owned();
+    let refuse = format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false");
+    admin.batch_execute(&refuse).await.expect("the database refuses connections");
+    // Ended until none is left (a session starting while the first ones ended survives them).
+    let sessions =
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1";
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        while admin.query_one(sessions, &[&name]).await.expect("ended").get::<_, i64>(0) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    ended.await.expect("no session of the database is left");
+    until_ready_is(&server, 503).await;
+    let during = server.graphql(&acme, REQUEST_LEASE, lease_request("during")).await;
+    assert_eq!(code(&during), Some("UNAVAILABLE"), "{during}");
+    assert!(!during.to_string().contains(&name), "the database is not named: {during}");
+    // Back: the server reconnects by itself, and the request retried with its key lands.
+    let allow = format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS true");
+    admin.batch_execute(&allow).await.expect("the database accepts connections");
+    until_ready_is(&server, 200).await;
+    let (lease, unavailable) = request_until_answered(&server, &acme, "during").await;
+    assert!(unavailable < RETRIES_MAX);
+    // The projections resumed from their checkpoints: both leases read back.
+    let query = "{ leases { edges { node { id } } } }";
+    let read = server.graphql_after(&acme, query, json!({}), &lease["cursor"]).await;
+    let ids: Vec<&Value> = data(&read)["leases"]["edges"]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|e| &e["node"]["id"])
+        .collect();
+    assert!(ids.contains(&&before["id"]) && ids.contains(&&lease["id"]), "{read}");
+}
