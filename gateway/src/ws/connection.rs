@@ -262,7 +262,8 @@ async fn deliveries(
     let executed = |responses: BoxStream<'static, async_graphql::Response>| {
         responses.map(|response| Delivery::Response(Box::new(with_codes(response)))).boxed()
     };
-    let Some(selection) = state.inner.renderer.plan(&principal, &request).await else {
+    let renderer = &state.inner.renderer;
+    let Some(plan) = renderer.plan(&principal, &request).await else {
         return executed(schema.execute_stream(request));
     };
     let handoff = Handoff::default();
@@ -270,7 +271,7 @@ async fn deliveries(
     // refused, the stream holds the errors.
     let setup: Vec<_> = schema.execute_stream(request.data(handoff.clone())).collect().await;
     match handoff.take() {
-        Some(feed) => rendered(feed, selection),
+        Some(feed) => rendered(feed, renderer.share(plan)),
         None => executed(futures_util::stream::iter(setup).boxed()),
     }
 }

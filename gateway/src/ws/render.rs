@@ -48,8 +48,15 @@ const FIELD: &str = "lifecycleEvents";
 const RECENT_PER_SHARER: usize = 16;
 const RECENT_MAX: usize = 256;
 
-/// Keys kept before the dead ones are swept out.
-const SWEEP_AT: usize = 1_024;
+/// Longest document shared: a larger one is executed per subscriber, as before (so a key
+/// never holds much).
+const SHARED_QUERY_BYTES_MAX: usize = 16 * 1024;
+
+/// The shared selections by key, each removed when its last sharer goes.
+type Shelf = Arc<Mutex<HashMap<Key, Weak<Selection>>>>;
+
+/// What a rendering that cannot be serialised (never seen) is sent as: a typed error.
+const UNRENDERABLE: &str = r#"{"errors":[{"message":"the event could not be rendered","extensions":{"code":"INTERNAL"}}]}"#;
 
 /// The one-field schema a shared selection is rendered by.
 type RenderSchema = Schema<RenderRoot, EmptyMutation, EmptySubscription>;
@@ -97,8 +104,15 @@ struct Key {
 pub(crate) struct Renderer {
     schema: RenderSchema,
     cursors: CursorKey,
-    selections: Mutex<HashMap<Key, Weak<Selection>>>,
+    selections: Shelf,
     counts: Arc<Counts>,
+}
+
+/// A shareable subscription's selection, found or made, not yet on the shelf: it goes there
+/// once async-graphql has accepted the subscription ([`Renderer::share`]).
+pub(crate) struct Plan {
+    key: Key,
+    selection: Arc<Selection>,
 }
 
 /// What `/metrics` shows of the sharing.
@@ -121,23 +135,22 @@ impl Renderer {
     /// A renderer sealing cursors with `cursors`.
     pub(crate) fn new(cursors: CursorKey) -> Self {
         let schema = Schema::build(RenderRoot, EmptyMutation, EmptySubscription).finish();
-        Self { schema, cursors, selections: Mutex::default(), counts: Arc::default() }
+        Self { schema, cursors, selections: Shelf::default(), counts: Arc::default() }
     }
 
     /// Selections shared now, events rendered and renderings delivered since the start.
     pub(crate) fn counts(&self) -> (usize, u64, u64) {
-        let live = lock(&self.selections).values().filter(|s| s.strong_count() > 0).count();
+        let live = lock(&self.selections).len();
         let counts = &self.counts;
         (live, counts.renders.load(Ordering::Relaxed), counts.deliveries.load(Ordering::Relaxed))
     }
 
     /// The shared selection for `request` as `principal` sent it, or `None` when its shape is
     /// not one this shares (it then runs through async-graphql as any operation does).
-    pub(crate) async fn plan(
-        &self,
-        principal: &Principal,
-        request: &Request,
-    ) -> Option<Arc<Selection>> {
+    pub(crate) async fn plan(&self, principal: &Principal, request: &Request) -> Option<Plan> {
+        if request.query.len() > SHARED_QUERY_BYTES_MAX {
+            return None;
+        }
         let shared = Shared::of(request)?;
         let key = Key {
             role: principal.role,
@@ -147,7 +160,7 @@ impl Renderer {
             variables: serde_json::to_string(&shared.variables).ok()?,
         };
         if let Some(found) = lock(&self.selections).get(&key).and_then(Weak::upgrade) {
-            return Some(found);
+            return Some(Plan { key, selection: found });
         }
         let selection = Arc::new(Selection {
             schema: self.schema.clone(),
@@ -156,21 +169,22 @@ impl Renderer {
             shared,
             recent: Mutex::default(),
             counts: self.counts.clone(),
+            shelf: (self.selections.clone(), key.clone()),
         });
         // Rendered once now: a document the one-field schema refuses is not shared.
-        if !selection.renders().await {
-            return None;
-        }
+        selection.renders().await.then_some(Plan { key, selection })
+    }
+
+    /// `plan`'s selection, on the shelf for the next subscriber with its key (or the one a
+    /// concurrent subscriber put there first).
+    pub(crate) fn share(&self, plan: Plan) -> Arc<Selection> {
         let mut selections = lock(&self.selections);
-        if selections.len() >= SWEEP_AT {
-            selections.retain(|_, selection| selection.strong_count() > 0);
-        }
-        let kept = selections.entry(key).or_default();
+        let kept = selections.entry(plan.key).or_default();
         match kept.upgrade() {
-            Some(raced) => Some(raced),
+            Some(raced) => raced,
             None => {
-                *kept = Arc::downgrade(&selection);
-                Some(selection)
+                *kept = Arc::downgrade(&plan.selection);
+                plan.selection
             }
         }
     }
@@ -306,6 +320,19 @@ pub(crate) struct Selection {
     shared: Shared,
     recent: Mutex<BTreeMap<Cursor, Arc<OnceCell<Arc<str>>>>>,
     counts: Arc<Counts>,
+    /// Where it is kept for sharers, under which key: it takes itself off when dropped.
+    shelf: (Shelf, Key),
+}
+
+impl Drop for Selection {
+    fn drop(&mut self) {
+        let (shelf, key) = &self.shelf;
+        let mut selections = lock(shelf);
+        // Only its own entry: another selection may hold the key by now.
+        if selections.get(key).is_some_and(|kept| std::ptr::eq(kept.as_ptr(), self)) {
+            selections.remove(key);
+        }
+    }
 }
 
 impl std::fmt::Debug for Selection {
@@ -380,7 +407,8 @@ impl Selection {
         request.set_parsed_query(shared.document.clone());
         let response = with_codes(self.schema.execute(request).await);
         let ok = response.errors.is_empty();
-        (serde_json::to_string(&response).unwrap_or_default().into(), ok)
+        let json = serde_json::to_string(&response).unwrap_or_else(|_| UNRENDERABLE.to_owned());
+        (json.into(), ok)
     }
 }
 

@@ -429,4 +429,15 @@ async fn a_shared_rendering_is_what_each_subscriber_would_have_been_sent_alone()
     let (renders, deliveries) =
         (value("leasehold_live_renders_total"), value("leasehold_live_deliveries_total"));
     assert!(deliveries >= renders + 2 * count as u64, "{renders} renders, {deliveries} deliveries");
+    // A refused subscription keeps nothing, and once the sockets close no selection is kept.
+    let mut refused = Socket::connect(&server, "graphql-transport-ws", &acme).await;
+    refused.subscribe("1", SHARED, json!({ "after": "not a cursor", "full": true })).await;
+    assert_eq!(refused.message().await["type"], "error");
+    drop((tenants, operators, refused));
+    let emptied = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !server.get("/metrics").await.1.contains("\nleasehold_live_selections 0\n") {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    emptied.await.expect("no selection is kept once its sockets are gone");
 }
