@@ -441,3 +441,33 @@ async fn a_shared_rendering_is_what_each_subscriber_would_have_been_sent_alone()
     });
     emptied.await.expect("no selection is kept once its sockets are gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_sending_one_document_share_nothing() {
+    let server = Server::start().await;
+    let (acme, beta) = (tenant_token("acme"), tenant_token("beta"));
+    let mut sockets = Vec::new();
+    for token in [&acme, &beta] {
+        let start = request_lease(&server, token, "start").await;
+        let mut socket = Socket::connect(&server, "graphql-transport-ws", token).await;
+        socket
+            .subscribe("1", LIFECYCLE, json!({ "after": start["cursor"], "filter": lease_kind() }))
+            .await;
+        sockets.push(socket);
+    }
+    let acmes = request_lease(&server, &acme, "req-1").await;
+    let betas = request_lease(&server, &beta, "req-1").await;
+    // Each sees its own lease, with a cursor sealed for it alone.
+    let (seen_by_acme, seen_by_beta) = (sockets[0].event("1").await, sockets[1].event("1").await);
+    assert_eq!(seen_by_acme["streamId"], acmes["streamId"]);
+    assert_eq!(seen_by_beta["streamId"], betas["streamId"]);
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics.contains("\nleasehold_live_selections 2\n"),
+        "one selection a tenant:\n{metrics}"
+    );
+    // Beta's cursor means nothing to acme.
+    sockets[0].subscribe("2", LIFECYCLE, json!({ "after": seen_by_beta["cursor"] })).await;
+    let refused = sockets[0].message().await;
+    assert_eq!((refused["type"].as_str(), refused["id"].as_str()), (Some("error"), Some("2")));
+}
