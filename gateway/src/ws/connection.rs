@@ -269,10 +269,20 @@ async fn deliveries(
     let handoff = Handoff::default();
     // Accepted, the resolver hands its feed over and leaves async-graphql an empty stream;
     // refused, the stream holds the errors.
-    let setup: Vec<_> = schema.execute_stream(request.data(handoff.clone())).collect().await;
+    let mut setup = schema.execute_stream(request.data(handoff.clone()));
+    let mut answered = Vec::new();
+    while let Some(response) = setup.next().await {
+        let live = response.errors.is_empty();
+        answered.push(response);
+        if live {
+            // Executed after all (the resolver found no hand-over): deliver it as it runs,
+            // rather than wait for a live stream's end.
+            return executed(futures_util::stream::iter(answered).chain(setup).boxed());
+        }
+    }
     match handoff.take() {
         Some(feed) => rendered(feed, renderer.share(plan)),
-        None => executed(futures_util::stream::iter(setup).boxed()),
+        None => executed(futures_util::stream::iter(answered).boxed()),
     }
 }
 
