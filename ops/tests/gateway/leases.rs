@@ -114,15 +114,7 @@ async fn a_read_your_writes_query_answers_stale_when_the_projections_cannot_reac
     // Once it ends, the same query answers as soon as the projector has caught up (which,
     // on a loaded machine, may take longer than one 300 ms wait: ask until it is not STALE).
     holder.batch_execute("COMMIT").await.expect("committed");
-    let fresh = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            let answer = server.graphql_with(&acme, read.clone()).await;
-            if code(&answer) != Some("STALE") {
-                return answer;
-            }
-        }
-    });
-    let fresh = fresh.await.expect("the projector catches up in time");
+    let fresh = server.answered(&acme, read).await;
     assert_eq!(data(&fresh)["leases"]["edges"][0]["node"]["id"], lease["id"]);
 }
 
@@ -180,19 +172,6 @@ async fn take_projection_lock(server: &Server, name: &str) -> tokio_postgres::Cl
     holder
 }
 
-/// The answer to `request` once it is not `STALE` (asked again until then, at most 60 s).
-async fn answered(server: &Server, token: &str, request: serde_json::Value) -> serde_json::Value {
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            let answer = server.graphql_with(token, request.clone()).await;
-            if code(&answer) != Some("STALE") {
-                return answer;
-            }
-        }
-    });
-    answer.await.expect("answered in time")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_your_writes_waits_only_for_the_projections_a_query_reads() {
     let server = Server::start_with(&["--consistency-wait-ms", "300"]).await;
@@ -204,7 +183,7 @@ async fn read_your_writes_waits_only_for_the_projections_a_query_reads() {
         |query: &str| json!({ "query": query, "extensions": { "minCursor": lease["cursor"] } });
     // The log's own queries read no projection: they answer once the log's readers can see
     // the write (a transaction open elsewhere on the server may hold that back a moment).
-    let events = answered(&server, &acme, with_min("{ events(first: 1) { edges { cursor } } }"));
+    let events = server.answered(&acme, with_min("{ events(first: 1) { edges { cursor } } }"));
     let events = events.await;
     assert_eq!(data(&events)["events"]["edges"].as_array().map(Vec::len), Some(1), "{events}");
     // Queries of the lease read model, and of the tables every kind writes, wait for it.
@@ -215,7 +194,7 @@ async fn read_your_writes_waits_only_for_the_projections_a_query_reads() {
     assert_eq!(code(&workloads), Some("STALE"), "{workloads}");
     // Given its lock back, the projection catches up and the same query answers.
     drop(holder);
-    let fresh = answered(&server, &acme, with_min("{ leases { edges { cursor } } }")).await;
+    let fresh = server.answered(&acme, with_min("{ leases { edges { cursor } } }")).await;
     assert_eq!(data(&fresh)["leases"]["edges"].as_array().map(Vec::len), Some(1), "{fresh}");
 }
 
@@ -275,7 +254,7 @@ async fn events_until_a_cursor_show_the_log_as_it_stood_then() {
     let page = "query($until: String) { events(first: 100, until: $until, filter: { streamTypes: [\"lease\"] }) {
         edges { node { streamId } } pageInfo { hasNextPage } } }";
     let read = |until: &serde_json::Value| json!({ "query": page, "variables": { "until": until }, "extensions": { "minCursor": leases[2]["cursor"] } });
-    let answer = answered(&server, &acme, read(&leases[1]["cursor"])).await;
+    let answer = server.answered(&acme, read(&leases[1]["cursor"])).await;
     let events = &data(&answer)["events"];
     let streams: Vec<&str> = events["edges"]
         .as_array()
@@ -373,7 +352,7 @@ async fn lease_then(
 ) -> (serde_json::Value, serde_json::Value) {
     let cursor = last_cursor(server, token, &lease["streamId"], events).await;
     let read = json!({ "query": LEASE_AS_OF, "variables": { "id": lease["id"] }, "extensions": { "minCursor": cursor } });
-    let answer = answered(server, token, read).await;
+    let answer = server.answered(token, read).await;
     (cursor, data(&answer)["lease"].clone())
 }
 

@@ -158,6 +158,11 @@ impl Server {
         cursor: &Value,
     ) -> Value {
         let request = json!({ "query": query, "variables": variables, "extensions": { "minCursor": cursor } });
+        self.answered(token, request).await
+    }
+
+    /// The answer to `request` once it is not `STALE` (asked again until then, at most 60 s).
+    pub async fn answered(&self, token: &str, request: Value) -> Value {
         let fresh = tokio::time::timeout(std::time::Duration::from_secs(60), async {
             loop {
                 let answer = self.graphql_with(token, request.clone()).await;
