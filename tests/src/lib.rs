@@ -8,6 +8,7 @@
 use leasehold_adapters::{DatabaseUrl, PgEventStore, StoreConfig, migrate};
 use leasehold_domain::{Cursor, EventStore as _};
 
+pub mod invariants;
 pub mod kafka;
 mod listening;
 

@@ -3,6 +3,7 @@
 mod commands;
 mod dispatch;
 mod fleet;
+mod hammer;
 mod log;
 mod migrations;
 mod projections;
