@@ -127,6 +127,15 @@ pub(crate) async fn render(State(http): State<Http>) -> Response {
         "Shared renderings sent to subscribers (once per event per subscriber).",
         deliveries,
     );
+    // Every task of the process's runtime (connections, subscriptions, projectors, ...): a
+    // leak shows as a count that does not come back down after clients leave.
+    let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    gauge(
+        &mut out,
+        "leasehold_runtime_tasks_alive",
+        "Tasks alive in the server's runtime.",
+        tasks as f64,
+    );
     // Estimates that never read the log: a scrape must not cost a count over the backlog.
     match inner.read_models.projection_lag_estimates().await {
         Ok(statuses) => {

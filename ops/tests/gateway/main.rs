@@ -22,6 +22,7 @@ mod runner_dispatch;
 mod runners;
 mod setup;
 mod snapshots;
+mod soak;
 mod socket;
 mod subscriptions;
 mod support;
