@@ -11,6 +11,7 @@ use leasehold_domain::{Cursor, EventStore as _};
 pub mod invariants;
 pub mod kafka;
 mod listening;
+pub mod rng;
 
 pub use listening::{documented_routes, routes_in, spawn_listening};
 

@@ -1,10 +1,16 @@
-//! `leasehold serve` killed with SIGKILL under load, again and again, and started again:
-//! every mutation that was answered is in the log once, and one retried with its operation
-//! key after a kill lands once; a subscription resumed from its last cursor after each kill
-//! sees every event of its tenant once, in log order; at the end the read models equal a
-//! from-scratch replay of the log (`events replay --compare`).
+//! `leasehold serve` killed with SIGKILL under load, again and again, at moments drawn from
+//! a seed, and started again: every mutation that was answered is in the log once, and one
+//! retried with its operation key after a kill lands once; a subscription resumed from its
+//! last cursor after each kill sees every event of its tenant once, in log order; at the end
+//! the read models equal a from-scratch replay of the log (`events replay --compare`).
 //!
-//! CI kills it 3 times; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md).
+//! The load is every kind a tenant creates alone: leases, VMs (on a host an operator
+//! registered) and runner leases (requested, then assigned a job, which charges the tenant's
+//! runner capacity in the same append). Rentals and runs need a provider's and a node
+//! agent's side and are not in it yet.
+//!
+//! CI kills it 3 times; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md), and
+//! `LEASEHOLD_CRASH_SEED` repeats a run's kill moments and choices of mutation.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +18,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use leasehold_domain::{Cursor, EventStore as _};
+use leasehold_tests::rng::{Rng, seed_from_env};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -21,11 +28,11 @@ use crate::support::*;
 /// Clients writing at once.
 const WRITERS: usize = 2;
 
-/// Answers each kill waits for before it strikes: a few more each time.
-const ANSWERS_BETWEEN_KILLS: usize = 6;
-
 /// How long anything here may take: a restart, a retried request, the subscriber's catch-up.
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The host the VMs are placed on: room for every VM a long run creates.
+const HOST: &str = "crash-host";
 
 /// The tenant's events as the subscriber received them: (stream, version).
 type Received = Arc<Mutex<Vec<(String, u64)>>>;
@@ -34,11 +41,16 @@ fn kills() -> usize {
     std::env::var("LEASEHOLD_CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(3)
 }
 
-/// Requests lease `key` until the server answers it with its result: a refused connection
-/// (the server is down) or `UNAVAILABLE` is tried again with the same key.
-async fn request_until_answered(base: &str, token: &str, key: &str) -> Value {
+/// Sends mutation `name` until the server answers it with its result: a refused connection
+/// (the server is down) or `UNAVAILABLE` is sent again, with the same operation key.
+async fn until_answered(
+    base: &str,
+    token: &str,
+    (name, query): (&str, &str),
+    input: Value,
+) -> Value {
     let http = reqwest::Client::new();
-    let body = json!({ "query": REQUEST_LEASE, "variables": lease_request(key) });
+    let body = json!({ "query": query, "variables": input });
     let answered = tokio::time::timeout(WAIT, async {
         loop {
             let sent = http.post(format!("{base}/graphql")).bearer_auth(token).json(&body).send();
@@ -55,27 +67,74 @@ async fn request_until_answered(base: &str, token: &str, key: &str) -> Value {
             }
         }
     });
-    let answer = answered.await.unwrap_or_else(|_| panic!("{key} answered within {WAIT:?}"));
-    data(&answer)["requestLease"].clone()
+    let answer = answered.await.unwrap_or_else(|_| panic!("{name} answered within {WAIT:?}"));
+    data(&answer)[name].clone()
 }
 
-/// Writes leases until `stop`, each answered before the next; the answers.
+const CREATE_VM: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id streamId version cursor duplicate events { type } } }";
+const REQUEST_RUNNER: &str = "mutation($input: RequestRunnerLeaseInput!) { requestRunnerLease(input: $input) { id streamId version cursor duplicate events { type } } }";
+const ASSIGN_RUNNER: &str = "mutation($input: AssignRunnerJobInput!) { assignRunnerJob(input: $input) { id streamId version cursor duplicate events { type } } }";
+
+/// An operator registers the host the VMs go to; placement sees it once it is projected.
+async fn register_host(server: &Server) {
+    let operator = role_token(leasehold_gateway::Role::Operator, None);
+    let input = json!({ "input": {
+        "operationKey": "register", "hostId": HOST, "url": "http://127.0.0.1:9",
+        "cpus": 100_000, "ramMb": 100_000_000, "storageGb": 1_000_000, "vmCount": 100_000,
+        "labels": [],
+    }});
+    data(&server.graphql(&operator, crate::fleet::REGISTER, input).await);
+    crate::fleet::wait_for_host(server, HOST).await;
+}
+
+/// One unit of a writer's work, of a kind drawn from `rng`, answered: every result.
+async fn one_of_each_kind(base: &str, token: &str, key: &str, rng: &mut Rng) -> Vec<Value> {
+    match rng.below(3) {
+        0 => vec![
+            until_answered(base, token, ("requestLease", REQUEST_LEASE), lease_request(key)).await,
+        ],
+        1 => {
+            let input = json!({ "input": { "operationKey": key, "taskId": key, "cpus": 1, "ramMb": 256, "storageGb": 1 } });
+            vec![until_answered(base, token, ("createVm", CREATE_VM), input).await]
+        }
+        _ => {
+            let input = json!({ "input": {
+                "operationKey": key, "tier": "linux-4x", "trust": "trusted", "guestOs": "linux",
+                "resources": { "vcpu": 4, "memoryMb": 8192 }, "providers": ["docker"],
+                "command": ["./run.sh"], "ttlSeconds": 3600,
+            }});
+            let requested =
+                until_answered(base, token, ("requestRunnerLease", REQUEST_RUNNER), input).await;
+            let assign = json!({ "input": {
+                "leaseId": requested["id"], "operationKey": format!("{key}-assign"),
+                "requestId": uuid::Uuid::now_v7().to_string(), "runId": 1,
+            }});
+            let assigned =
+                until_answered(base, token, ("assignRunnerJob", ASSIGN_RUNNER), assign).await;
+            vec![requested, assigned]
+        }
+    }
+}
+
+/// Writes until `stop`, each unit answered before the next; the answers.
 async fn write(
-    base: String,
-    token: String,
-    writer: usize,
+    (base, token): (String, String),
+    (writer, seed): (usize, u64),
     stop: Arc<AtomicBool>,
     count: Arc<AtomicUsize>,
 ) -> Vec<Value> {
+    let mut rng = Rng::new(seed.wrapping_add(writer as u64));
     let mut answered = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let key = format!("w{writer}-{}", answered.len());
-        answered.push(request_until_answered(&base, &token, &key).await);
+    for unit in 0.. {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let key = format!("w{writer}-{unit}");
+        answered.extend(one_of_each_kind(&base, &token, &key, &mut rng).await);
         count.fetch_add(1, Ordering::Relaxed);
     }
     answered
 }
-
 /// Follows `lifecycleEvents` from `after` until `stop`, reconnecting after every kill and
 /// resuming from the last cursor it received.
 async fn subscribe(
@@ -119,7 +178,10 @@ async fn subscribe(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
     let mut server = Server::start().await;
+    register_host(&server).await;
     let acme = tenant_token("acme");
     let start = request_lease(&server, &acme, "start").await;
     let (stop, unsubscribe) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
@@ -134,21 +196,21 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
     ));
     let writers: Vec<_> = (0..WRITERS)
         .map(|writer| {
-            tokio::spawn(write(
-                server.base.clone(),
-                acme.clone(),
-                writer,
-                stop.clone(),
-                count.clone(),
-            ))
+            let to = (server.base.clone(), acme.clone());
+            tokio::spawn(write(to, (writer, seed), stop.clone(), count.clone()))
         })
         .collect();
-    for kill in 1..=kills() {
-        let wanted = count.load(Ordering::Relaxed) + ANSWERS_BETWEEN_KILLS + kill;
+    let mut rng = Rng::new(seed);
+    for _ in 0..kills() {
+        // A moment drawn from the seed, once the writers have made some progress since the
+        // last start (a kill during start-up alone would test only start-up).
+        let progress = count.load(Ordering::Relaxed) + 1;
+        let moment = Duration::from_millis(rng.below(400) as u64);
         let answered = tokio::time::timeout(WAIT, async {
-            while count.load(Ordering::Relaxed) < wanted {
+            while count.load(Ordering::Relaxed) < progress {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            tokio::time::sleep(moment).await;
         });
         answered.await.expect("the writers are answered");
         server.child.start_kill().expect("SIGKILL sent");
@@ -156,25 +218,43 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
         server.start_again().await;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut leases = vec![start];
+    let mut results = vec![start.clone()];
     for writer in writers {
-        leases.extend(writer.await.expect("a writer ran"));
+        results.extend(writer.await.expect("a writer ran"));
     }
 
-    // Each answered lease is in the log once, and no lease was made twice by a retry.
+    // Each answered mutation's events are in its stream once, and nothing no answer names
+    // was created (a retry after a kill landed once, or found its first landing).
     let observer = server.db.client().await;
-    let rows = observer
-        .query("SELECT stream_id, count(*) FROM events WHERE event_type = 'LeaseProvisionRequested' GROUP BY stream_id", &[])
-        .await
-        .expect("counted");
-    let logged: std::collections::HashMap<String, i64> =
-        rows.iter().map(|row| (row.get(0), row.get(1))).collect();
-    for lease in &leases {
-        let stream = lease["streamId"].as_str().expect("a stream");
-        assert_eq!(logged.get(stream), Some(&1), "{stream}");
+    for result in &results {
+        let stream = result["streamId"].as_str().expect("a stream");
+        for event in result["events"].as_array().expect("events") {
+            let kind = event["type"].as_str().expect("a type");
+            let count = "SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = $2";
+            let row = observer.query_one(count, &[&stream, &kind]).await.expect("counted");
+            assert_eq!(row.get::<_, i64>(0), 1, "{kind} of {stream}");
+        }
     }
-    assert_eq!(logged.len(), leases.len(), "a lease no answer names");
-
+    for (first, prefix) in [
+        ("LeaseProvisionRequested", "lease-"),
+        ("VmProvisioning", "vm-"),
+        ("RunnerLeaseRequested", "runner-lease-"),
+    ] {
+        let count = "SELECT count(DISTINCT stream_id) FROM events WHERE event_type = $1";
+        let logged: i64 = observer.query_one(count, &[&first]).await.expect("counted").get(0);
+        let answered = results
+            .iter()
+            .filter(|r| r["streamId"].as_str().is_some_and(|s| s.starts_with(prefix)))
+            .map(|r| &r["streamId"])
+            .collect::<std::collections::HashSet<_>>();
+        assert_eq!(logged as usize, answered.len(), "{first}: a stream no answer names");
+    }
+    let kinds = ["lease-", "vm-", "runner-lease-"].map(|prefix| {
+        let of_kind = |r: &&Value| r["streamId"].as_str().is_some_and(|s| s.starts_with(prefix));
+        results.iter().filter(of_kind).count()
+    });
+    eprintln!("crash: {} kills; answered {kinds:?} (leases, VMs, runner leases)", kills());
+    let leases = results;
     // The subscription saw each of its tenant's events after its start once, in log order.
     let store = server.db.store();
     let from: String = leasehold_gateway::cursor::CursorKey::derive(SECRET.as_bytes())

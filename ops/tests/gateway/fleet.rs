@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::backend::eventually;
 use crate::support::*;
 
-const REGISTER: &str =
+pub(crate) const REGISTER: &str =
     "mutation($input: RegisterHostInput!) { registerHost(input: $input) { id version } }";
 pub(crate) const CREATE: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id version cursor events { type } } }";
 pub(crate) const VM: &str = "query($id: ID!) { vm(id: $id) { id taskId state taskState hostId url spec reason message destroyReason } }";

@@ -18,7 +18,6 @@
 
 mod checks;
 mod leases;
-mod rng;
 mod runners;
 mod vms;
 
@@ -31,7 +30,7 @@ use leasehold_domain::Refusal;
 use leasehold_tests::TestDb;
 use leasehold_tests::invariants::audit;
 
-use rng::Rng;
+use leasehold_tests::rng::Rng;
 
 /// How much load, from the environment.
 struct Load {
@@ -45,16 +44,11 @@ struct Load {
 
 fn load() -> Load {
     let number = |name: &str| std::env::var(name).ok().and_then(|value| value.parse().ok());
-    let seed = number("LEASEHOLD_HAMMER_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| u64::try_from(d.as_nanos() % u128::from(u64::MAX)).unwrap_or(1))
-    });
     Load {
         clients: number("LEASEHOLD_HAMMER_CLIENTS").map_or(64, |n: u64| n as usize),
         steps: 20,
         seconds: number("LEASEHOLD_HAMMER_SECONDS"),
-        seed,
+        seed: leasehold_tests::rng::seed_from_env("LEASEHOLD_HAMMER_SEED"),
     }
 }
 

@@ -1,9 +1,12 @@
 //! A small seeded generator (splitmix64): the load's choices repeat from a seed, with no
 //! dependency for it.
 
+/// A seeded generator: the same seed gives the same numbers.
+#[derive(Debug)]
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator starting from `seed`.
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
@@ -25,4 +28,13 @@ impl Rng {
     pub fn one_in(&mut self, n: usize) -> bool {
         self.below(n) == 0
     }
+}
+
+/// The seed named by the environment variable `name`, or else one from the clock (print it:
+/// setting the variable to it repeats the run's choices).
+pub fn seed_from_env(name: &str) -> u64 {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(1, |since| since.as_nanos() as u64)
+    })
 }
