@@ -15,11 +15,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use leasehold_adapters::PgEventStore;
 use leasehold_domain::host::{Host, HostEvent};
 use leasehold_domain::runner_capacity::{RunnerCapacity, RunnerCapacityEvent};
 use leasehold_domain::workload_quota::{WorkloadQuota, WorkloadQuotaEvent};
 use leasehold_domain::{Aggregate, Cursor, DomainEvent, EventStore as _, RecordedEvent};
+
+use crate::TestDb;
 
 /// Payload members that must never decrease within a stream.
 const RISING: &[&str] = &["generation", "fencing_token", "epoch", "node_epoch"];
@@ -39,12 +40,15 @@ pub struct Audit {
     pub violations: Vec<String>,
 }
 
-/// Reads the whole log up to what a reader can see now and checks every invariant above
-/// after every event.
+/// Reads the whole log of `db`, every event committed so far (waiting until no open
+/// transaction, of any database of the server, hides one from readers), and checks every
+/// invariant above after every event.
 ///
 /// # Panics
 /// When the log cannot be read, or an event of a checked kind cannot be decoded.
-pub async fn audit(store: &PgEventStore) -> Audit {
+pub async fn audit(db: &TestDb) -> Audit {
+    db.settled_head().await;
+    let store = db.store();
     let mut folds = Folds::default();
     let mut after = Cursor::START;
     loop {

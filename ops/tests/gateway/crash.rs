@@ -41,36 +41,6 @@ fn kills() -> usize {
     std::env::var("LEASEHOLD_CRASH_KILLS").ok().and_then(|n| n.parse().ok()).unwrap_or(3)
 }
 
-/// Sends mutation `name` until the server answers it with its result: a refused connection
-/// (the server is down) or `UNAVAILABLE` is sent again, with the same operation key.
-async fn until_answered(
-    base: &str,
-    token: &str,
-    (name, query): (&str, &str),
-    input: Value,
-) -> Value {
-    let http = reqwest::Client::new();
-    let body = json!({ "query": query, "variables": input });
-    let answered = tokio::time::timeout(WAIT, async {
-        loop {
-            let sent = http.post(format!("{base}/graphql")).bearer_auth(token).json(&body).send();
-            let answer = match sent.await {
-                Ok(response) => response.json::<Value>().await.ok(),
-                Err(_) => None,
-            };
-            match answer {
-                Some(answer) if code(&answer).is_none() => return answer,
-                Some(answer) if code(&answer) != Some("UNAVAILABLE") => {
-                    panic!("a retryable code or the result, not: {answer}")
-                }
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    });
-    let answer = answered.await.unwrap_or_else(|_| panic!("{name} answered within {WAIT:?}"));
-    data(&answer)[name].clone()
-}
-
 const CREATE_VM: &str = "mutation($input: CreateVmInput!) { createVm(input: $input) { id streamId version cursor duplicate events { type } } }";
 const REQUEST_RUNNER: &str = "mutation($input: RequestRunnerLeaseInput!) { requestRunnerLease(input: $input) { id streamId version cursor duplicate events { type } } }";
 const ASSIGN_RUNNER: &str = "mutation($input: AssignRunnerJobInput!) { assignRunnerJob(input: $input) { id streamId version cursor duplicate events { type } } }";

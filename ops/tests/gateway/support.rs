@@ -415,3 +415,33 @@ impl DirectWriter {
         lease
     }
 }
+
+/// Sends mutation `name` until the server answers it with its result: a refused connection
+/// (the server is down) or `UNAVAILABLE` is sent again, with the same operation key.
+pub async fn until_answered(
+    base: &str,
+    token: &str,
+    (name, query): (&str, &str),
+    input: Value,
+) -> Value {
+    let http = reqwest::Client::new();
+    let body = json!({ "query": query, "variables": input });
+    let answered = tokio::time::timeout(START_WAIT, async {
+        loop {
+            let sent = http.post(format!("{base}/graphql")).bearer_auth(token).json(&body).send();
+            let answer = match sent.await {
+                Ok(response) => response.json::<Value>().await.ok(),
+                Err(_) => None,
+            };
+            match answer {
+                Some(answer) if code(&answer).is_none() => return answer,
+                Some(answer) if code(&answer) != Some("UNAVAILABLE") => {
+                    panic!("a retryable code or the result, not: {answer}")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    });
+    let answer = answered.await.unwrap_or_else(|_| panic!("{name} answered within {START_WAIT:?}"));
+    data(&answer)[name].clone()
+}

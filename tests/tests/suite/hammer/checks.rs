@@ -72,7 +72,7 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
     let runner = runners::requested(&service, "runner-1").await;
     let assign = (runner, 1, runners::job(1));
     service.assign(&runners::tenant("acme"), "assign-1", assign).await.expect("assigned");
-    let clean = audit(&store).await;
+    let clean = audit(&db).await;
     assert_eq!(clean.violations, Vec::<String>::new(), "the pipeline's log breaks nothing");
     // The VM charged its host and its workload quota; the lease and the runner one each.
     assert_eq!(clean.reservations, 4, "every reservation checked");
@@ -97,7 +97,7 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
     };
     store.append(vec![falls]).await.expect("appended");
 
-    let found = audit(&store).await.violations;
+    let found = audit(&db).await.violations;
     let named = |what: &str| found.iter().filter(|v| v.contains(what)).count();
     assert_eq!(found.len(), 4, "{found:#?}");
     assert_eq!(named("host over capacity"), 1, "{found:#?}");

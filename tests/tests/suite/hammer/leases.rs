@@ -14,7 +14,8 @@ use leasehold_domain::workload_quota::{Limit, WorkloadKind};
 use leasehold_domain::{Actor, OperationKey, TenantId};
 use uuid::Uuid;
 
-use super::{Answer, SLOTS, Slots, answer};
+use super::delivery::deliver;
+use super::{Answer, SLOTS, Slots, Via, answer};
 use crate::commands::support::{provision, routed, tenant};
 
 type Pipeline = CommandPipeline<PgEventStore>;
@@ -36,12 +37,17 @@ impl Leases {
         Leases { slots: Slots::new(), processes: processes.clone() }
     }
 
-    pub async fn step(&self, process: usize, rng: &mut super::Rng, key: String) -> Answer {
+    pub async fn step(
+        &self,
+        (process, delivery): Via<'_>,
+        rng: &mut super::Rng,
+        key: String,
+    ) -> Answer {
         let pipeline = &self.processes[process];
         let slot = rng.below(SLOTS);
         let (round, lease) = self.slots.get(slot);
         let Some(lease) = lease else {
-            return self.request(pipeline, slot, round).await;
+            return self.request((pipeline, delivery), slot, round).await;
         };
         let stored = match pipeline.state::<Lease>(&lease.stream_id()).await {
             Ok(Some((_, _, stored))) => stored,
@@ -52,21 +58,29 @@ impl Leases {
             return self.slots.ended(slot, round);
         };
         let role = if backend_reports(&command) { "backend" } else { "tenant" };
-        answer(pipeline.execute(as_role(role, lease, &key, command, LeaseFacts::default())).await)
+        let send =
+            || pipeline.execute(as_role(role, lease, &key, command.clone(), LeaseFacts::default()));
+        deliver(delivery, send).await
     }
 
     /// The slot's lease of `round`, requested under a key of its own: clients racing on the
     /// slot send the same request, which lands once.
-    async fn request(&self, pipeline: &Pipeline, slot: usize, round: u32) -> Answer {
+    async fn request(
+        &self,
+        (pipeline, delivery): (&Pipeline, (super::Fault, &super::delivery::Observer)),
+        slot: usize,
+        round: u32,
+    ) -> Answer {
         let lease =
             LeaseId(Uuid::from_u128((1 << 64) | ((slot as u128) << 32) | u128::from(round)));
         let key = format!("lease-{slot}-{round}");
-        let request = as_role("tenant", lease, &key, provision(lease, 1), routed());
-        let result = pipeline.execute(request).await;
-        if result.is_ok() {
+        let send =
+            || pipeline.execute(as_role("tenant", lease, &key, provision(lease, 1), routed()));
+        let answered = deliver(delivery, send).await;
+        if matches!(answered, Answer::Applied) {
             self.slots.created(slot, round, lease);
         }
-        answer(result)
+        answered
     }
 }
 

@@ -17,7 +17,9 @@
 //! interleaving is the scheduler's).
 
 mod checks;
+mod delivery;
 mod leases;
+mod machine;
 mod runners;
 mod vms;
 
@@ -30,6 +32,7 @@ use leasehold_domain::Refusal;
 use leasehold_tests::TestDb;
 use leasehold_tests::invariants::audit;
 
+use delivery::Fault;
 use leasehold_tests::rng::Rng;
 
 /// How much load, from the environment.
@@ -56,7 +59,8 @@ fn load() -> Load {
 #[derive(Debug)]
 enum Answer {
     Applied,
-    /// A refusal the domain or the pipeline gives under contention or for a stale actor.
+    /// A refusal the domain or the pipeline gives under contention or for a stale actor, or
+    /// `UNAVAILABLE` (a state read on a session that was ended).
     Refused(ErrorClass),
     /// Nothing was sent: the slot's aggregate had ended and the slot moved on.
     Moved,
@@ -69,7 +73,6 @@ fn answer<T, E: Refusal>(result: Result<T, CommandError<E>>) -> Answer {
         Ok(_) => Answer::Applied,
         Err(error) => match error.class() {
             class @ (ErrorClass::Internal
-            | ErrorClass::Unavailable
             | ErrorClass::BadInput
             | ErrorClass::IdempotencyConflict) => Answer::Failed(format!("{class:?}: {error}")),
             class => Answer::Refused(class),
@@ -113,31 +116,40 @@ struct World {
     leases: leases::Leases,
     vms: vms::Vms,
     runners: runners::Runners,
+    observer: delivery::Observer,
 }
 
 impl World {
-    async fn new(db: &TestDb) -> World {
-        let processes = [process(db), process(db)];
+    async fn new(db: &TestDb, processes: [Pipeline; 2]) -> World {
         World {
             leases: leases::Leases::new(&processes).await,
             vms: vms::Vms::new(db, &processes).await,
             runners: runners::Runners::new(&processes).await,
+            observer: delivery::Observer::on(db).await,
         }
     }
 
-    async fn step(&self, rng: &mut Rng, key: String) -> (&'static str, Answer) {
+    /// One command of a kind, on a slot, by a process drawn from `rng`, delivered under
+    /// `fault`.
+    async fn step(&self, rng: &mut Rng, key: String, fault: Fault) -> (&'static str, Answer) {
         let process = rng.below(2);
+        let delivery = (fault, &self.observer);
         match rng.below(3) {
-            0 => ("lease", self.leases.step(process, rng, key).await),
-            1 => ("vm", self.vms.step(process, rng, key).await),
-            _ => ("runner", self.runners.step(process, rng, key).await),
+            0 => ("lease", self.leases.step((process, delivery), rng, key).await),
+            1 => ("vm", self.vms.step((process, delivery), rng, key).await),
+            _ => ("runner", self.runners.step((process, delivery), rng, key).await),
         }
     }
 }
 
+type Pipeline = CommandPipeline<leasehold_adapters::PgEventStore>;
+
+/// Which process sends a command, and how it is delivered.
+type Via<'a> = (usize, (Fault, &'a delivery::Observer));
+
 /// A pipeline over a pool of its own (8 connections), deciding again after lost races long
 /// enough for many contenders, as a `serve` process's would.
-fn process(db: &TestDb) -> CommandPipeline<leasehold_adapters::PgEventStore> {
+fn process(db: &TestDb) -> Pipeline {
     let store = db.store_with(StoreConfig { pool_size: 8, ..StoreConfig::default() });
     CommandPipeline::new(store, PipelineConfig { retries_max: 32, ..PipelineConfig::default() })
 }
@@ -158,7 +170,7 @@ async fn client(
         if !more {
             break;
         }
-        let (kind, answer) = world.step(&mut rng, format!("c{n}-s{step}")).await;
+        let (kind, answer) = world.step(&mut rng, format!("c{n}-s{step}"), Fault::None).await;
         tally.count(kind, answer);
     }
     tally
@@ -169,7 +181,7 @@ async fn many_clients_on_eight_aggregates_of_each_kind_break_no_invariant_at_any
     let load = load();
     eprintln!("hammer: seed {} (LEASEHOLD_HAMMER_SEED repeats its choices)", load.seed);
     let db = TestDb::migrated().await;
-    let world = std::sync::Arc::new(World::new(&db).await);
+    let world = std::sync::Arc::new(World::new(&db, [process(&db), process(&db)]).await);
     let until = load.seconds.map(|s| Instant::now() + Duration::from_secs(s));
     let clients: Vec<_> = (0..load.clients)
         .map(|n| tokio::spawn(client(world.clone(), (load.seed, load.steps, until), n)))
@@ -178,13 +190,15 @@ async fn many_clients_on_eight_aggregates_of_each_kind_break_no_invariant_at_any
     for client in clients {
         tally.merge(client.await.expect("the client ran"));
     }
-    let audit = audit(&db.store()).await;
+    let audit = audit(&db).await;
     eprintln!(
         "hammer: applied {:?}; refused {:?}; {} events over {} streams, {} reservations and {} \
          generations/tokens/epochs checked",
         tally.applied, tally.refused, audit.events, audit.streams, audit.reservations, audit.rising
     );
     assert_eq!(tally.failures, Vec::<String>::new(), "no command failed");
+    let unavailable = tally.refused.keys().filter(|class| class.ends_with("Unavailable"));
+    assert_eq!(unavailable.count(), 0, "no session ended, so nothing unavailable");
     assert_eq!(audit.violations, Vec::<String>::new(), "no invariant broken at any cursor");
     for kind in ["lease", "vm", "runner"] {
         assert!(tally.applied.get(kind) > Some(&0), "{kind} commands applied: {:?}", tally.applied);

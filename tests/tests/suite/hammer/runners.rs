@@ -5,11 +5,13 @@
 
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::CommandPipeline;
+use leasehold_commands::lease_service::minted_id;
 use leasehold_commands::runner_service::RunnerService;
 use leasehold_domain::runner::{JobRef, JobRequestId, Outcome, Phase, RunnerLeaseId};
 use leasehold_domain::runner_capacity::{RunnerLimits, TierLimit};
 
-use super::{Answer, SLOTS, Slots, answer};
+use super::delivery::deliver;
+use super::{Answer, SLOTS, Slots, Via, answer};
 use crate::runners::support::{acme, ask, operator, tenant, tier};
 
 /// acme's runner capacity for the tier: fewer leases than slots.
@@ -34,17 +36,26 @@ impl Runners {
         Runners { slots: Slots::new(), processes }
     }
 
-    pub async fn step(&self, process: usize, rng: &mut super::Rng, key: String) -> Answer {
+    pub async fn step(
+        &self,
+        (process, delivery): Via<'_>,
+        rng: &mut super::Rng,
+        key: String,
+    ) -> Answer {
         let runners = &self.processes[process];
         let slot = rng.below(SLOTS);
         let (round, lease) = self.slots.get(slot);
         let Some(lease) = lease else {
-            let requested =
-                runners.request(&tenant("acme"), &format!("runner-{slot}-{round}"), &ask()).await;
-            if let Ok(requested) = &requested {
-                self.slots.created(slot, round, requested.lease);
+            let key = format!("runner-{slot}-{round}");
+            let acme = tenant("acme");
+            let ask = ask();
+            let answered = deliver(delivery, || runners.request(&acme, &key, &ask)).await;
+            if matches!(answered, Answer::Applied) {
+                // The service mints a lease's id from its tenant and key.
+                let id = minted_id("runner-lease", &super::super::runners::support::acme(), &key);
+                self.slots.created(slot, round, RunnerLeaseId(id));
             }
-            return answer(requested);
+            return answered;
         };
         let stored = match runners.owned(lease).await {
             Ok((_, stored)) => stored,
@@ -61,13 +72,16 @@ impl Runners {
         let acme_tenant = tenant("acme");
         match stored.phase {
             Phase::Capacity => {
-                answer(runners.assign(&acme_tenant, &key, (lease, epoch, job)).await)
+                let assign = || runners.assign(&acme_tenant, &key, (lease, epoch, job));
+                deliver(delivery, assign).await
             }
             Phase::Done | Phase::Failed => self.slots.ended(slot, round),
             _ => {
                 let outcome = if rng.one_in(4) { Outcome::Failed } else { Outcome::Done };
                 let owned = (acme(), lease, epoch);
-                answer(runners.release(&acme_tenant, &key, owned, (outcome, None)).await)
+                let release =
+                    || runners.release(&acme_tenant, &key, owned.clone(), (outcome, None));
+                deliver(delivery, release).await
             }
         }
     }

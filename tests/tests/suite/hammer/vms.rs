@@ -12,7 +12,7 @@ use leasehold_commands::CommandPipeline;
 use leasehold_commands::host_service::{HostCaller, HostService};
 use leasehold_commands::lease_service::Caller;
 use leasehold_commands::quota::WorkloadQuotas;
-use leasehold_commands::vm_service::{StreamCatalog, VmService};
+use leasehold_commands::vm_service::{StreamCatalog, VmService, vm_of};
 use leasehold_domain::host::HostCommand;
 use leasehold_domain::values::OperationId;
 use leasehold_domain::values::fleet::{HostBackend, HostId, VmId};
@@ -20,7 +20,8 @@ use leasehold_domain::vm::{PlacementPolicy, Vm, VmStatus, VmUrl};
 use leasehold_domain::workload_quota::{Limit, WorkloadKind};
 use leasehold_tests::TestDb;
 
-use super::{Answer, SLOTS, Slots, answer};
+use super::delivery::deliver;
+use super::{Answer, SLOTS, Slots, Via, answer};
 use crate::fleet::support::{VAULT_KEY, agent, host_id, host_spec, no_secrets, spec, task, tenant};
 
 type Service = VmService<PgEventStore, StreamCatalog<PgEventStore>, PgCredentialVault>;
@@ -76,34 +77,37 @@ impl Vms {
         Vms { slots: Slots::new(), hosts, processes }
     }
 
-    pub async fn step(&self, process: usize, rng: &mut super::Rng, key: String) -> Answer {
+    pub async fn step(
+        &self,
+        (process, delivery): Via<'_>,
+        rng: &mut super::Rng,
+        key: String,
+    ) -> Answer {
         let (vms, hosts) = &self.processes[process];
         let slot = rng.below(SLOTS + 1);
         if slot == SLOTS {
             let host = &self.hosts[rng.below(self.hosts.len())];
             let command = if rng.one_in(2) { HostCommand::Cordon } else { HostCommand::Uncordon };
-            return answer(hosts.run(&host_operator(), &key, host, command).await);
+            let operator = host_operator();
+            return deliver(delivery, || hosts.run(&operator, &key, host, command.clone())).await;
         }
         let (round, vm) = self.slots.get(slot);
         let Some(vm) = vm else {
-            let created = vms
-                .create(
-                    &tenant("acme"),
-                    &key,
-                    (&task(&format!("vm-{slot}-{round}")), spec()),
-                    &no_secrets(),
-                )
-                .await;
-            if let Ok(created) = &created {
-                self.slots.created(slot, round, created.vm);
+            let (acme, task) = (tenant("acme"), task(&format!("vm-{slot}-{round}")));
+            let secrets = no_secrets();
+            let create = || vms.create(&acme, &key, (&task, spec()), &secrets);
+            let answered = deliver(delivery, create).await;
+            if matches!(answered, Answer::Applied) {
+                let owner = acme.tenant.as_ref().expect("a tenant's caller");
+                self.slots.created(slot, round, vm_of(owner, &task));
             }
-            return answer(created);
+            return answered;
         };
         let stored = match vms.owned(vm).await {
             Ok((_, stored)) => stored,
             Err(error) => return answer::<(), _>(Err(error)),
         };
-        match next(vms, &stored, rng, (&key, vm)).await {
+        match next((vms, delivery), &stored, rng, (&key, vm)).await {
             Some(result) => result,
             None => self.slots.ended(slot, round),
         }
@@ -113,7 +117,7 @@ impl Vms {
 /// The command the VM's state calls for (now and then a stale one), sent; none when its life
 /// has ended.
 async fn next(
-    vms: &Service,
+    (vms, delivery): (&Service, (super::Fault, &super::delivery::Observer)),
     stored: &Vm,
     rng: &mut super::Rng,
     (key, vm): (&str, VmId),
@@ -125,14 +129,22 @@ async fn next(
     let acme = tenant("acme");
     Some(match (stored.status, host) {
         (VmStatus::Provisioning, Some(host)) => {
-            answer(vms.report_booted(&agent(), &host, key, vm, (operation, url)).await)
+            let agent = agent();
+            deliver(delivery, || {
+                vms.report_booted(&agent, &host, key, vm, (operation, url.clone()))
+            })
+            .await
         }
         (VmStatus::Running, Some(host)) if rng.one_in(3) => {
-            answer(vms.record_activity(&agent(), &host, key, vm).await)
+            let agent = agent();
+            deliver(delivery, || vms.record_activity(&agent, &host, key, vm)).await
         }
-        (VmStatus::Running | VmStatus::Draining, _) => answer(vms.destroy(&acme, key, vm).await),
+        (VmStatus::Running | VmStatus::Draining, _) => {
+            deliver(delivery, || vms.destroy(&acme, key, vm)).await
+        }
         (VmStatus::Destroying, Some(host)) => {
-            answer(vms.confirm_removed(&agent(), &host, key, (vm, operation)).await)
+            let agent = agent();
+            deliver(delivery, || vms.confirm_removed(&agent, &host, key, (vm, operation))).await
         }
         _ => return None,
     })

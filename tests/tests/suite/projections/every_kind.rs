@@ -26,7 +26,7 @@ use leasehold_tests::TestDb;
 use super::support::{dump_of, last_event, quick, reset_of, start_of};
 
 /// Every table a projection writes, each with an order that makes its dump comparable.
-const TABLES: &[(&str, &str)] = &[
+pub(crate) const TABLES: &[(&str, &str)] = &[
     ("workloads", "kind, workload_id"),
     ("quota_usage", "tenant_id, kind"),
     ("quota_usage_skus", "tenant_id, kind, sku"),
@@ -63,7 +63,7 @@ const TABLES: &[(&str, &str)] = &[
 ];
 
 /// A runner of every projection `serve` runs.
-fn start_all(db: &TestDb) -> Vec<super::support::Running> {
+pub(crate) fn start_all(db: &TestDb) -> Vec<super::support::Running> {
     let store = db.store();
     vec![
         start_of(LeaseProjection, &store, quick()),
@@ -81,7 +81,7 @@ fn start_all(db: &TestDb) -> Vec<super::support::Running> {
 }
 
 /// Lets `running` reach the log's last event, then stops them.
-async fn finish(db: &TestDb, running: Vec<super::support::Running>) {
+pub(crate) async fn finish(db: &TestDb, running: Vec<super::support::Running>) {
     let last = last_event(db).await;
     for mut runner in running {
         runner.reached(last).await;

@@ -1,6 +1,6 @@
 //! The projection runtime and the lease read models against a real PostgreSQL.
 
-mod every_kind;
+pub(crate) mod every_kind;
 mod lease;
 mod rebuild;
 mod runtime;
