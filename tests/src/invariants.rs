@@ -1,28 +1,34 @@
 //! What must hold in the log at every cursor, checked by reading the whole log once in
 //! commit order and folding as it goes (issue 17, part 3):
 //!
-//! - every stream's versions are 1, 2, 3, … with no gap and no repeat;
-//! - a host's allocation never exceeds its capacity after a reservation (a refresh below
-//!   what is allocated is recorded as reported, by the host's rule, and is not a breach);
-//! - a tenant's workload quota never holds more than its limit of a resource after a
-//!   workload's admission (a reservation of something held anew);
-//! - a tenant's runner capacity never charges more than a limit after a reservation;
-//! - generations, fencing tokens and epochs (any payload member of those names, at any
-//!   depth outside arrays) never decrease within a stream.
+//! - every stream's versions are 1, 2, 3, … with no gap and no repeat (the store assigns
+//!   them, so no test can append a breach of this one: it guards the store itself);
+//! - a reservation never takes a host past its capacity: a resource whose room the
+//!   reservation shrinks is never left below zero (a capacity refreshed below what is
+//!   allocated is recorded as reported, by the host's rule, and a reservation that does not
+//!   touch that resource is no breach);
+//! - an append never grows a tenant's workload quota usage of a resource past its limit
+//!   (checked per append, not per event: a migration's copy starts holding in the same
+//!   append as its source stops; a lowered limit refuses growth, not what is held);
+//! - a reservation never grows a tenant's runner capacity charge past a limit;
+//! - generations, fencing tokens and epochs (a payload's top-level member of one of those
+//!   names) never decrease within a stream. Nested ones are not compared: a run's attempts
+//!   carry their own node's token (`attempt.fencing_token`), which a later attempt on another
+//!   node may have lower.
 //!
 //! The checks run on the events themselves, not on read models: a read model could hide a
 //! breach the log holds. Snapshot quotas (`quota.rs`) are not checked here yet.
 
 use std::collections::{BTreeMap, HashMap};
 
-use leasehold_domain::host::{Host, HostEvent};
+use leasehold_domain::host::{Headroom, Host, HostEvent};
 use leasehold_domain::runner_capacity::{RunnerCapacity, RunnerCapacityEvent};
 use leasehold_domain::workload_quota::{WorkloadQuota, WorkloadQuotaEvent};
 use leasehold_domain::{Aggregate, Cursor, DomainEvent, EventStore as _, RecordedEvent};
 
 use crate::TestDb;
 
-/// Payload members that must never decrease within a stream.
+/// Top-level payload members that must never decrease within a stream.
 const RISING: &[&str] = &["generation", "fencing_token", "epoch", "node_epoch"];
 
 /// What a read of the whole log found.
@@ -61,6 +67,7 @@ pub async fn audit(db: &TestDb) -> Audit {
         }
         after = page.next;
     }
+    folds.close_append();
     folds.audit.streams = folds.versions.len();
     folds.audit
 }
@@ -73,17 +80,26 @@ struct Folds {
     hosts: HashMap<String, Host>,
     quotas: HashMap<String, WorkloadQuota>,
     capacities: HashMap<String, RunnerCapacity>,
+    /// The append being read: its events share a transaction.
+    append: Option<(u32, u64)>,
+    /// Each quota the append touched: its usage before the append, and its first event.
+    quotas_before: HashMap<String, (BTreeMap<String, u64>, String)>,
 }
 
 impl Folds {
     fn check(&mut self, event: &RecordedEvent) {
         self.audit.events += 1;
+        let append = (event.cursor.log_epoch, event.cursor.tx_id);
+        if self.append != Some(append) {
+            self.close_append();
+            self.append = Some(append);
+        }
         let at = format!("{} v{} ({})", event.stream_id, event.version, event.event_type);
         self.contiguous(event, &at);
         self.never_decrease(event, &at);
         let breach = match event.stream_type.as_str() {
             "host" => self.host(event),
-            "workload-quota" => self.quota(event),
+            "workload-quota" => self.quota(event, &at),
             "runner-capacity" => self.capacity(event),
             _ => None,
         };
@@ -102,7 +118,7 @@ impl Folds {
 
     fn never_decrease(&mut self, event: &RecordedEvent, at: &str) {
         let mut found = Vec::new();
-        rising_members(&event.payload, "", &mut found);
+        rising_members(&event.payload, &mut found);
         for (path, value) in found {
             self.audit.rising += 1;
             let key = (event.stream_id.to_string(), path);
@@ -115,66 +131,93 @@ impl Folds {
 
     fn host(&mut self, event: &RecordedEvent) -> Option<String> {
         let decoded = decode::<HostEvent>(event);
-        let host = fold(&mut self.hosts, event, &decoded);
-        if !matches!(decoded, HostEvent::HostCapacityReserved { .. }) {
+        let before = self.hosts.get(event.stream_id.as_str()).and_then(Host::headroom);
+        let after = fold(&mut self.hosts, event, &decoded).headroom();
+        let (HostEvent::HostCapacityReserved { .. }, Some(before), Some(after)) =
+            (&decoded, before, after)
+        else {
             return None;
-        }
+        };
         self.audit.reservations += 1;
-        let headroom = host.headroom()?;
-        let over = [
-            ("cpus", headroom.cpus),
-            ("ram_mb", headroom.ram_mb),
-            ("storage_gb", headroom.storage_gb),
-            ("vm_count", headroom.vm_count),
-            ("gpus", headroom.gpus),
-        ];
-        let over: Vec<_> = over.iter().filter(|(_, left)| *left < 0).collect();
+        let room = |h: &Headroom| [h.cpus, h.ram_mb, h.storage_gb, h.vm_count, h.gpus];
+        let names = ["cpus", "ram_mb", "storage_gb", "vm_count", "gpus"];
+        let over: Vec<_> = names
+            .iter()
+            .zip(room(&before).into_iter().zip(room(&after)))
+            .filter(|(_, (before, after))| *after < 0 && after < before)
+            .map(|(name, (_, after))| format!("{name} {after}"))
+            .collect();
         (!over.is_empty()).then(|| format!("host over capacity: {over:?}"))
     }
 
-    fn quota(&mut self, event: &RecordedEvent) -> Option<String> {
+    fn quota(&mut self, event: &RecordedEvent, at: &str) -> Option<String> {
         let decoded = decode::<WorkloadQuotaEvent>(event);
-        let quota = fold(&mut self.quotas, event, &decoded);
-        let WorkloadQuotaEvent::WorkloadReserved { held, replaced, .. } = &decoded else {
-            return None;
-        };
-        if !replaced.is_empty() {
-            return None; // a change of what a workload holds, not an admission
+        let stream = event.stream_id.to_string();
+        let usage = self.quotas.get(&stream).map(|quota| quota.usage.clone()).unwrap_or_default();
+        self.quotas_before.entry(stream).or_insert_with(|| (usage, at.to_owned()));
+        fold(&mut self.quotas, event, &decoded);
+        if matches!(decoded, WorkloadQuotaEvent::WorkloadReserved { .. }) {
+            self.audit.reservations += 1;
         }
-        self.audit.reservations += 1;
-        let over: Vec<String> = held
-            .iter()
-            .filter_map(|held| {
-                let limit = quota.limits.get(&held.resource).copied().unwrap_or(0);
-                let used = quota.usage.get(&held.resource).copied().unwrap_or(0);
-                (limit > 0 && used > limit).then(|| format!("{} {used} > {limit}", held.resource))
-            })
-            .collect();
-        (!over.is_empty()).then(|| format!("workload quota exceeded: {over:?}"))
+        None
+    }
+
+    /// The append just read is whole: no quota it touched grew past a limit.
+    fn close_append(&mut self) {
+        for (stream, (before, at)) in self.quotas_before.drain() {
+            let quota = &self.quotas[&stream];
+            let grown_past: Vec<String> = quota
+                .usage
+                .iter()
+                .filter_map(|(resource, used)| {
+                    let limit = quota.limits.get(resource).copied().unwrap_or(0);
+                    let was = before.get(resource).copied().unwrap_or(0);
+                    (limit > 0 && *used > limit && *used > was)
+                        .then(|| format!("{resource} {was} -> {used} > {limit}"))
+                })
+                .collect();
+            if !grown_past.is_empty() {
+                let breach = format!("{at}: workload quota exceeded: {grown_past:?}");
+                self.audit.violations.push(breach);
+            }
+        }
     }
 
     fn capacity(&mut self, event: &RecordedEvent) -> Option<String> {
         let decoded = decode::<RunnerCapacityEvent>(event);
+        let before = self.capacities.get(event.stream_id.as_str()).map(charged);
         let capacity = fold(&mut self.capacities, event, &decoded);
         if !matches!(decoded, RunnerCapacityEvent::RunnerCapacityReserved { .. }) {
             return None;
         }
         self.audit.reservations += 1;
-        let (limits, usage) = (&capacity.limits, &capacity.usage);
-        let over = |limit: u64, used: u64| limit > 0 && used > limit;
-        let mut breaches = BTreeMap::new();
-        breaches.insert("vcpu", over(limits.vcpu, usage.vcpu));
-        breaches.insert("memory_mb", over(limits.memory_mb, usage.memory_mb));
-        breaches.insert("macos", over(limits.macos_slots.into(), usage.macos.into()));
-        let tiers = usage
-            .tiers
-            .iter()
-            .any(|(tier, used)| over(u64::from(limits.of_tier(tier)), u64::from(*used)));
-        breaches.insert("tiers", tiers);
-        breaches.retain(|_, over| *over);
-        (!breaches.is_empty())
-            .then(|| format!("runner capacity exceeded: {:?} of {limits:?}", breaches.keys()))
+        let before = before.unwrap_or_default();
+        let over: Vec<String> = charged(capacity)
+            .into_iter()
+            .filter(|(dimension, (used, limit))| {
+                let was = before.get(dimension).map_or(0, |(used, _)| *used);
+                *limit > 0 && used > limit && *used > was
+            })
+            .map(|(dimension, (used, limit))| format!("{dimension} {used} > {limit}"))
+            .collect();
+        (!over.is_empty()).then(|| format!("runner capacity exceeded: {over:?}"))
     }
+}
+
+/// A runner capacity's charge and limit (0: none) by dimension (`vcpu`, `memory_mb`,
+/// `macos`, `tier:<tier>`).
+fn charged(capacity: &RunnerCapacity) -> BTreeMap<String, (u64, u64)> {
+    let (limits, usage) = (&capacity.limits, &capacity.usage);
+    let mut charged = BTreeMap::from([
+        ("vcpu".to_owned(), (usage.vcpu, limits.vcpu)),
+        ("memory_mb".to_owned(), (usage.memory_mb, limits.memory_mb)),
+        ("macos".to_owned(), (u64::from(usage.macos), u64::from(limits.macos_slots))),
+    ]);
+    for (tier, used) in &usage.tiers {
+        let limit = u64::from(limits.of_tier(tier));
+        charged.insert(format!("tier:{tier:?}"), (u64::from(*used), limit));
+    }
+    charged
 }
 
 fn decode<E: DomainEvent>(event: &RecordedEvent) -> E {
@@ -193,19 +236,14 @@ fn fold<'a, A: Aggregate + Clone>(
     state
 }
 
-/// Every member named in [`RISING`] holding a number, with its path, at any depth outside
-/// arrays.
-fn rising_members(value: &serde_json::Value, path: &str, found: &mut Vec<(String, u64)>) {
-    // Members of an array's items are not compared: two items of one event (two leases of
-    // a node's inventory, say) are not one value over time.
-    let serde_json::Value::Object(members) = value else {
+/// Every top-level member named in [`RISING`] holding a number.
+fn rising_members(value: &serde_json::Value, found: &mut Vec<(String, u64)>) {
+    let Some(members) = value.as_object() else {
         return;
     };
     for (name, member) in members {
-        let path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-        match member.as_u64() {
-            Some(number) if RISING.contains(&name.as_str()) => found.push((path, number)),
-            _ => rising_members(member, &path, found),
+        if let Some(number) = member.as_u64().filter(|_| RISING.contains(&name.as_str())) {
+            found.push((name.clone(), number));
         }
     }
 }

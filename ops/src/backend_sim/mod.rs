@@ -7,7 +7,7 @@
 //! Served so far: provision, restart, update, restore (`maintenance.rs`), info, deprovision
 //! (keeping the data with `--retain`), provisions (keyset pages, lookups and point reads),
 //! retentions (keyset pages), health and stats. Its own routes: `GET /sim/requests` counts
-//! the requests received per route; `POST /sim/sweep/{lease}` is the backend's own retention
+//! the requests received per route (and `provision-accepted`, the provisions it acted on); `POST /sim/sweep/{lease}` is the backend's own retention
 //! sweep destroying one lease's retained data; `POST /sim/fail/{lease}` fails a ready lease
 //! for good (its container exited), reported by callback (`?callback=false`: only listed). `--fault` makes it misbehave (fail, refuse,
 //! answer garbage, time out, roll back, omit the maintenance stamp, report an exhausted

@@ -124,6 +124,9 @@ async fn provision(State(sim): State<Sim>, body: Bytes) -> Response {
         let created_at = chrono::Utc::now();
         let held = Provision { request, status: "provisioning", created_at, releases: 1 };
         provisions.insert(lease, held);
+        // The provisions it acted on, beside those it received: a client sending one twice
+        // must never make it act twice.
+        sim.received("provision-accepted");
     }
     tokio::spawn(complete(sim, lease));
     (StatusCode::ACCEPTED, axum::Json(json!({ "provision_id": lease.to_string() }))).into_response()

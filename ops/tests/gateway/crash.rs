@@ -9,8 +9,11 @@
 //! runner capacity in the same append). Rentals and runs need a provider's and a node
 //! agent's side and are not in it yet.
 //!
-//! CI kills it 3 times; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md), and
-//! `LEASEHOLD_CRASH_SEED` repeats a run's kill moments and choices of mutation.
+//! A second test kills it while its dispatcher sends leases' work to a backend simulator:
+//! each lease is dispatched, provisioned and ready once.
+//!
+//! CI kills it 3 times in each; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md),
+//! and `LEASEHOLD_CRASH_SEED` repeats a run's kill moments and choices of mutation.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,9 +60,14 @@ async fn register_host(server: &Server) {
     crate::fleet::wait_for_host(server, HOST).await;
 }
 
-/// One unit of a writer's work, of a kind drawn from `rng`, answered: every result.
-async fn one_of_each_kind(base: &str, token: &str, key: &str, rng: &mut Rng) -> Vec<Value> {
-    match rng.below(3) {
+/// One unit of a writer's work, of a kind drawn from `rng` among the first `kinds` of lease,
+/// VM and runner lease, answered: every result.
+async fn one_of_each_kind(
+    (base, token): (&str, &str),
+    key: &str,
+    (rng, kinds): (&mut Rng, usize),
+) -> Vec<Value> {
+    match rng.below(kinds) {
         0 => vec![
             until_answered(base, token, ("requestLease", REQUEST_LEASE), lease_request(key)).await,
         ],
@@ -89,9 +97,8 @@ async fn one_of_each_kind(base: &str, token: &str, key: &str, rng: &mut Rng) -> 
 /// Writes until `stop`, each unit answered before the next; the answers.
 async fn write(
     (base, token): (String, String),
-    (writer, seed): (usize, u64),
-    stop: Arc<AtomicBool>,
-    count: Arc<AtomicUsize>,
+    (writer, seed, kinds): (usize, u64, usize),
+    (stop, count): (Arc<AtomicBool>, Arc<AtomicUsize>),
 ) -> Vec<Value> {
     let mut rng = Rng::new(seed.wrapping_add(writer as u64));
     let mut answered = Vec::new();
@@ -100,7 +107,7 @@ async fn write(
             break;
         }
         let key = format!("w{writer}-{unit}");
-        answered.extend(one_of_each_kind(&base, &token, &key, &mut rng).await);
+        answered.extend(one_of_each_kind((&base, &token), &key, (&mut rng, kinds)).await);
         count.fetch_add(1, Ordering::Relaxed);
     }
     answered
@@ -146,6 +153,85 @@ async fn subscribe(
     }
 }
 
+/// [`WRITERS`] writers of the first `kinds` kinds.
+fn writers(
+    (server, token): (&Server, &str),
+    (seed, kinds): (u64, usize),
+    (stop, count): (&Arc<AtomicBool>, &Arc<AtomicUsize>),
+) -> Vec<tokio::task::JoinHandle<Vec<Value>>> {
+    let writer = |n| {
+        let to = (server.base.clone(), token.to_owned());
+        tokio::spawn(write(to, (n, seed, kinds), (stop.clone(), count.clone())))
+    };
+    (0..WRITERS).map(writer).collect()
+}
+
+/// Kills the server [`kills`] times, each at a moment drawn from `seed` once the writers have
+/// made some progress since the last start (a kill during start-up alone would test only
+/// start-up), and starts it again.
+async fn kill_again_and_again(server: &mut Server, seed: u64, count: &AtomicUsize) {
+    let mut rng = Rng::new(seed);
+    for _ in 0..kills() {
+        let progress = count.load(Ordering::Relaxed) + 1;
+        let moment = Duration::from_millis(rng.below(400) as u64);
+        let answered = tokio::time::timeout(WAIT, async {
+            while count.load(Ordering::Relaxed) < progress {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(moment).await;
+        });
+        answered.await.expect("the writers are answered");
+        server.child.start_kill().expect("SIGKILL sent");
+        server.child.wait().await.expect("it died");
+        server.start_again().await;
+    }
+}
+
+/// The dispatcher, a reconciler, killed with its server at moments drawn from the seed while
+/// leases are requested: after the last start every lease becomes ready, provisioned once
+/// (its dispatch recorded at most once), and the backend (`leasehold
+/// backend-sim`, a process of its own that lives on) took each lease's provision once. A
+/// provision sent again after a kill is answered 409 `already_provisioned`, as fred's backends
+/// answer it; the dispatcher must take that as done, not as a failure or a second lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() {
+    use crate::backend::{Sim, backends_file, count as count_of, scratch, stream_events};
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
+    let dir = scratch();
+    let sim = Sim::start("127.0.0.1:0", &dir.0).await;
+    let file = backends_file(&dir.0, &sim.url);
+    let file = file.to_str().expect("a UTF-8 path");
+    // The inventory sweep settles a lease whose backend's callback found the server down.
+    let args = ["--backend", "sim-1", "--backends-file", file, "--inventory-every", "1s"];
+    let mut server = Server::start_with(&args).await;
+    let acme = tenant_token("acme");
+    let (stop, count) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let writers = writers((&server, &acme), (seed, 1), (&stop, &count));
+    kill_again_and_again(&mut server, seed, &count).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut leases = Vec::new();
+    for writer in writers {
+        leases.extend(writer.await.expect("a writer ran"));
+    }
+    for lease in &leases {
+        crate::backend::wait_for_status(&server, &acme, &lease["id"], "READY").await;
+        let events = stream_events(&server, &lease["id"]).await;
+        assert_eq!(count_of(&events, "LeaseProvisioned"), 1, "{events:?}");
+        // Recorded once, or not at all when the kill came between the send and its record
+        // and the backend's callback settled the lease before the dispatcher looked again.
+        assert!(count_of(&events, "LeaseDispatched") <= 1, "{events:?}");
+    }
+    let (sent, acted) = (sim.received("provision").await, sim.received("provision-accepted").await);
+    assert_eq!(acted, leases.len() as u64, "the backend took each lease's provision once");
+    assert!(sent >= acted, "{sent} sent");
+    eprintln!(
+        "crash: {} kills; {} leases, provisions sent {sent}, acted on {acted}",
+        kills(),
+        leases.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
     let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
@@ -164,29 +250,8 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
         received.clone(),
         unsubscribe.clone(),
     ));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|writer| {
-            let to = (server.base.clone(), acme.clone());
-            tokio::spawn(write(to, (writer, seed), stop.clone(), count.clone()))
-        })
-        .collect();
-    let mut rng = Rng::new(seed);
-    for _ in 0..kills() {
-        // A moment drawn from the seed, once the writers have made some progress since the
-        // last start (a kill during start-up alone would test only start-up).
-        let progress = count.load(Ordering::Relaxed) + 1;
-        let moment = Duration::from_millis(rng.below(400) as u64);
-        let answered = tokio::time::timeout(WAIT, async {
-            while count.load(Ordering::Relaxed) < progress {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            tokio::time::sleep(moment).await;
-        });
-        answered.await.expect("the writers are answered");
-        server.child.start_kill().expect("SIGKILL sent");
-        server.child.wait().await.expect("it died");
-        server.start_again().await;
-    }
+    let writers = writers((&server, &acme), (seed, 3), (&stop, &count));
+    kill_again_and_again(&mut server, seed, &count).await;
     stop.store(true, Ordering::Relaxed);
     let mut results = vec![start.clone()];
     for writer in writers {
