@@ -103,7 +103,7 @@ proptest! {
 
     #[test]
     fn commands_and_faults_keep_every_invariant_and_the_read_models_equal_a_rebuild(
-        ops in vec(op(), 8..40),
+        ops in vec(op(), 20..100),
         skew in -600i64..600,
     ) {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -20,6 +20,7 @@ mod checks;
 mod delivery;
 mod leases;
 mod machine;
+mod rented;
 mod runners;
 mod vms;
 
@@ -116,6 +117,7 @@ struct World {
     leases: leases::Leases,
     vms: vms::Vms,
     runners: runners::Runners,
+    rented: rented::Rented,
     observer: delivery::Observer,
 }
 
@@ -125,6 +127,7 @@ impl World {
             leases: leases::Leases::new(&processes).await,
             vms: vms::Vms::new(db, &processes).await,
             runners: runners::Runners::new(&processes).await,
+            rented: rented::Rented::new(&processes).await,
             observer: delivery::Observer::on(db).await,
         }
     }
@@ -134,10 +137,11 @@ impl World {
     async fn step(&self, rng: &mut Rng, key: String, fault: Fault) -> (&'static str, Answer) {
         let process = rng.below(2);
         let delivery = (fault, &self.observer);
-        match rng.below(3) {
+        match rng.below(4) {
             0 => ("lease", self.leases.step((process, delivery), rng, key).await),
             1 => ("vm", self.vms.step((process, delivery), rng, key).await),
-            _ => ("runner", self.runners.step((process, delivery), rng, key).await),
+            2 => ("runner", self.runners.step((process, delivery), rng, key).await),
+            _ => ("rented", self.rented.step((process, delivery), rng, key).await),
         }
     }
 }
@@ -196,14 +200,23 @@ async fn many_clients_on_eight_aggregates_of_each_kind_break_no_invariant_at_any
          generations/tokens/epochs checked",
         tally.applied, tally.refused, audit.events, audit.streams, audit.reservations, audit.rising
     );
+    eprintln!("hammer: events by type {:?}", event_types(&db).await);
     assert_eq!(tally.failures, Vec::<String>::new(), "no command failed");
     let unavailable = tally.refused.keys().filter(|class| class.ends_with("Unavailable"));
     assert_eq!(unavailable.count(), 0, "no session ended, so nothing unavailable");
     assert_eq!(audit.violations, Vec::<String>::new(), "no invariant broken at any cursor");
-    for kind in ["lease", "vm", "runner"] {
+    for kind in ["lease", "vm", "runner", "rented"] {
         assert!(tally.applied.get(kind) > Some(&0), "{kind} commands applied: {:?}", tally.applied);
     }
     assert!(audit.reservations > 0 && audit.rising > 0, "the checks had something to check");
+}
+
+/// How many events of each type the log holds: how far the clients drove each kind's life.
+async fn event_types(db: &TestDb) -> BTreeMap<String, i64> {
+    let client = db.client().await;
+    let rows = client.query("SELECT event_type, count(*) FROM events GROUP BY 1", &[]).await;
+    let rows = rows.expect("the log is readable");
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
 }
 
 /// How many aggregates of each kind the clients share.

@@ -71,18 +71,22 @@ pub fn pipeline(db: &TestDb, clock: &Arc<ManualClock>) -> Pipeline {
 }
 
 pub fn services(db: &TestDb, clock: &Arc<ManualClock>) -> Services {
+    Services {
+        rentals: RentalService::new(pipeline(db, clock), rental_config()),
+        nodes: NodeService::new(pipeline(db, clock), key()),
+        runs: RunService::new(pipeline(db, clock)),
+    }
+}
+
+/// The rental service's configuration: the `sim` connection, this file's enrollment key.
+pub fn rental_config() -> RentalConfig {
     let mut connections = Connections::default();
     connections.register(connection(), support()).expect("a valid declaration");
-    let config = RentalConfig {
+    RentalConfig {
         connections,
         control_plane_url: "https://leasehold.test".into(),
         agent_version: "1.0.0".into(),
         key: key(),
-    };
-    Services {
-        rentals: RentalService::new(pipeline(db, clock), config),
-        nodes: NodeService::new(pipeline(db, clock), key()),
-        runs: RunService::new(pipeline(db, clock)),
     }
 }
 
