@@ -155,11 +155,13 @@ where
             other => other?,
         };
         let found = self.pipeline.state::<Node>(&node.stream_id()).await?;
-        let (_, version, stored) = found.ok_or(CommandError::NotFound)?;
-        if version != outcome.version {
-            // Another enrollment of the node came after this one: this session is closed.
+        let (_, _, stored) = found.ok_or(CommandError::NotFound)?;
+        // Other events of the node may follow this enrollment's (an order under the token it
+        // raised, its first heartbeat): only a later enrollment closes this session.
+        let given = self.enrolled_token(node, outcome.version).await?;
+        if stored.fencing_token != given {
             let current = stored.fencing_token;
-            return Err(CommandError::Refused(NodeError::Fenced { given: current - 1, current }));
+            return Err(CommandError::Refused(NodeError::Fenced { given, current }));
         }
         let identity = stored.identity.ok_or(CommandError::NotFound)?;
         let session = NodeSession {
@@ -178,6 +180,22 @@ where
             duplicate: stored.fencing_token > 1,
             outcome,
         })
+    }
+
+    /// The fencing token the enrollment recorded at `version` of `node`'s stream raised.
+    async fn enrolled_token(&self, node: NodeId, version: u64) -> Result<u64> {
+        let recorded = self.pipeline.store().read_stream(&node.stream_id(), version, 1).await;
+        let recorded = recorded.map_err(CommandError::Store)?;
+        let enrolled = recorded.first().map(|recorded| {
+            <NodeEvent as leasehold_domain::DomainEvent>::from_stored(
+                recorded.event_type.as_str(),
+                &recorded.payload,
+            )
+        });
+        match enrolled {
+            Some(Ok(NodeEvent::NodeEnrolled { fencing_token, .. })) => Ok(fencing_token),
+            _ => Err(CommandError::NotFound),
+        }
     }
 
     /// The node renews its session: a new credential with a later expiry, the same token.

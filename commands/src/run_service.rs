@@ -248,7 +248,11 @@ where
             operation,
         };
         let key = format!("attempt-{}", attempt.0);
-        let request = self.request(caller, owner.clone(), run, &key, command)?;
+        // What a dispatcher asks is this attempt of the run; the node and its token are what
+        // it read, which another dispatcher racing an enrollment may read otherwise: the
+        // loser is answered with the attempt recorded (or refused), never a key conflict.
+        let hash = caller_hash("run-attempt", &run.stream_id(), &attempt);
+        let request = self.request(caller, owner.clone(), run, &key, command)?.hashed_as(hash);
         self.run(request, run).await.map(Some)
     }
 

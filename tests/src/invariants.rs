@@ -11,17 +11,20 @@
 //!   (checked per append, not per event: a migration's copy starts holding in the same
 //!   append as its source stops; a lowered limit refuses growth, not what is held);
 //! - a reservation never grows a tenant's runner capacity charge past a limit;
+//! - a reservation never grows a tenant's snapshot quota past its count or its bytes (a
+//!   settlement to the honest size may, by the quota's rule: the snapshot exists by then);
 //! - generations, fencing tokens and epochs (a payload's top-level member of one of those
 //!   names) never decrease within a stream. Nested ones are not compared: a run's attempts
 //!   carry their own node's token (`attempt.fencing_token`), which a later attempt on another
 //!   node may have lower.
 //!
 //! The checks run on the events themselves, not on read models: a read model could hide a
-//! breach the log holds. Snapshot quotas (`quota.rs`) are not checked here yet.
+//! breach the log holds.
 
 use std::collections::{BTreeMap, HashMap};
 
 use leasehold_domain::host::{Headroom, Host, HostEvent};
+use leasehold_domain::quota::{QuotaEvent, SnapshotQuota};
 use leasehold_domain::runner_capacity::{RunnerCapacity, RunnerCapacityEvent};
 use leasehold_domain::workload_quota::{WorkloadQuota, WorkloadQuotaEvent};
 use leasehold_domain::{Aggregate, Cursor, DomainEvent, EventStore as _, RecordedEvent};
@@ -38,7 +41,8 @@ pub struct Audit {
     pub events: usize,
     /// Streams seen.
     pub streams: usize,
-    /// Reservations checked against a limit (hosts, workload quotas, runner capacities).
+    /// Reservations checked against a limit (hosts, workload quotas, runner capacities,
+    /// snapshot quotas).
     pub reservations: usize,
     /// Generations, tokens and epochs compared with their stream's previous value.
     pub rising: usize,
@@ -80,6 +84,7 @@ struct Folds {
     hosts: HashMap<String, Host>,
     quotas: HashMap<String, WorkloadQuota>,
     capacities: HashMap<String, RunnerCapacity>,
+    snapshot_quotas: HashMap<String, SnapshotQuota>,
     /// The append being read: its events share a transaction.
     append: Option<(u32, u64)>,
     /// Each quota the append touched: its usage before the append, and its first event.
@@ -101,6 +106,7 @@ impl Folds {
             "host" => self.host(event),
             "workload-quota" => self.quota(event, &at),
             "runner-capacity" => self.capacity(event),
+            "tenant-quota" => self.snapshot_quota(event),
             _ => None,
         };
         if let Some(breach) = breach {
@@ -201,6 +207,27 @@ impl Folds {
             .map(|(dimension, (used, limit))| format!("{dimension} {used} > {limit}"))
             .collect();
         (!over.is_empty()).then(|| format!("runner capacity exceeded: {over:?}"))
+    }
+
+    fn snapshot_quota(&mut self, event: &RecordedEvent) -> Option<String> {
+        let decoded = decode::<QuotaEvent>(event);
+        let before = self.snapshot_quotas.get(event.stream_id.as_str()).map(|q| q.usage);
+        let quota = fold(&mut self.snapshot_quotas, event, &decoded);
+        if !matches!(decoded, QuotaEvent::QuotaReserved { .. }) {
+            return None;
+        }
+        self.audit.reservations += 1;
+        let (before, after, limits) = (before.unwrap_or_default(), quota.usage, quota.limits);
+        let dimensions = [
+            ("count", u64::from(before.count), u64::from(after.count), u64::from(limits.max_count)),
+            ("bytes", before.bytes, after.bytes, limits.max_bytes),
+        ];
+        let over: Vec<String> = dimensions
+            .into_iter()
+            .filter(|(_, was, used, limit)| *limit > 0 && used > limit && used > was)
+            .map(|(dimension, _, used, limit)| format!("{dimension} {used} > {limit}"))
+            .collect();
+        (!over.is_empty()).then(|| format!("snapshot quota exceeded: {over:?}"))
     }
 }
 

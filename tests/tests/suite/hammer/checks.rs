@@ -1,13 +1,16 @@
 //! The invariant checks themselves can fail: a log holding a breach of each kind (a second
-//! reservation past a host's room, a workload quota's limit and a runner capacity's limit,
-//! appended past the command pipeline as a faulty writer would, and a generation that falls)
-//! is named event by event.
+//! reservation past a host's room, a workload quota's limit, a runner capacity's limit and a
+//! snapshot quota's count, appended past the command pipeline as a faulty writer would, and
+//! a generation that falls) is named event by event.
 
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::quota::WorkloadQuotas;
 use leasehold_commands::runner_service::RunnerService;
+use leasehold_commands::snapshot_service::{CreateSnapshot, SnapshotConfig, SnapshotService};
 use leasehold_commands::{CommandPipeline, PipelineConfig};
+use leasehold_domain::quota::QuotaLimits;
 use leasehold_domain::runner_capacity::{RunnerLimits, TierLimit};
+use leasehold_domain::snapshot::{RequestedKind, SnapshotMode};
 use leasehold_domain::values::fleet::HostBackend;
 use leasehold_domain::vm::PlacementPolicy;
 use leasehold_domain::workload_quota::{Limit, WorkloadKind};
@@ -54,7 +57,31 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
     let vms = fleet::service(&db, &["small"], PlacementPolicy::Spread);
     let task = fleet::task("one");
     let placed = (&task, fleet::spec());
-    vms.create(&fleet::tenant("acme"), "vm-1", placed, &fleet::no_secrets()).await.expect("placed");
+    let vm = vms.create(&fleet::tenant("acme"), "vm-1", placed, &fleet::no_secrets()).await;
+    let vm = vm.expect("placed").vm;
+    // A snapshot quota of one snapshot, holding one of that VM, booted.
+    let (_, stored) = vms.owned(vm).await.expect("stored");
+    let (boot, host) = (stored.operation.expect("a boot"), fleet::host_id("small"));
+    let url = leasehold_domain::vm::VmUrl::parse("url", "127.0.0.1:19551").expect("valid");
+    vms.report_booted(&fleet::agent(), &host, "booted", vm, (boot, url)).await.expect("booted");
+    let snapshots = SnapshotService::new(
+        pipeline(&db),
+        leasehold_adapters::PgReadModels::of(&store),
+        SnapshotConfig::default(),
+    );
+    let one = QuotaLimits { max_count: 1, max_bytes: 0 };
+    let operator = super::vms::operator();
+    snapshots.set_limits(&operator, "snapshot-limits", (&acme, one)).await.expect("set");
+    let ask = CreateSnapshot {
+        vm,
+        requested: RequestedKind::Disk,
+        mode: SnapshotMode::Manual,
+        parent: None,
+        layer_key: None,
+        name: None,
+        retention_until: None,
+    };
+    snapshots.create(&fleet::tenant("acme"), "snapshot-1", &ask).await.expect("reserved");
     // A lease quota of one lease, holding one.
     let quotas = WorkloadQuotas::new(pipeline(&db));
     let limits = vec![Limit { resource: "count".into(), max: 1 }];
@@ -74,16 +101,19 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
     service.assign(&runners::tenant("acme"), "assign-1", assign).await.expect("assigned");
     let clean = audit(&db).await;
     assert_eq!(clean.violations, Vec::<String>::new(), "the pipeline's log breaks nothing");
-    // The VM charged its host and its workload quota; the lease and the runner one each.
-    assert_eq!(clean.reservations, 4, "every reservation checked");
+    // The VM charged its host and its workload quota; the lease, the runner and the snapshot
+    // one each.
+    assert_eq!(clean.reservations, 5, "every reservation checked");
 
     // The same reservations once more, for other workloads, past the pipeline.
     let host = fleet::host_id("small").stream_id();
     repeat_last(&store, &host, "vm", json!(uuid::Uuid::now_v7())).await;
     let quota = leasehold_commands::workload_quota_of(&acme, WorkloadKind::Lease).stream_id();
     repeat_last(&store, &quota, "workload", json!(new_lease().stream_id().to_string())).await;
-    let capacity = runner_capacity_stream(&store).await;
+    let capacity = stream_of_type(&store, "runner-capacity").await;
     repeat_last(&store, &capacity, "lease", json!(uuid::Uuid::now_v7())).await;
+    let snapshot_quota = stream_of_type(&store, "tenant-quota").await;
+    repeat_last(&store, &snapshot_quota, "snapshot", json!(uuid::Uuid::now_v7())).await;
     // And a generation that falls.
     let falls = StreamAppend {
         stream_id: StreamId::parse("lease-falling").expect("valid"),
@@ -99,16 +129,17 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
 
     let found = audit(&db).await.violations;
     let named = |what: &str| found.iter().filter(|v| v.contains(what)).count();
-    assert_eq!(found.len(), 4, "{found:#?}");
+    assert_eq!(found.len(), 5, "{found:#?}");
     assert_eq!(named("host over capacity"), 1, "{found:#?}");
     assert_eq!(named("workload quota exceeded"), 1, "{found:#?}");
     assert_eq!(named("runner capacity exceeded"), 1, "{found:#?}");
+    assert_eq!(named("snapshot quota exceeded: [\"count 2 > 1\"]"), 1, "{found:#?}");
     assert_eq!(named("lease-falling v2 (LeaseDispatched): generation fell from 2 to 1"), 1);
 }
 
-/// The one runner capacity stream in the log.
-async fn runner_capacity_stream(store: &PgEventStore) -> StreamId {
+/// The one stream of `stream_type` in the log.
+async fn stream_of_type(store: &PgEventStore, stream_type: &str) -> StreamId {
     let page = store.read_log(leasehold_domain::Cursor::START, 1_000).await.expect("readable");
-    let capacity = page.events.iter().find(|e| e.stream_type.as_str() == "runner-capacity");
-    capacity.expect("a runner capacity").stream_id.clone()
+    let found = page.events.iter().find(|e| e.stream_type.as_str() == stream_type);
+    found.unwrap_or_else(|| panic!("a {stream_type} stream")).stream_id.clone()
 }

@@ -22,6 +22,7 @@ mod leases;
 mod machine;
 mod rented;
 mod runners;
+mod snapshots;
 mod vms;
 
 use std::collections::BTreeMap;
@@ -118,6 +119,7 @@ struct World {
     vms: vms::Vms,
     runners: runners::Runners,
     rented: rented::Rented,
+    snapshots: snapshots::Snapshots,
     observer: delivery::Observer,
 }
 
@@ -128,6 +130,7 @@ impl World {
             vms: vms::Vms::new(db, &processes).await,
             runners: runners::Runners::new(&processes).await,
             rented: rented::Rented::new(&processes).await,
+            snapshots: snapshots::Snapshots::new(db, &processes).await,
             observer: delivery::Observer::on(db).await,
         }
     }
@@ -137,11 +140,12 @@ impl World {
     async fn step(&self, rng: &mut Rng, key: String, fault: Fault) -> (&'static str, Answer) {
         let process = rng.below(2);
         let delivery = (fault, &self.observer);
-        match rng.below(4) {
+        match rng.below(5) {
             0 => ("lease", self.leases.step((process, delivery), rng, key).await),
             1 => ("vm", self.vms.step((process, delivery), rng, key).await),
             2 => ("runner", self.runners.step((process, delivery), rng, key).await),
-            _ => ("rented", self.rented.step((process, delivery), rng, key).await),
+            3 => ("rented", self.rented.step((process, delivery), rng, key).await),
+            _ => ("snapshot", self.snapshots.step((process, delivery), rng, key).await),
         }
     }
 }
@@ -205,7 +209,7 @@ async fn many_clients_on_eight_aggregates_of_each_kind_break_no_invariant_at_any
     let unavailable = tally.refused.keys().filter(|class| class.ends_with("Unavailable"));
     assert_eq!(unavailable.count(), 0, "no session ended, so nothing unavailable");
     assert_eq!(audit.violations, Vec::<String>::new(), "no invariant broken at any cursor");
-    for kind in ["lease", "vm", "runner", "rented"] {
+    for kind in ["lease", "vm", "runner", "rented", "snapshot"] {
         assert!(tally.applied.get(kind) > Some(&0), "{kind} commands applied: {:?}", tally.applied);
     }
     assert!(audit.reservations > 0 && audit.rising > 0, "the checks had something to check");

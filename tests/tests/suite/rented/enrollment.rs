@@ -154,3 +154,50 @@ async fn a_partitioned_node_with_the_old_fencing_token_is_fenced_after_a_re_enro
     let (_, stored) = services.runs.owned(run).await.expect("read");
     assert!(stored.attempts.is_empty(), "no attempt recorded under a stale token");
 }
+
+/// An enrollment again is answered with its session even when orders to the node are appended
+/// right after it (under the token it raised): only a later enrollment closes a session, not
+/// any later event of the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enrollment_followed_at_once_by_orders_to_its_node_keeps_its_session() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let (agents, dispatcher) = (services(&db, &clock), services(&db, &clock));
+    let rental = active_rental(&agents, "acme", "r1").await;
+    let mut credential = enroll(&agents, rental).await.credential;
+    for round in 0..ROUNDS {
+        let again = Presented::Credential(&credential);
+        let enrolled = agents.nodes.enroll(node1(rental), again, (agent_version(), facts()));
+        // Orders keep coming until the enrollment is answered, so that some land between
+        // its append and its answer.
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ordering: Vec<_> = (0..ORDERS)
+            .map(|n| {
+                let (nodes, answered) = (dispatcher.nodes.clone(), answered.clone());
+                tokio::spawn(async move {
+                    for look in 0..100 {
+                        if answered.load(std::sync::atomic::Ordering::Relaxed) {
+                            break;
+                        }
+                        let key = format!("lookup-{round}-{n}-{look}");
+                        // One decided under the token before the enrollment is fenced: no matter.
+                        let _ = nodes.ask_applied(&key, node1(rental)).await;
+                    }
+                })
+            })
+            .collect();
+        let enrolled = enrolled.await;
+        answered.store(true, std::sync::atomic::Ordering::Relaxed);
+        for order in ordering {
+            order.await.expect("the orders were sent");
+        }
+        let enrolled = enrolled.unwrap_or_else(|error| panic!("round {round}: {error:?}"));
+        assert_eq!(enrolled.fencing_token, round as u64 + 2, "round {round}");
+        credential = enrolled.credential;
+    }
+}
+
+/// Rounds of the race above, and orders racing each enrollment: enough for an order to land
+/// between an enrollment's append and its answer in most runs on a loaded 2-core machine.
+const ROUNDS: usize = 100;
+const ORDERS: usize = 12;

@@ -320,3 +320,49 @@ async fn a_run_the_rental_cannot_book_fails_with_the_rentals_reason() {
         (Some(Outcome::Failed), Some("RentalNotActive".into()))
     );
 }
+
+/// Two dispatchers (each its own process's services) race on one booked run while its node
+/// enrolls again. Both compute the run's next attempt, under the fencing token each read:
+/// the same attempt, under the same key. The loser must be answered with what was recorded
+/// (or a refusal), never `IDEMPOTENCY_CONFLICT`: what a dispatcher asks is the attempt; the
+/// token is what it read of the node, which another may read otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatchers_racing_a_reenrollment_never_conflict_on_the_attempts_key() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let dispatchers = [services(&db, &clock), services(&db, &clock)];
+    let tenants = services(&db, &clock);
+    let mut answers = Vec::new();
+    for round in 0..ROUNDS {
+        let rental = active_rental(&tenants, "acme", &format!("r{round}")).await;
+        let enrolled = enroll(&tenants, rental).await;
+        let run = booked_run(&tenants, rental, &format!("run-{round}")).await;
+        let dispatch = |services: &Services| {
+            let (runs, acme) = (services.runs.clone(), acme());
+            async move { runs.dispatch(&provider(), &acme, run).await.map(|_| ()) }
+        };
+        let again = leasehold_commands::node_service::Presented::Credential(&enrolled.credential);
+        let reenroll = tenants.nodes.enroll(node1(rental), again, (agent_version(), facts()));
+        let racing: Vec<_> =
+            (0..DISPATCHERS).map(|n| tokio::spawn(dispatch(&dispatchers[n % 2]))).collect();
+        reenroll.await.expect("enrolled again");
+        for dispatcher in racing {
+            answers.push(dispatcher.await.expect("the dispatcher ran"));
+        }
+    }
+    let conflicts: Vec<_> = answers
+        .iter()
+        .filter(|answer| matches!(answer, Err(CommandError::IdempotencyConflict)))
+        .collect();
+    assert!(
+        conflicts.is_empty(),
+        "{} of {} answers: {conflicts:?}",
+        conflicts.len(),
+        answers.len()
+    );
+}
+
+/// Rounds of the race above, and dispatchers racing in each: enough for its windows to meet
+/// on a loaded 2-core machine.
+const ROUNDS: usize = 40;
+const DISPATCHERS: usize = 6;
