@@ -5,10 +5,12 @@
 //! restart (the writers held still) and at the end, the read models equal a from-scratch
 //! replay of the log (`events replay --compare`).
 //!
-//! The load is every kind a tenant creates alone: leases, VMs (on a host an operator
-//! registered) and runner leases (requested, then assigned a job, which charges the tenant's
-//! runner capacity in the same append). Rentals and runs need a provider's and a node
-//! agent's side and are not in it yet.
+//! The load holds every kind: leases; VMs (on a host an operator registered); runner leases
+//! (requested, then assigned a job, which charges the tenant's runner capacity in the same
+//! append); rentals (provisioned by the tenant, accepted and seen active by the provider
+//! connection's agent), each with a run submitted and booked on it (a node invited in the
+//! provision's append); and snapshots of VMs (the VM booted by its host's agent, the
+//! snapshot asked for by the tenant and written by the agent).
 //!
 //! A second test kills it while its dispatcher sends leases' work to a backend simulator:
 //! each lease is dispatched, provisioned and ready once.
@@ -61,38 +63,138 @@ async fn register_host(server: &Server) {
     crate::fleet::wait_for_host(server, HOST).await;
 }
 
-/// One unit of a writer's work, of a kind drawn from `rng` among the first `kinds` of lease,
-/// VM and runner lease, answered: every result.
+const PROVISION: &str = "mutation($input: ProvisionRentalInput!) { provisionRental(input: $input) { id streamId version cursor duplicate events { type } } }";
+const RECEIPT: &str = "mutation($input: RentalReceiptInput!) { reportRentalReceipt(input: $input) { id streamId version cursor duplicate events { type } } }";
+const OBSERVE: &str = "mutation($input: RentalObservationInput!) { reportRentalObservation(input: $input) { id streamId version cursor duplicate events { type } } }";
+const SUBMIT: &str = "mutation($input: SubmitRunInput!) { submitRun(input: $input) { id streamId version cursor duplicate events { type } } }";
+const BOOT: &str = "mutation($input: VmReportInput!) { reportVmBoot(input: $input) { id streamId version cursor duplicate events { type } } }";
+const SNAPSHOT: &str = "mutation($input: CreateSnapshotInput!) { createSnapshot(input: $input) { id streamId version cursor duplicate events { type } } }";
+const CONFIRM: &str = "mutation($input: ConfirmSnapshotInput!) { confirmSnapshot(input: $input) { id streamId version cursor duplicate events { type } } }";
+
+/// Kinds of unit a writer draws from: lease, VM, runner lease, rental with a run, snapshot.
+const KINDS: usize = 5;
+
+/// Who a writer writes as, where, and a connection of its own to read an operation id from
+/// the log (what an agent learns from its work).
+#[derive(Clone)]
+struct Writer {
+    base: String,
+    tenant: String,
+    provider: String,
+    host_agent: String,
+    log: Arc<tokio_postgres::Client>,
+}
+
+impl Writer {
+    async fn send(&self, token: &str, mutation: (&str, &str), input: Value) -> Value {
+        until_answered(&self.base, token, mutation, input).await
+    }
+
+    /// The operation the last `event_type` of `stream` names.
+    async fn operation(&self, stream: &Value, event_type: &str) -> String {
+        let stream = stream.as_str().expect("a stream");
+        let row = self
+            .log
+            .query_one(
+                "SELECT payload->>'operation' FROM events WHERE stream_id = $1 \
+                 AND event_type = $2 ORDER BY position DESC LIMIT 1",
+                &[&stream, &event_type],
+            )
+            .await;
+        row.expect("the operation's event").get(0)
+    }
+}
+
+/// One unit of a writer's work, of a kind drawn from `rng` among the first `kinds` of
+/// [`KINDS`], answered: every result.
 async fn one_of_each_kind(
-    (base, token): (&str, &str),
+    writer: &Writer,
     key: &str,
     (rng, kinds): (&mut Rng, usize),
 ) -> Vec<Value> {
+    let tenant = writer.tenant.as_str();
     match rng.below(kinds) {
-        0 => vec![
-            until_answered(base, token, ("requestLease", REQUEST_LEASE), lease_request(key)).await,
-        ],
-        1 => {
-            let input = json!({ "input": { "operationKey": key, "taskId": key, "cpus": 1, "ramMb": 256, "storageGb": 1 } });
-            vec![until_answered(base, token, ("createVm", CREATE_VM), input).await]
-        }
-        _ => {
-            let input = json!({ "input": {
-                "operationKey": key, "tier": "linux-4x", "trust": "trusted", "guestOs": "linux",
-                "resources": { "vcpu": 4, "memoryMb": 8192 }, "providers": ["docker"],
-                "command": ["./run.sh"], "ttlSeconds": 3600,
-            }});
-            let requested =
-                until_answered(base, token, ("requestRunnerLease", REQUEST_RUNNER), input).await;
-            let assign = json!({ "input": {
-                "leaseId": requested["id"], "operationKey": format!("{key}-assign"),
-                "requestId": uuid::Uuid::now_v7().to_string(), "runId": 1,
-            }});
-            let assigned =
-                until_answered(base, token, ("assignRunnerJob", ASSIGN_RUNNER), assign).await;
-            vec![requested, assigned]
-        }
+        0 => vec![writer.send(tenant, ("requestLease", REQUEST_LEASE), lease_request(key)).await],
+        1 => vec![writer.send(tenant, ("createVm", CREATE_VM), vm_input(key)).await],
+        2 => runner_lease(writer, key).await,
+        3 => rental_with_a_run(writer, key).await,
+        _ => snapshot_of_a_vm(writer, key).await,
     }
+}
+
+fn vm_input(key: &str) -> Value {
+    json!({ "input": { "operationKey": key, "taskId": key, "cpus": 1, "ramMb": 256, "storageGb": 1 } })
+}
+
+/// A runner lease requested, then assigned a job.
+async fn runner_lease(writer: &Writer, key: &str) -> Vec<Value> {
+    let input = json!({ "input": {
+        "operationKey": key, "tier": "linux-4x", "trust": "trusted", "guestOs": "linux",
+        "resources": { "vcpu": 4, "memoryMb": 8192 }, "providers": ["docker"],
+        "command": ["./run.sh"], "ttlSeconds": 3600,
+    }});
+    let requested =
+        writer.send(&writer.tenant, ("requestRunnerLease", REQUEST_RUNNER), input).await;
+    let assign = json!({ "input": {
+        "leaseId": requested["id"], "operationKey": format!("{key}-assign"),
+        "requestId": uuid::Uuid::now_v7().to_string(), "runId": 1,
+    }});
+    let assigned = writer.send(&writer.tenant, ("assignRunnerJob", ASSIGN_RUNNER), assign).await;
+    vec![requested, assigned]
+}
+
+/// A rental provisioned, accepted and seen active by its provider's agent, and a run
+/// submitted to it (booked on its schedule).
+async fn rental_with_a_run(writer: &Writer, key: &str) -> Vec<Value> {
+    let provision = json!({ "input": {
+        "operationKey": key, "connectionId": "sim", "offerId": "gpu-1x",
+        "resources": { "cpuMillis": 4000, "memoryMb": 16384, "diskGb": 100, "gpus": 1 },
+        "maxLifetimeSeconds": 86400,
+    }});
+    let provisioned = writer.send(&writer.tenant, ("provisionRental", PROVISION), provision).await;
+    let rental = &provisioned["id"];
+    let receipt = json!({ "input": {
+        "rentalId": rental, "generation": 1, "operationKey": format!("{key}-accept"),
+        "nativeRef": format!("m-{key}"), "state": "requested", "acceptedAt": "2026-12-03T09:00:00Z",
+        "duplicate": false, "interruptible": false,
+        "pricing": { "currency": "USD", "microsPerHour": 900000, "exact": true },
+    }});
+    let accepted = writer.send(&writer.provider, ("reportRentalReceipt", RECEIPT), receipt).await;
+    let look = json!({ "input": {
+        "rentalId": rental, "generation": 1, "operationKey": format!("{key}-active"),
+        "nativeRef": format!("m-{key}"), "state": "active", "stateSince": "2026-12-03T09:01:00Z",
+        "observedAt": "2026-12-03T09:01:30Z",
+    }});
+    let active = writer.send(&writer.provider, ("reportRentalObservation", OBSERVE), look).await;
+    let run = json!({ "input": {
+        "operationKey": format!("{key}-run"), "rentalId": rental,
+        "manifestDigest": format!("sha256:{}", "ab".repeat(32)), "maxRuntimeSeconds": 600,
+    }});
+    let submitted = writer.send(&writer.tenant, ("submitRun", SUBMIT), run).await;
+    vec![provisioned, accepted, active, submitted]
+}
+
+/// A VM created and booted by its host's agent, and a snapshot of it asked for and written.
+async fn snapshot_of_a_vm(writer: &Writer, key: &str) -> Vec<Value> {
+    let created = writer.send(&writer.tenant, ("createVm", CREATE_VM), vm_input(key)).await;
+    let boot = writer.operation(&created["streamId"], "VmScheduled").await;
+    let report = json!({ "input": {
+        "vmId": created["id"], "operationKey": format!("{key}-boot"), "operationId": boot,
+        "url": "127.0.0.1:19551",
+    }});
+    let booted = writer.send(&writer.host_agent, ("reportVmBoot", BOOT), report).await;
+    let ask = json!({ "input": {
+        "operationKey": format!("{key}-snapshot"), "vmId": created["id"], "kind": "DISK",
+    }});
+    let asked = writer.send(&writer.tenant, ("createSnapshot", SNAPSHOT), ask).await;
+    let written = writer.operation(&asked["streamId"], "SnapshotRequested").await;
+    let confirm = json!({ "input": {
+        "snapshotId": asked["id"], "operationKey": format!("{key}-written"),
+        "operationId": written, "kind": "DISK", "diskBytes": 1_073_741_824_i64,
+        "memoryBytes": 0, "storeRef": "snap-a",
+    }});
+    let confirmed = writer.send(&writer.host_agent, ("confirmSnapshot", CONFIRM), confirm).await;
+    vec![created, booted, asked, confirmed]
 }
 
 /// What the writers share with the test: when to stop, how many units were answered, and a
@@ -106,11 +208,7 @@ struct Load {
 }
 
 /// Writes until `stop`, each unit answered before the next; the answers.
-async fn write(
-    (base, token): (String, String),
-    (writer, seed, kinds): (usize, u64, usize),
-    load: Load,
-) -> Vec<Value> {
+async fn write(to: Writer, (writer, seed, kinds): (usize, u64, usize), load: Load) -> Vec<Value> {
     let mut rng = Rng::new(seed.wrapping_add(writer as u64));
     let mut answered = Vec::new();
     for unit in 0.. {
@@ -119,7 +217,7 @@ async fn write(
             break;
         }
         let key = format!("w{writer}-{unit}");
-        answered.extend(one_of_each_kind((&base, &token), &key, (&mut rng, kinds)).await);
+        answered.extend(one_of_each_kind(&to, &key, (&mut rng, kinds)).await);
         load.count.fetch_add(1, Ordering::Relaxed);
     }
     answered
@@ -165,16 +263,20 @@ async fn subscribe(
     }
 }
 
-/// [`WRITERS`] writers of the first `kinds` kinds.
-fn writers(
+/// [`WRITERS`] writers of the first `kinds` kinds, as tenant `token`.
+async fn writers(
     (server, token): (&Server, &str),
     (seed, kinds): (u64, usize),
     load: &Load,
 ) -> Vec<tokio::task::JoinHandle<Vec<Value>>> {
-    let writer = |n| {
-        let to = (server.base.clone(), token.to_owned());
-        tokio::spawn(write(to, (n, seed, kinds), load.clone()))
+    let to = Writer {
+        base: server.base.clone(),
+        tenant: token.to_owned(),
+        provider: crate::rented::provider_agent("sim"),
+        host_agent: crate::fleet::host_agent(HOST),
+        log: Arc::new(server.db.client().await),
     };
+    let writer = |n| tokio::spawn(write(to.clone(), (n, seed, kinds), load.clone()));
     (0..WRITERS).map(writer).collect()
 }
 
@@ -225,7 +327,7 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
     let mut server = Server::start_with(&args).await;
     let acme = tenant_token("acme");
     let load = Load::default();
-    let writers = writers((&server, &acme), (seed, 1), &load);
+    let writers = writers((&server, &acme), (seed, 1), &load).await;
     // The sim's callbacks and the sweep append while the writers are held: no comparison
     // between starts here.
     kill_again_and_again(&mut server, seed, &load, false).await;
@@ -256,7 +358,7 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
     let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
     eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
-    let mut server = Server::start().await;
+    let (mut server, _providers) = crate::rented::rented_server().await;
     register_host(&server).await;
     let acme = tenant_token("acme");
     let start = request_lease(&server, &acme, "start").await;
@@ -269,7 +371,7 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
         received.clone(),
         unsubscribe.clone(),
     ));
-    let writers = writers((&server, &acme), (seed, 3), &load);
+    let writers = writers((&server, &acme), (seed, KINDS), &load).await;
     kill_again_and_again(&mut server, seed, &load, true).await;
     load.stop.store(true, Ordering::Relaxed);
     let mut results = vec![start.clone()];
@@ -289,11 +391,7 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
             assert_eq!(row.get::<_, i64>(0), 1, "{kind} of {stream}");
         }
     }
-    for (first, prefix) in [
-        ("LeaseProvisionRequested", "lease-"),
-        ("VmProvisioning", "vm-"),
-        ("RunnerLeaseRequested", "runner-lease-"),
-    ] {
+    for (first, prefix) in FIRST_EVENTS {
         let count = "SELECT count(DISTINCT stream_id) FROM events WHERE event_type = $1";
         let logged: i64 = observer.query_one(count, &[&first]).await.expect("counted").get(0);
         let answered = results
@@ -303,11 +401,11 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
             .collect::<std::collections::HashSet<_>>();
         assert_eq!(logged as usize, answered.len(), "{first}: a stream no answer names");
     }
-    let kinds = ["lease-", "vm-", "runner-lease-"].map(|prefix| {
+    let kinds = FIRST_EVENTS.map(|(_, prefix)| {
         let of_kind = |r: &&Value| r["streamId"].as_str().is_some_and(|s| s.starts_with(prefix));
-        results.iter().filter(of_kind).count()
+        (prefix, results.iter().filter(of_kind).count())
     });
-    eprintln!("crash: {} kills; answered {kinds:?} (leases, VMs, runner leases)", kills());
+    eprintln!("crash: {} kills; mutations answered by stream kind {kinds:?}", kills());
     let leases = results;
     // The subscription saw each of its tenant's events after its start once, in log order.
     let store = server.db.store();
@@ -348,6 +446,17 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
     // The read models equal a replay of the whole log, once the projections have caught up.
     replay_equals_read_models(&server).await;
 }
+
+/// Each kind's first event, and its streams' prefix: every stream that holds one must be
+/// named by an answer.
+const FIRST_EVENTS: [(&str, &str); 6] = [
+    ("LeaseProvisionRequested", "lease-"),
+    ("VmProvisioning", "vm-"),
+    ("RunnerLeaseRequested", "runner-lease-"),
+    ("CapacityRequested", "rental-"),
+    ("RunRequested", "run-"),
+    ("SnapshotRequested", "snapshot-"),
+];
 
 /// Exports the log and replays it against the live read models until they agree (the
 /// projections may still be catching up after the last restart), at most [`WAIT`].

@@ -55,7 +55,7 @@ pub(crate) async fn rented_server_logging(level: &str) -> (Server, TempDir) {
     (server, dir)
 }
 
-fn provider_agent(connection: &str) -> String {
+pub(crate) fn provider_agent(connection: &str) -> String {
     let connection = ConnectionId::parse("connection", connection).expect("valid");
     secret().mint_connection_agent("sim-agent", &connection, TimeDelta::hours(1))
 }
