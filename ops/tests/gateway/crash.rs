@@ -71,8 +71,16 @@ const BOOT: &str = "mutation($input: VmReportInput!) { reportVmBoot(input: $inpu
 const SNAPSHOT: &str = "mutation($input: CreateSnapshotInput!) { createSnapshot(input: $input) { id streamId version cursor duplicate events { type } } }";
 const CONFIRM: &str = "mutation($input: ConfirmSnapshotInput!) { confirmSnapshot(input: $input) { id streamId version cursor duplicate events { type } } }";
 
-/// Kinds of unit a writer draws from: lease, VM, runner lease, rental with a run, snapshot.
-const KINDS: usize = 5;
+/// What the writers write.
+#[derive(Clone, Copy)]
+enum Mix {
+    /// Every kind: a lease, a VM, a runner lease, a rental with a run, a snapshot.
+    Every,
+    /// Leases alone (the lease dispatcher's work).
+    Leases,
+    /// Rentals alone, provisioned and left to the rental dispatcher and its provider.
+    Rentals,
+}
 
 /// Who a writer writes as, where, and a connection of its own to read an operation id from
 /// the log (what an agent learns from its work).
@@ -105,20 +113,21 @@ impl Writer {
     }
 }
 
-/// One unit of a writer's work, of a kind drawn from `rng` among the first `kinds` of
-/// [`KINDS`], answered: every result.
-async fn one_of_each_kind(
-    writer: &Writer,
-    key: &str,
-    (rng, kinds): (&mut Rng, usize),
-) -> Vec<Value> {
+/// One unit of a writer's work, of a kind of `mix` drawn from `rng`, answered: every result.
+async fn one_of_each_kind(writer: &Writer, key: &str, (rng, mix): (&mut Rng, Mix)) -> Vec<Value> {
     let tenant = writer.tenant.as_str();
-    match rng.below(kinds) {
+    let kind = match mix {
+        Mix::Every => rng.below(5),
+        Mix::Leases => 0,
+        Mix::Rentals => 5,
+    };
+    match kind {
         0 => vec![writer.send(tenant, ("requestLease", REQUEST_LEASE), lease_request(key)).await],
         1 => vec![writer.send(tenant, ("createVm", CREATE_VM), vm_input(key)).await],
         2 => runner_lease(writer, key).await,
         3 => rental_with_a_run(writer, key).await,
-        _ => snapshot_of_a_vm(writer, key).await,
+        4 => snapshot_of_a_vm(writer, key).await,
+        _ => vec![writer.send(tenant, ("provisionRental", PROVISION), rental_provision(key)).await],
     }
 }
 
@@ -174,6 +183,14 @@ async fn rental_with_a_run(writer: &Writer, key: &str) -> Vec<Value> {
     vec![provisioned, accepted, active, submitted]
 }
 
+fn rental_provision(key: &str) -> Value {
+    json!({ "input": {
+        "operationKey": key, "connectionId": "sim", "offerId": "gpu-1x",
+        "resources": { "cpuMillis": 4000, "memoryMb": 16384, "diskGb": 100, "gpus": 1 },
+        "maxLifetimeSeconds": 86400,
+    }})
+}
+
 /// A VM created and booted by its host's agent, and a snapshot of it asked for and written.
 async fn snapshot_of_a_vm(writer: &Writer, key: &str) -> Vec<Value> {
     let created = writer.send(&writer.tenant, ("createVm", CREATE_VM), vm_input(key)).await;
@@ -208,7 +225,7 @@ struct Load {
 }
 
 /// Writes until `stop`, each unit answered before the next; the answers.
-async fn write(to: Writer, (writer, seed, kinds): (usize, u64, usize), load: Load) -> Vec<Value> {
+async fn write(to: Writer, (writer, seed, mix): (usize, u64, Mix), load: Load) -> Vec<Value> {
     let mut rng = Rng::new(seed.wrapping_add(writer as u64));
     let mut answered = Vec::new();
     for unit in 0.. {
@@ -217,7 +234,7 @@ async fn write(to: Writer, (writer, seed, kinds): (usize, u64, usize), load: Loa
             break;
         }
         let key = format!("w{writer}-{unit}");
-        answered.extend(one_of_each_kind(&to, &key, (&mut rng, kinds)).await);
+        answered.extend(one_of_each_kind(&to, &key, (&mut rng, mix)).await);
         load.count.fetch_add(1, Ordering::Relaxed);
     }
     answered
@@ -263,10 +280,10 @@ async fn subscribe(
     }
 }
 
-/// [`WRITERS`] writers of the first `kinds` kinds, as tenant `token`.
+/// [`WRITERS`] writers of `mix`, as tenant `token`.
 async fn writers(
     (server, token): (&Server, &str),
-    (seed, kinds): (u64, usize),
+    (seed, mix): (u64, Mix),
     load: &Load,
 ) -> Vec<tokio::task::JoinHandle<Vec<Value>>> {
     let to = Writer {
@@ -276,7 +293,7 @@ async fn writers(
         host_agent: crate::fleet::host_agent(HOST),
         log: Arc::new(server.db.client().await),
     };
-    let writer = |n| tokio::spawn(write(to.clone(), (n, seed, kinds), load.clone()));
+    let writer = |n| tokio::spawn(write(to.clone(), (n, seed, mix), load.clone()));
     (0..WRITERS).map(writer).collect()
 }
 
@@ -327,7 +344,7 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
     let mut server = Server::start_with(&args).await;
     let acme = tenant_token("acme");
     let load = Load::default();
-    let writers = writers((&server, &acme), (seed, 1), &load).await;
+    let writers = writers((&server, &acme), (seed, Mix::Leases), &load).await;
     // The sim's callbacks and the sweep append while the writers are held: no comparison
     // between starts here.
     kill_again_and_again(&mut server, seed, &load, false).await;
@@ -354,6 +371,48 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
     );
 }
 
+/// The rental dispatcher and observer, reconcilers, killed with their server at moments drawn
+/// from the seed while rentals are provisioned through `leasehold backend-sim --provider` (a
+/// process of its own that lives on): every rental becomes active, accepted once, and the
+/// provider made one machine for each. A provision whose answer a kill lost is found again
+/// in the provider's listing, never made twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rental_dispatcher_killed_at_any_moment_has_the_provider_make_one_machine_each() {
+    use crate::providers::{EVERY, ProviderSim, rental_in, server_renting_from, temp_dir};
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
+    let dir = temp_dir();
+    let provider = ProviderSim::start(&dir.0, EVERY, &[]).await;
+    let mut server = server_renting_from(&provider, &dir.0, EVERY).await;
+    let acme = tenant_token("acme");
+    let load = Load::default();
+    let writers = writers((&server, &acme), (seed, Mix::Rentals), &load).await;
+    kill_again_and_again(&mut server, seed, &load, false).await;
+    load.stop.store(true, Ordering::Relaxed);
+    let mut rentals = Vec::new();
+    for writer in writers {
+        rentals.extend(writer.await.expect("a writer ran"));
+    }
+    let observer = server.db.client().await;
+    for rental in &rentals {
+        rental_in(&server, &acme, &rental["id"], "active").await;
+        let accepted = "SELECT count(*) FROM events WHERE stream_id = $1 \
+                        AND event_type = 'CapacityAccepted'";
+        let stream = rental["streamId"].as_str().expect("a stream");
+        let row = observer.query_one(accepted, &[&stream]).await.expect("counted");
+        assert_eq!(row.get::<_, i64>(0), 1, "{stream} accepted once");
+    }
+    let machines = provider.machines().await.len();
+    let sent = provider.count("provision").await;
+    assert_eq!(machines, rentals.len(), "one machine per rental");
+    assert!(sent >= machines as u64, "{sent} provisions received");
+    eprintln!(
+        "crash: {} kills; {} rentals, provisions received {sent}, machines {machines}",
+        kills(),
+        rentals.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
     let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
@@ -371,7 +430,7 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
         received.clone(),
         unsubscribe.clone(),
     ));
-    let writers = writers((&server, &acme), (seed, KINDS), &load).await;
+    let writers = writers((&server, &acme), (seed, Mix::Every), &load).await;
     kill_again_and_again(&mut server, seed, &load, true).await;
     load.stop.store(true, Ordering::Relaxed);
     let mut results = vec![start.clone()];

@@ -23,7 +23,7 @@ const TERMINATE: &str =
 
 const TOKEN: &str = "sim-provider-token-0123456789abcdef0123";
 
-const EVERY: &str = r#"{"stop": true, "resume": true, "persistent_disk": true,
+pub(crate) const EVERY: &str = r#"{"stop": true, "resume": true, "persistent_disk": true,
     "spot": true, "exact_pricing": true, "idempotent_provision": "operation_key",
     "list_owned": true, "observe_after_terminate": false}"#;
 
@@ -32,13 +32,13 @@ const EPHEMERAL: &str = r#"{"stop": false, "resume": false, "persistent_disk": f
     "list_owned": true, "observe_after_terminate": true}"#;
 
 /// `leasehold backend-sim --provider`, running until dropped.
-struct ProviderSim {
+pub(crate) struct ProviderSim {
     url: String,
     _child: tokio::process::Child,
 }
 
 impl ProviderSim {
-    async fn start(dir: &std::path::Path, capabilities: &str, extra: &[&str]) -> Self {
+    pub(crate) async fn start(dir: &std::path::Path, capabilities: &str, extra: &[&str]) -> Self {
         let token_file = dir.join("sim.token");
         std::fs::write(&token_file, TOKEN).expect("written");
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
@@ -62,11 +62,11 @@ impl ProviderSim {
             .expect("JSON")
     }
 
-    async fn count(&self, route: &str) -> u64 {
+    pub(crate) async fn count(&self, route: &str) -> u64 {
         self.get("/sim/requests").await[route].as_u64().unwrap_or(0)
     }
 
-    async fn machines(&self) -> Vec<Value> {
+    pub(crate) async fn machines(&self) -> Vec<Value> {
         self.get("/sim/machines").await.as_array().cloned().unwrap_or_default()
     }
 
@@ -79,7 +79,11 @@ impl ProviderSim {
 
 /// A server renting through `sim` at `provider`'s URL with `capabilities`, looking at
 /// machines every second.
-async fn server_renting_from(provider: &ProviderSim, dir: &std::path::Path, caps: &str) -> Server {
+pub(crate) async fn server_renting_from(
+    provider: &ProviderSim,
+    dir: &std::path::Path,
+    caps: &str,
+) -> Server {
     server_renting_with(provider, dir, caps, &[]).await
 }
 
@@ -112,7 +116,7 @@ async fn server_renting_with(
     Server::start_logging(&args, "info").await
 }
 
-fn temp_dir() -> TempDir {
+pub(crate) fn temp_dir() -> TempDir {
     let dir = std::env::temp_dir().join(format!("lh-prov-{}", Uuid::now_v7()));
     std::fs::create_dir_all(&dir).expect("a directory");
     TempDir(dir)
@@ -131,7 +135,7 @@ fn at(rental: &Value, generation: u64, key: &str) -> Value {
 }
 
 /// Waits (bounded) until the tenant's rental is `state` at `generation`; its read.
-async fn rental_in(server: &Server, token: &str, rental: &Value, state: &str) -> Value {
+pub(crate) async fn rental_in(server: &Server, token: &str, rental: &Value, state: &str) -> Value {
     eventually(&format!("rental {rental} {state}"), || async {
         let read = server.graphql(token, RENTAL, json!({ "id": rental })).await;
         (read["data"]["rental"]["state"] == state).then(|| read["data"]["rental"].clone())
