@@ -7,8 +7,11 @@
 //! - **At least once.** Intake (event → outbox row) is idempotent and happens before the
 //!   reconciler's checkpoint passes the event, so an intent is never skipped; a row stays
 //!   pending until an answer is recorded, so work claimed and not answered (a crash between
-//!   claiming and recording) is sent again once its claim's hold runs out. The receiver's duplicate must be harmless; the
-//!   backends' protocol makes it so (a repeated provision is `409 already provisioned`).
+//!   claiming and recording) is sent again: at once by the next instance to hold the
+//!   dispatcher's lock (a claim names its instance, and only the lock's holder sends), or by
+//!   the same instance once its claim's hold runs out. The receiver's duplicate must be
+//!   harmless; the protocols make it so (a repeated provision is `409 already provisioned`, a
+//!   repeated boot `409` and read back, a provider's listing holds what it made).
 //! - **Attempt numbers are never reused.** An attempt is claimed (its number written) before
 //!   it is sent, so the event recording its answer is keyed by a number no other answer
 //!   has; a crash after the claim leaves a gap, never a second answer under one key.
@@ -221,8 +224,8 @@ impl Backoff {
 /// Its calls take work in and start sends; they never wait for a send. Each send runs on its
 /// own task and settles its outbox row when its answer is recorded, so a lease requested
 /// while others are being sent is taken in and sent at once, not after them. A claimed row is
-/// held (not due) for the kind's `claim_hold`: a process that dies mid-send leaves it to be
-/// sent again after that, and no row is sent twice at once.
+/// held (not due) for the kind's `claim_hold`, so no row is sent twice at once; a process
+/// that dies mid-send leaves it to the next instance, which sends it again at its first call.
 #[derive(Debug)]
 pub struct Dispatcher<K> {
     parts: Arc<Parts<K>>,
@@ -235,6 +238,10 @@ pub struct Dispatcher<K> {
     /// Sends running now.
     running: Arc<AtomicUsize>,
     sends: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// This instance, as its claims name it.
+    instance: uuid::Uuid,
+    /// Whether it has freed the claims an earlier instance left (at its first call).
+    adopted: AtomicBool,
 }
 
 /// What a dispatcher's sends share.
@@ -254,7 +261,29 @@ impl<K: DispatchKind> Dispatcher<K> {
             settled: Arc::default(),
             running: Arc::default(),
             sends: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+            instance: uuid::Uuid::now_v7(),
+            adopted: AtomicBool::new(false),
         }
+    }
+
+    /// Frees the work an earlier instance claimed and never settled (it died mid-send, or
+    /// lost its session and with it the lock this instance now holds): due at once rather
+    /// than after the claim's hold. Sent again, it meets the receiver's own duplicate check
+    /// (a boot's 409, a provision's listing), as any repeat after a lost answer does.
+    async fn adopt_orphaned_claims(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
+        if self.adopted.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let freed = self.parts.outbox.free_claims_of_others((K::NAME, self.instance), now).await?;
+        if freed > 0 {
+            tracing::info!(
+                dispatcher = K::NAME,
+                freed,
+                "work an earlier instance left mid-send is sent again now"
+            );
+        }
+        self.adopted.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Claims the work due at `now`, as much as the sends running leave room for, and starts
@@ -267,7 +296,7 @@ impl<K: DispatchKind> Dispatcher<K> {
         let hold =
             now + TimeDelta::from_std(self.parts.kind.claim_hold()).unwrap_or(TimeDelta::MAX);
         let limit = room.min(DISPATCH_CLAIM_ROWS_MAX);
-        let due = self.parts.outbox.claim_due(K::NAME, now, limit, hold).await?;
+        let due = self.parts.outbox.claim_due((K::NAME, self.instance), now, limit, hold).await?;
         let mut sends = self.sends.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         while sends.try_join_next().is_some() {}
         for work in due {
@@ -367,6 +396,7 @@ impl<K: DispatchKind> Reconciler for Dispatcher<K> {
         *self.next_due.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         let outbox = &self.parts.outbox;
         outbox.enqueue_beside(K::NAME, (&intents, K::BESIDE), seen.now).await?;
+        self.adopt_orphaned_claims(seen.now).await?;
         self.send_due(seen.now).await?;
         let mut times = self.parts.outbox.next_times(K::NAME).await?;
         // Deadlines are rare: looked at only when one has passed.

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use leasehold_domain::{StoreError, StreamId, TenantId};
+use uuid::Uuid;
 
 use super::{Intent, Work};
 use crate::store::{PgEventStore, from_driver, from_pool};
@@ -141,7 +142,7 @@ impl PgOutbox {
     /// A database failure, or a row that does not decode.
     pub async fn claim_due(
         &self,
-        dispatcher: &str,
+        (dispatcher, claimer): (&str, Uuid),
         now: DateTime<Utc>,
         limit: usize,
         hold: DateTime<Utc>,
@@ -150,7 +151,8 @@ impl PgOutbox {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                "UPDATE dispatch_outbox o SET attempts = o.attempts + 1, next_attempt_at = $4 \
+                "UPDATE dispatch_outbox o SET attempts = o.attempts + 1, next_attempt_at = $4, \
+                   claimed_by = $5 \
                  FROM ( \
                    SELECT stream_id, generation FROM dispatch_outbox \
                    WHERE dispatcher = $1 AND state = 'pending' AND next_attempt_at <= $2 \
@@ -158,11 +160,34 @@ impl PgOutbox {
                  WHERE o.stream_id = due.stream_id AND o.generation = due.generation \
                  RETURNING o.stream_id, o.generation, o.tenant_id, o.target, o.action, \
                    o.request, o.attempts",
-                &[&dispatcher, &now, &limit, &hold],
+                &[&dispatcher, &now, &limit, &hold, &claimer],
             )
             .await
             .map_err(self.fail())?;
         rows.iter().map(work_of).collect()
+    }
+
+    /// Makes `dispatcher`'s pending work claimed by any instance but `claimer` due at `now`:
+    /// only the instance holding the dispatcher's lock sends, so such a claim was left by an
+    /// instance that is gone mid-send. How many rows it freed.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn free_claims_of_others(
+        &self,
+        (dispatcher, claimer): (&str, Uuid),
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE dispatch_outbox SET next_attempt_at = $3, claimed_by = NULL \
+                 WHERE dispatcher = $1 AND state = 'pending' \
+                   AND claimed_by IS NOT NULL AND claimed_by <> $2",
+                &[&dispatcher, &claimer, &now],
+            )
+            .await
+            .map_err(self.fail())
     }
 
     /// Ends `key`'s work as taken by its target, to be settled by `answer_by` if it has a
@@ -292,7 +317,8 @@ impl PgOutbox {
         let client = self.client().await?;
         client
             .execute(
-                "UPDATE dispatch_outbox SET attempts = $4, next_attempt_at = $5, last_error = $6 \
+                "UPDATE dispatch_outbox SET attempts = $4, next_attempt_at = $5, last_error = $6, \
+                   claimed_by = NULL \
                  WHERE stream_id = $1 AND generation = $2 AND attempts = $3 AND state = 'pending'",
                 &[
                     &key.0.as_str(),

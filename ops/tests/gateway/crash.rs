@@ -51,11 +51,12 @@ const CREATE_VM: &str = "mutation($input: CreateVmInput!) { createVm(input: $inp
 const REQUEST_RUNNER: &str = "mutation($input: RequestRunnerLeaseInput!) { requestRunnerLease(input: $input) { id streamId version cursor duplicate events { type } } }";
 const ASSIGN_RUNNER: &str = "mutation($input: AssignRunnerJobInput!) { assignRunnerJob(input: $input) { id streamId version cursor duplicate events { type } } }";
 
-/// An operator registers the host the VMs go to; placement sees it once it is projected.
-async fn register_host(server: &Server) {
+/// An operator registers the host the VMs go to, its agent at `url` (wanting `token`);
+/// placement sees it once it is projected.
+async fn register_host(server: &Server, (url, token): (&str, Option<&str>)) {
     let operator = role_token(leasehold_gateway::Role::Operator, None);
     let input = json!({ "input": {
-        "operationKey": "register", "hostId": HOST, "url": "http://127.0.0.1:9",
+        "operationKey": "register", "hostId": HOST, "url": url, "token": token,
         "cpus": 100_000, "ramMb": 100_000_000, "storageGb": 1_000_000, "vmCount": 100_000,
         "labels": [],
     }});
@@ -80,6 +81,8 @@ enum Mix {
     Leases,
     /// Rentals alone, provisioned and left to the rental dispatcher and its provider.
     Rentals,
+    /// VMs alone, created and left to the VM dispatcher and their host's agent.
+    Vms,
 }
 
 /// Who a writer writes as, where, and a connection of its own to read an operation id from
@@ -120,6 +123,7 @@ async fn one_of_each_kind(writer: &Writer, key: &str, (rng, mix): (&mut Rng, Mix
         Mix::Every => rng.below(5),
         Mix::Leases => 0,
         Mix::Rentals => 5,
+        Mix::Vms => 1,
     };
     match kind {
         0 => vec![writer.send(tenant, ("requestLease", REQUEST_LEASE), lease_request(key)).await],
@@ -326,7 +330,7 @@ async fn kill_again_and_again(server: &mut Server, seed: u64, load: &Load, compa
 
 /// The dispatcher, a reconciler, killed with its server at moments drawn from the seed while
 /// leases are requested: after the last start every lease becomes ready, provisioned once
-/// (its dispatch recorded at most once), and the backend (`leasehold
+/// (each of its dispatch attempts recorded under a number of its own), and the backend (`leasehold
 /// backend-sim`, a process of its own that lives on) took each lease's provision once. A
 /// provision sent again after a kill is answered 409 `already_provisioned`, as fred's backends
 /// answer it; the dispatcher must take that as done, not as a failure or a second lease.
@@ -353,19 +357,30 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
     for writer in writers {
         leases.extend(writer.await.expect("a writer ran"));
     }
+    let observer = server.db.client().await;
+    let mut sent_again = 0;
     for lease in &leases {
         crate::backend::wait_for_status(&server, &acme, &lease["id"], "READY").await;
         let events = stream_events(&server, &lease["id"]).await;
         assert_eq!(count_of(&events, "LeaseProvisioned"), 1, "{events:?}");
-        // Recorded once, or not at all when the kill came between the send and its record
-        // and the backend's callback settled the lease before the dispatcher looked again.
-        assert!(count_of(&events, "LeaseDispatched") <= 1, "{events:?}");
+        // Each send is recorded under its own attempt number. A kill between a send's record
+        // and its outbox's settlement leaves the work to the next instance, which sends it
+        // again at once: the backend answers `409 already provisioned`, recorded as taken
+        // under the next number. Never one number twice.
+        let attempts = "SELECT payload->>'attempt' FROM events WHERE stream_id = $1 \
+                        AND event_type = 'LeaseDispatched'";
+        let stream = lease["streamId"].as_str().expect("a stream");
+        let rows = observer.query(attempts, &[&stream]).await.expect("read");
+        let numbers: std::collections::BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        assert_eq!(numbers.len(), rows.len(), "{stream}: an attempt number twice: {events:?}");
+        sent_again += rows.len().saturating_sub(1);
     }
     let (sent, acted) = (sim.received("provision").await, sim.received("provision-accepted").await);
     assert_eq!(acted, leases.len() as u64, "the backend took each lease's provision once");
     assert!(sent >= acted, "{sent} sent");
     eprintln!(
-        "crash: {} kills; {} leases, provisions sent {sent}, acted on {acted}",
+        "crash: {} kills; {} leases, provisions sent {sent} ({sent_again} recorded taken \
+         again), acted on {acted}",
         kills(),
         leases.len()
     );
@@ -413,12 +428,68 @@ async fn a_rental_dispatcher_killed_at_any_moment_has_the_provider_make_one_mach
     );
 }
 
+/// The VM dispatcher, a reconciler, killed with its server at moments drawn from the seed
+/// while VMs are created and it boots each on its host's agent (`leasehold backend-sim
+/// --host-agent`, a process of its own that lives on): every VM reads running, its stream
+/// holding one `VmRunning`, and the agent booted one VM for each. A boot sent again after a
+/// kill is answered 409 (that VM is there), which the dispatcher must take as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_dispatcher_killed_at_any_moment_has_the_host_agent_boot_each_vm_once() {
+    use crate::fleet::{AGENT_TOKEN, agent_vms, start_agent};
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
+    let agent = start_agent(&[]).await;
+    let mut server = Server::start().await;
+    register_host(&server, (&agent.url, Some(AGENT_TOKEN))).await;
+    let acme = tenant_token("acme");
+    let load = Load::default();
+    let writers = writers((&server, &acme), (seed, Mix::Vms), &load).await;
+    kill_again_and_again(&mut server, seed, &load, false).await;
+    load.stop.store(true, Ordering::Relaxed);
+    let mut vms = Vec::new();
+    for writer in writers {
+        vms.extend(writer.await.expect("a writer ran"));
+    }
+    let observer = server.db.client().await;
+    for vm in &vms {
+        let stream = vm["streamId"].as_str().expect("a stream");
+        let running = tokio::time::timeout(WAIT, async {
+            loop {
+                let read = server.graphql(&acme, crate::fleet::VM, json!({ "id": vm["id"] })).await;
+                if read["data"]["vm"]["state"] == "running" {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        if running.await.is_err() {
+            let name = format!("lh-{}", vm["id"].as_str().expect("an id"));
+            let held = agent_vms(&agent).await.to_string().contains(&name);
+            let types = event_types(&observer, stream).await;
+            panic!("{stream} not running in {WAIT:?} (the agent holds it: {held}): {types:?}");
+        }
+        let running = "SELECT count(*) FROM events WHERE stream_id = $1 \
+                       AND event_type = 'VmRunning'";
+        let row = observer.query_one(running, &[&stream]).await.expect("counted");
+        assert_eq!(row.get::<_, i64>(0), 1, "{stream} running once");
+    }
+    let booted = agent_vms(&agent).await["vms"].as_array().map_or(0, Vec::len);
+    let sent = agent.count("create").await;
+    assert_eq!(booted, vms.len(), "the agent booted one VM per VM");
+    assert!(sent >= booted as u64, "{sent} boots received");
+    eprintln!(
+        "crash: {} kills; {} VMs, boots received {sent}, booted {booted}",
+        kills(),
+        vms.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
     let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
     eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
     let (mut server, _providers) = crate::rented::rented_server().await;
-    register_host(&server).await;
+    register_host(&server, ("http://127.0.0.1:9", None)).await;
     let acme = tenant_token("acme");
     let start = request_lease(&server, &acme, "start").await;
     let (load, unsubscribe) = (Load::default(), Arc::new(AtomicBool::new(false)));
@@ -504,6 +575,13 @@ async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_it
 
     // The read models equal a replay of the whole log, once the projections have caught up.
     replay_equals_read_models(&server).await;
+}
+
+/// The event types of `stream`, in order.
+async fn event_types(observer: &tokio_postgres::Client, stream: &str) -> Vec<String> {
+    let types = "SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version";
+    let rows = observer.query(types, &[&stream]).await.expect("read");
+    rows.iter().map(|row| row.get(0)).collect()
 }
 
 /// Each kind's first event, and its streams' prefix: every stream that holds one must be

@@ -1,7 +1,9 @@
 //! The dispatcher's outbox (`adapters::dispatch::PgOutbox`) on a real database: intake is
 //! idempotent, newer work supersedes pending older work (but work beside its stream's), an attempt number is claimed before
 //! a send and never reused, a claimed row is held while its send runs, a send the target refused to try gives its number back, and work
-//! waits until it is due; taken work is overdue at its answer deadline until that is handled.
+//! waits until it is due; taken work is overdue at its answer deadline until that is handled;
+//! work an instance claimed and never settled is freed by the next instance at once, and work
+//! waiting out a backoff is not.
 
 use chrono::{TimeDelta, Timelike as _, Utc};
 use leasehold_adapters::dispatch::{Backoff, Intent, PgOutbox};
@@ -10,6 +12,8 @@ use leasehold_tests::TestDb;
 use uuid::Uuid;
 
 const DISPATCHER: &str = "test-dispatcher";
+/// The dispatcher instance claiming work in these tests.
+const ME: Uuid = Uuid::from_u128(1);
 
 fn intent(stream: &str, generation: u64) -> Intent {
     Intent {
@@ -34,22 +38,25 @@ async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
     // A replayed intake changes nothing.
     outbox.enqueue(DISPATCHER, std::slice::from_ref(&first), now).await.unwrap();
     let hold = TimeDelta::seconds(70);
-    let claimed = outbox.claim_due(DISPATCHER, now, 10, now + hold).await.unwrap();
+    let claimed = outbox.claim_due((DISPATCHER, ME), now, 10, now + hold).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].attempt, 1);
     // Claimed and not yet answered: held while its send runs, so never sent twice at once.
-    assert!(outbox.claim_due(DISPATCHER, now, 10, now + hold).await.unwrap().is_empty());
+    assert!(outbox.claim_due((DISPATCHER, ME), now, 10, now + hold).await.unwrap().is_empty());
     // A crash leaves it claimed and unanswered: due again once the hold runs out, under a
     // new number.
-    let again = outbox.claim_due(DISPATCHER, now + hold, 10, now + hold * 2).await.unwrap();
+    let again = outbox.claim_due((DISPATCHER, ME), now + hold, 10, now + hold * 2).await.unwrap();
     assert_eq!(again[0].attempt, 2, "a claimed number is never handed out twice");
     let key = (&first.stream, 1);
     // Not sent (the breaker was open): the number is given back, the work waits.
     let later = now + TimeDelta::seconds(1);
     outbox.give_back(key, 2, later, "circuit open").await.unwrap();
-    assert!(outbox.claim_due(DISPATCHER, now, 10, later).await.unwrap().is_empty(), "not due");
+    assert!(
+        outbox.claim_due((DISPATCHER, ME), now, 10, later).await.unwrap().is_empty(),
+        "not due"
+    );
     assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(later));
-    let due = outbox.claim_due(DISPATCHER, later, 10, later + hold).await.unwrap();
+    let due = outbox.claim_due((DISPATCHER, ME), later, 10, later + hold).await.unwrap();
     assert_eq!(due[0].attempt, 2, "the given-back number is used again");
     // Failed: it keeps its number and waits for the backoff.
     let backoff = Backoff::default();
@@ -58,10 +65,15 @@ async fn attempts_are_claimed_once_given_back_when_unsent_and_wait_until_due() {
     let rows = outbox.rows(DISPATCHER).await.unwrap();
     assert_eq!((rows[0].state.as_str(), rows[0].attempts), ("pending", 2));
     assert_eq!(rows[0].last_error.as_deref(), Some("connection refused"));
-    assert_eq!(outbox.claim_due(DISPATCHER, next, 10, next + hold).await.unwrap()[0].attempt, 3);
+    assert_eq!(
+        outbox.claim_due((DISPATCHER, ME), next, 10, next + hold).await.unwrap()[0].attempt,
+        3
+    );
     outbox.finish(key, "delivered", next).await.unwrap();
     let much_later = next + TimeDelta::hours(1);
-    assert!(outbox.claim_due(DISPATCHER, much_later, 10, much_later).await.unwrap().is_empty());
+    assert!(
+        outbox.claim_due((DISPATCHER, ME), much_later, 10, much_later).await.unwrap().is_empty()
+    );
     assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), None);
 }
 
@@ -89,7 +101,7 @@ async fn newer_work_supersedes_pending_older_work_on_its_stream_only() {
         .collect();
     assert_eq!(c, [(1, "superseded"), (2, "pending")]);
     // Another dispatcher's work is its own.
-    assert!(outbox.claim_due("another", now, 10, now).await.unwrap().is_empty());
+    assert!(outbox.claim_due(("another", ME), now, 10, now).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -125,7 +137,7 @@ async fn taken_work_is_overdue_at_its_deadline_until_its_deadline_is_handled() {
     let now = Utc::now().with_nanosecond(0).expect("valid");
     let (awaited, released) = (intent("lease-a", 1), intent("lease-b", 1));
     outbox.enqueue(DISPATCHER, &[awaited.clone(), released.clone()], now).await.unwrap();
-    outbox.claim_due(DISPATCHER, now, 10, now + TimeDelta::seconds(70)).await.unwrap();
+    outbox.claim_due((DISPATCHER, ME), now, 10, now + TimeDelta::seconds(70)).await.unwrap();
     let deadline = now + TimeDelta::seconds(600);
     outbox.deliver((&awaited.stream, 1), now, Some(deadline)).await.unwrap();
     // Work settled without a callback (a release) has no deadline.
@@ -151,4 +163,29 @@ fn backoff_doubles_up_to_its_maximum() {
     let backoff = Backoff::default();
     let waits: Vec<i64> = (1..=9).map(|n| backoff.after(n).num_milliseconds()).collect();
     assert_eq!(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]);
+}
+
+#[tokio::test]
+async fn claims_an_earlier_instance_left_are_freed_at_once_and_backoffs_are_kept() {
+    let db = TestDb::migrated().await;
+    let outbox = PgOutbox::new(db.store());
+    let now = Utc::now().with_nanosecond(0).expect("valid");
+    let (gone, next) = (Uuid::from_u128(2), Uuid::from_u128(3));
+    let (sending, waiting) = (intent("lease-a", 1), intent("lease-b", 1));
+    outbox.enqueue(DISPATCHER, &[sending.clone(), waiting.clone()], now).await.unwrap();
+    let hold = now + TimeDelta::minutes(10);
+    assert_eq!(outbox.claim_due((DISPATCHER, gone), now, 10, hold).await.unwrap().len(), 2);
+    // One send failed and waits for its backoff; the other was in flight when its instance
+    // died.
+    let backoff = now + TimeDelta::seconds(30);
+    outbox.retry((&waiting.stream, 1), 1, backoff, "connection refused").await.unwrap();
+    // The instance itself frees nothing of its own.
+    assert_eq!(outbox.free_claims_of_others((DISPATCHER, gone), now).await.unwrap(), 0);
+    assert_eq!(outbox.free_claims_of_others(("another", next), now).await.unwrap(), 0);
+    // The next instance frees the send in flight, not the backoff.
+    assert_eq!(outbox.free_claims_of_others((DISPATCHER, next), now).await.unwrap(), 1);
+    let due = outbox.claim_due((DISPATCHER, next), now, 10, hold).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!((&due[0].stream, due[0].attempt), (&sending.stream, 2), "a new number");
+    assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(backoff));
 }
