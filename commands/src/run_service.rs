@@ -220,6 +220,13 @@ where
         run: RunId,
     ) -> Result<Option<RunOutcome>> {
         let (_, stored) = self.owned(run).await?;
+        // Only a booked run awaits an attempt: one launching or past it has its attempt (a
+        // dispatcher looking again, or a dispatch sent twice, finds nothing to do), and an
+        // indeterminate launch is refused by the run itself until it is reconciled.
+        use leasehold_domain::run::RunStatus as S;
+        if matches!(stored.status, S::Launching | S::Running | S::Finished | S::Closed) {
+            return Ok(None);
+        }
         let Some(booking) = stored.booking else { return Ok(None) };
         let (_, rental) = self.rental(booking.rental).await?;
         let running = rental.schedule.running.is_some_and(|held| held.booking == booking.booking);

@@ -366,3 +366,29 @@ async fn dispatchers_racing_a_reenrollment_never_conflict_on_the_attempts_key() 
 /// on a loaded 2-core machine.
 const ROUNDS: usize = 40;
 const DISPATCHERS: usize = 6;
+
+/// A dispatcher that looks again at a run whose attempt is on its way (or past it) finds
+/// nothing to do: no second attempt, no refusal, nothing appended. Sent twice, a dispatch
+/// answers as the run stands, as a client's retry would be answered.
+#[tokio::test]
+async fn a_dispatch_of_a_run_already_launching_or_running_finds_nothing_to_do() {
+    let db = TestDb::migrated().await;
+    let clock = ManualClock::at(start());
+    let services = services(&db, &clock);
+    let (run, attempt, enrolled) = launched(&services, &db).await;
+    let before = whole_log_text(&db).await;
+    let again = services.runs.dispatch(&provider(), &acme(), run).await;
+    assert!(matches!(again, Ok(None)), "launching: {again:?}");
+    let session = session_of(&services, &enrolled);
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    let launch = stored.current().expect("an attempt").operation;
+    let applied = (launch, leasehold_domain::node::OperationResult::Applied);
+    services.nodes.settle(&session, "launched", applied).await.expect("settled");
+    let before_running = whole_log_text(&db).await;
+    let again = services.runs.dispatch(&provider(), &acme(), run).await;
+    assert!(matches!(again, Ok(None)), "running: {again:?}");
+    assert_eq!(whole_log_text(&db).await, before_running, "nothing appended");
+    let (_, stored) = services.runs.owned(run).await.expect("read");
+    assert_eq!(stored.attempts.len(), 1, "one attempt: {attempt:?}");
+    assert_ne!(before, before_running);
+}
