@@ -8,7 +8,7 @@
 //! (`leasehold_tests::invariants`), and the read models equal a rebuild from scratch, row
 //! for row.
 //!
-//! A failing run is shrunk and saved to `machine.proptest-regressions` beside this file,
+//! A failing run is shrunk and saved to `tests/tests/proptest-regressions/hammer/machine.txt`,
 //! which replays it first on every later run. CI draws 4 runs; `PROPTEST_CASES=100` is the
 //! long run.
 
