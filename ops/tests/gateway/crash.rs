@@ -12,8 +12,9 @@
 //! provision's append); and snapshots of VMs (the VM booted by its host's agent, the
 //! snapshot asked for by the tenant and written by the agent).
 //!
-//! A second test kills it while its dispatcher sends leases' work to a backend simulator:
-//! each lease is dispatched, provisioned and ready once.
+//! Four more kill it while one of its dispatchers sends work to a simulator of the outside
+//! system (a lease backend, a rental provider, a host agent, a runner node's provider): each
+//! piece of work is carried out there once, and its aggregate reaches the state it leads to.
 //!
 //! CI kills it 3 times in each; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md),
 //! and `LEASEHOLD_CRASH_SEED` repeats a run's kill moments and choices of mutation.
@@ -83,6 +84,8 @@ enum Mix {
     Rentals,
     /// VMs alone, created and left to the VM dispatcher and their host's agent.
     Vms,
+    /// Runner leases alone, assigned and left to the runner dispatcher and their node.
+    Runners,
 }
 
 /// Who a writer writes as, where, and a connection of its own to read an operation id from
@@ -124,6 +127,7 @@ async fn one_of_each_kind(writer: &Writer, key: &str, (rng, mix): (&mut Rng, Mix
         Mix::Leases => 0,
         Mix::Rentals => 5,
         Mix::Vms => 1,
+        Mix::Runners => 2,
     };
     match kind {
         0 => vec![writer.send(tenant, ("requestLease", REQUEST_LEASE), lease_request(key)).await],
@@ -481,6 +485,53 @@ async fn a_vm_dispatcher_killed_at_any_moment_has_the_host_agent_boot_each_vm_on
         "crash: {} kills; {} VMs, boots received {sent}, booted {booted}",
         kills(),
         vms.len()
+    );
+}
+
+/// The runner dispatcher killed with its server at moments drawn from the seed while runner
+/// leases are assigned and it launches each one's instance on its node's provider
+/// (`leasehold backend-sim --runner-provider`, a process of its own that lives on): every
+/// lease reads launched, with its instance, and the provider launched one instance for each,
+/// once. A launch whose answer a kill lost is found by name before anything is launched
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_dispatcher_killed_at_any_moment_has_the_node_launch_each_instance_once() {
+    use crate::runner_dispatch::{REGISTER, dispatching, node_agent, operator_reads};
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
+    let (mut server, sim, _dir) = dispatching(&[]).await;
+    // The node registers again with room for every lease a long run assigns.
+    let roomy = json!({ "input": {
+        "operationKey": "reg-roomy", "provider": "docker", "guestOs": ["linux"],
+        "accepts": ["trusted", "untrusted"], "vcpu": 1_000_000, "memoryMb": 1_000_000_000_i64,
+        "inventory": [] } });
+    data(&server.graphql(&node_agent(), REGISTER, roomy).await);
+    let acme = tenant_token("acme");
+    let load = Load::default();
+    let writers = writers((&server, &acme), (seed, Mix::Runners), &load).await;
+    kill_again_and_again(&mut server, seed, &load, false).await;
+    load.stop.store(true, Ordering::Relaxed);
+    let mut leases = std::collections::BTreeSet::new();
+    for writer in writers {
+        for answered in writer.await.expect("a writer ran") {
+            leases.insert(answered["id"].as_str().expect("an id").to_owned());
+        }
+    }
+    for lease in &leases {
+        let launched = |read: &Value| !read["instanceId"].is_null();
+        operator_reads(&server, &json!(lease), "launched", launched).await;
+    }
+    let instances = sim.get("/sim/instances").await;
+    let instances = instances.as_array().cloned().unwrap_or_default();
+    assert_eq!(instances.len(), leases.len(), "one instance per lease");
+    for instance in &instances {
+        assert_eq!(instance["launches"], 1, "launched once: {instance}");
+    }
+    let requests = sim.get("/sim/requests").await;
+    eprintln!(
+        "crash: {} kills; {} runner leases, provider requests {requests}",
+        kills(),
+        leases.len()
     );
 }
 

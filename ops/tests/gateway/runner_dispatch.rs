@@ -21,7 +21,7 @@ use crate::support::*;
 
 const TOKEN: &str = "a-runner-agent-token-of-at-least-32-bytes";
 const LEASE: &str = "query($id: ID!) { runnerLease(id: $id) { id phase outcome teardown node epoch instanceId failureReason } }";
-const REGISTER: &str =
+pub(crate) const REGISTER: &str =
     "mutation($input: RegisterRunnerNodeInput!) { registerRunnerNode(input: $input) { id } }";
 const NODE_LEASES: &str = "{ nodeRunnerLeases { id instanceName epoch phase } }";
 const PHASE: &str = "mutation($input: RunnerReportInput!, $phase: String!) { reportRunnerPhase(input: $input, phase: $phase) { id events { type } } }";
@@ -29,7 +29,7 @@ const RELEASE: &str =
     "mutation($input: ReleaseRunnerLeaseInput!) { releaseRunnerLease(input: $input) { id } }";
 
 /// The simulated runner provider and issuer, running until dropped.
-struct RunnerSim {
+pub(crate) struct RunnerSim {
     url: String,
     http: reqwest::Client,
     _child: Child,
@@ -46,14 +46,14 @@ impl RunnerSim {
         RunnerSim { url, http: reqwest::Client::new(), _child: child }
     }
 
-    async fn get(&self, path: &str) -> Value {
+    pub(crate) async fn get(&self, path: &str) -> Value {
         let answer = self.http.get(format!("{}{path}", self.url)).send().await.expect("answered");
         answer.json().await.expect("JSON")
     }
 }
 
 /// A server launching runner leases on `sim` as the node `docker-1`, and the sim.
-async fn dispatching(faults: &[&str]) -> (Server, RunnerSim, TempDir) {
+pub(crate) async fn dispatching(faults: &[&str]) -> (Server, RunnerSim, TempDir) {
     dispatching_logging(faults, "warn").await
 }
 
@@ -81,7 +81,7 @@ async fn dispatching_logging(faults: &[&str], level: &str) -> (Server, RunnerSim
     (server, sim, dir)
 }
 
-fn node_agent() -> String {
+pub(crate) fn node_agent() -> String {
     let node = RunnerNodeName::parse("node", "docker-1").expect("valid");
     secret().mint_runner_node_agent("runner-docker-1", &node, TimeDelta::hours(1))
 }
@@ -100,7 +100,7 @@ async fn assigned(server: &Server, token: &str, key: &str, trust: &str) -> Value
 }
 
 /// The lease as the operator reads it once `ready` holds of it.
-async fn operator_reads(
+pub(crate) async fn operator_reads(
     server: &Server,
     lease: &Value,
     what: &str,
