@@ -4,6 +4,7 @@ mod commands;
 mod dispatch;
 mod fleet;
 mod hammer;
+mod late_retries;
 mod log;
 mod migrations;
 mod projections;
