@@ -15,6 +15,7 @@
 //! Four more kill it while one of its dispatchers sends work to a simulator of the outside
 //! system (a lease backend, a rental provider, a host agent, a runner node's provider): each
 //! piece of work is carried out there once, and its aggregate reaches the state it leads to.
+//! One kills it while its inventory sweep closes failed leases: each is closed once.
 //!
 //! CI kills it 3 times in each; `LEASEHOLD_CRASH_KILLS=10` is the long run (RELIABILITY.md),
 //! and `LEASEHOLD_CRASH_SEED` repeats a run's kill moments and choices of mutation.
@@ -534,6 +535,65 @@ async fn a_runner_dispatcher_killed_at_any_moment_has_the_node_launch_each_insta
         leases.len()
     );
 }
+
+/// The inventory sweep, a reconciler, killed with its server at moments drawn from the seed
+/// while it closes failed leases: leases made ready through `leasehold backend-sim` (which
+/// lists an exhausted retry budget for a failed lease) fail a few before each kill, and the
+/// sweep, every second, closes each and has it deprovisioned. After the last start every lease reads
+/// deprovisioned, its stream holding one `LeaseClosedForFailure` and one `LeaseDeprovisioned`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inventory_sweep_killed_at_any_moment_closes_each_failed_lease_once() {
+    use crate::backend::{Sim, backends_file, count as count_of, ready_lease, scratch};
+    use crate::backend::{stream_events, wait_for_status};
+    let seed = seed_from_env("LEASEHOLD_CRASH_SEED");
+    eprintln!("crash: seed {seed} (LEASEHOLD_CRASH_SEED repeats the kill moments)");
+    let dir = scratch();
+    let sim = Sim::start_with("127.0.0.1:0", &dir.0, &["exhausted-budget"]).await;
+    let file = backends_file(&dir.0, &sim.url);
+    let file = file.to_str().expect("a UTF-8 path");
+    let args = ["--backend", "sim-1", "--backends-file", file, "--inventory-every", "1s"];
+    let mut server = Server::start_with(&args).await;
+    let acme = tenant_token("acme");
+    let mut leases = Vec::new();
+    for n in 0..LEASES_FAILED_A_KILL * kills() {
+        leases.push(ready_lease(&server, &acme, &format!("lease-{n}")).await);
+    }
+    let (http, mut rng) = (reqwest::Client::new(), Rng::new(seed));
+    let observer = server.db.client().await;
+    let closed = "SELECT count(*) FROM events WHERE event_type = 'LeaseClosedForFailure'";
+    let mut closed_at_kills = Vec::new();
+    for wave in leases.chunks(LEASES_FAILED_A_KILL) {
+        for lease in wave {
+            let url = format!("{}/sim/fail/{}", sim.url, lease.as_str().expect("an id"));
+            let answer = http.post(url).send().await.expect("the sim answers");
+            assert_eq!(answer.status().as_u16(), 202);
+        }
+        // A moment around the sweep's work on this wave: a sweep runs every second.
+        tokio::time::sleep(Duration::from_millis(rng.below(1_500) as u64)).await;
+        let row = observer.query_one(closed, &[]).await.expect("counted");
+        closed_at_kills.push(row.get::<_, i64>(0));
+        server.child.start_kill().expect("SIGKILL sent");
+        server.child.wait().await.expect("it died");
+        server.start_again().await;
+    }
+    for lease in &leases {
+        wait_for_status(&server, &acme, lease, "DEPROVISIONED").await;
+        let events = stream_events(&server, lease).await;
+        assert_eq!(count_of(&events, "LeaseClosedForFailure"), 1, "{events:?}");
+        assert_eq!(count_of(&events, "LeaseDeprovisioned"), 1, "{events:?}");
+    }
+    let deprovisions = sim.received("deprovision").await;
+    assert!(deprovisions >= leases.len() as u64, "{deprovisions} deprovisions sent");
+    eprintln!(
+        "crash: {} kills (leases closed before each: {closed_at_kills:?}); {} failed leases \
+         closed once each, deprovisions sent {deprovisions}",
+        kills(),
+        leases.len()
+    );
+}
+
+/// Leases the sweep's test fails before each kill.
+const LEASES_FAILED_A_KILL: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_under_load_loses_nothing_repeats_nothing_and_resumes_its_feeds() {
