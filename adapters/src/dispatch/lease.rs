@@ -260,6 +260,10 @@ impl<S: CommandStore + Clone + Send + Sync + 'static> LeaseDispatch<S> {
 
 impl<S: CommandStore + Clone + Send + Sync + 'static> DispatchKind for LeaseDispatch<S> {
     const NAME: &'static str = "lease-dispatcher";
+    // A backend answers a provision of a lease it holds `409 already provisioned`, and a
+    // deprovision of one it no longer holds as done; a restore, restart or update repeated
+    // while the first runs could act twice, so those wait out the hold.
+    const RESENT_AT_ONCE: &'static [&'static str] = &["provision", "deprovision"];
     const VERSION: u32 = 1;
 
     async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {

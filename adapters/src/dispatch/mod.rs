@@ -7,11 +7,13 @@
 //! - **At least once.** Intake (event → outbox row) is idempotent and happens before the
 //!   reconciler's checkpoint passes the event, so an intent is never skipped; a row stays
 //!   pending until an answer is recorded, so work claimed and not answered (a crash between
-//!   claiming and recording) is sent again: at once by the next instance to hold the
-//!   dispatcher's lock (a claim names its instance, and only the lock's holder sends), or by
-//!   the same instance once its claim's hold runs out. The receiver's duplicate must be
-//!   harmless; the protocols make it so (a repeated provision is `409 already provisioned`, a
-//!   repeated boot `409` and read back, a provider's listing holds what it made).
+//!   claiming and recording) is sent again once its claim's hold runs out; a kind's actions
+//!   whose receiver refuses a repeat atomically (`RESENT_AT_ONCE`: a lease's provision and
+//!   deprovision, a VM's boot and destroy, a runner's launch) are sent again at once by the next instance to
+//!   take the dispatcher's lock at its first call (a claim names its instance). The
+//!   receiver's duplicate must be harmless; the protocols make it so (a repeated provision is
+//!   `409 already provisioned`, a repeated boot `409` and read back, a provider's listing
+//!   holds what it made).
 //! - **Attempt numbers are never reused.** An attempt is claimed (its number written) before
 //!   it is sent, so the event recording its answer is keyed by a number no other answer
 //!   has; a crash after the claim leaves a gap, never a second answer under one key.
@@ -156,6 +158,15 @@ pub trait DispatchKind: Send + Sync + 'static {
     /// superseded by nothing (each is its own request, not a newer state of the stream's).
     const BESIDE: &'static [&'static str] = &[];
 
+    /// The actions whose work a gone instance left claimed mid-send is sent again at once by
+    /// the next instance to take the lock, rather than after the claim's hold. Only actions
+    /// whose receiver refuses a repeat of the same work as one atomic check (the same name or
+    /// lease answered 409, a delete of what is gone): the first send may still be running at
+    /// the receiver (the process that made it lost its session but lives, or was killed while
+    /// its request was being handled), and a repeat racing it must change nothing. A receiver
+    /// that looks first and then acts (a listing, then a provision) would act twice.
+    const RESENT_AT_ONCE: &'static [&'static str] = &[];
+
     /// The work `event` starts, if it starts any that is still awaited.
     fn intent(
         &self,
@@ -224,8 +235,9 @@ impl Backoff {
 /// Its calls take work in and start sends; they never wait for a send. Each send runs on its
 /// own task and settles its outbox row when its answer is recorded, so a lease requested
 /// while others are being sent is taken in and sent at once, not after them. A claimed row is
-/// held (not due) for the kind's `claim_hold`, so no row is sent twice at once; a process
-/// that dies mid-send leaves it to the next instance, which sends it again at its first call.
+/// held (not due) for the kind's `claim_hold`, so this instance never sends a row twice at
+/// once; a process that dies mid-send leaves it to the next instance, which sends it again
+/// after the hold, or at its first call for a `RESENT_AT_ONCE` action.
 #[derive(Debug)]
 pub struct Dispatcher<K> {
     parts: Arc<Parts<K>>,
@@ -266,15 +278,21 @@ impl<K: DispatchKind> Dispatcher<K> {
         }
     }
 
-    /// Frees the work an earlier instance claimed and never settled (it died mid-send, or
-    /// lost its session and with it the lock this instance now holds): due at once rather
-    /// than after the claim's hold. Sent again, it meets the receiver's own duplicate check
-    /// (a boot's 409, a provision's listing), as any repeat after a lost answer does.
+    /// At this instance's first call: frees the work of [`DispatchKind::RESENT_AT_ONCE`]
+    /// actions an earlier instance claimed and never settled (it died mid-send, or lost its
+    /// session and with it the lock this instance now holds): due at once rather than after
+    /// the claim's hold. Sent again, it meets the receiver's atomic duplicate check (a boot's
+    /// 409, a provision's `409 already provisioned`). Other actions wait out the hold.
     async fn adopt_orphaned_claims(&self, now: DateTime<Utc>) -> Result<(), ReconcileError> {
         if self.adopted.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let freed = self.parts.outbox.free_claims_of_others((K::NAME, self.instance), now).await?;
+        let outbox = &self.parts.outbox;
+        let freed = if K::RESENT_AT_ONCE.is_empty() {
+            0
+        } else {
+            outbox.free_claims_of_others((K::NAME, self.instance), K::RESENT_AT_ONCE, now).await?
+        };
         if freed > 0 {
             tracing::info!(
                 dispatcher = K::NAME,

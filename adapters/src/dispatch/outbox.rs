@@ -167,24 +167,25 @@ impl PgOutbox {
         rows.iter().map(work_of).collect()
     }
 
-    /// Makes `dispatcher`'s pending work claimed by any instance but `claimer` due at `now`:
-    /// only the instance holding the dispatcher's lock sends, so such a claim was left by an
-    /// instance that is gone mid-send. How many rows it freed.
+    /// Makes `dispatcher`'s pending work of `actions` claimed by any instance but `claimer`
+    /// due at `now`: such a claim was left by an instance that no longer holds the
+    /// dispatcher's lock (gone mid-send). How many rows it freed.
     ///
     /// # Errors
     /// A database failure.
     pub async fn free_claims_of_others(
         &self,
         (dispatcher, claimer): (&str, Uuid),
+        actions: &[&str],
         now: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         let client = self.client().await?;
         client
             .execute(
                 "UPDATE dispatch_outbox SET next_attempt_at = $3, claimed_by = NULL \
-                 WHERE dispatcher = $1 AND state = 'pending' \
+                 WHERE dispatcher = $1 AND state = 'pending' AND action = ANY($4) \
                    AND claimed_by IS NOT NULL AND claimed_by <> $2",
-                &[&dispatcher, &claimer, &now],
+                &[&dispatcher, &claimer, &now, &actions],
             )
             .await
             .map_err(self.fail())

@@ -462,6 +462,10 @@ where
     S: CommandStore + Clone + Send + Sync + 'static,
 {
     const NAME: &'static str = "runner-dispatcher";
+    // A provider answers a launch of an instance name it holds 409, and that instance is read
+    // back as the lease's own; a repeat may mint a second registration first, which no runner
+    // is ever given (the issuer lets it lapse). A destroy waits out the hold.
+    const RESENT_AT_ONCE: &'static [&'static str] = &["launch"];
     const VERSION: u32 = 1;
 
     async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {

@@ -2,8 +2,8 @@
 //! idempotent, newer work supersedes pending older work (but work beside its stream's), an attempt number is claimed before
 //! a send and never reused, a claimed row is held while its send runs, a send the target refused to try gives its number back, and work
 //! waits until it is due; taken work is overdue at its answer deadline until that is handled;
-//! work an instance claimed and never settled is freed by the next instance at once, and work
-//! waiting out a backoff is not.
+//! work an instance claimed and never settled is freed by the next instance at once when its
+//! action's receiver refuses a repeat atomically, and work waiting out a backoff is not.
 
 use chrono::{TimeDelta, Timelike as _, Utc};
 use leasehold_adapters::dispatch::{Backoff, Intent, PgOutbox};
@@ -166,26 +166,37 @@ fn backoff_doubles_up_to_its_maximum() {
 }
 
 #[tokio::test]
-async fn claims_an_earlier_instance_left_are_freed_at_once_and_backoffs_are_kept() {
+async fn claims_an_earlier_instance_left_are_freed_at_once_for_safe_actions_only() {
     let db = TestDb::migrated().await;
     let outbox = PgOutbox::new(db.store());
     let now = Utc::now().with_nanosecond(0).expect("valid");
     let (gone, next) = (Uuid::from_u128(2), Uuid::from_u128(3));
     let (sending, waiting) = (intent("lease-a", 1), intent("lease-b", 1));
-    outbox.enqueue(DISPATCHER, &[sending.clone(), waiting.clone()], now).await.unwrap();
+    let mut restarting = intent("lease-c", 1);
+    restarting.action = "restart";
+    let work = [sending.clone(), waiting.clone(), restarting.clone()];
+    outbox.enqueue(DISPATCHER, &work, now).await.unwrap();
     let hold = now + TimeDelta::minutes(10);
-    assert_eq!(outbox.claim_due((DISPATCHER, gone), now, 10, hold).await.unwrap().len(), 2);
-    // One send failed and waits for its backoff; the other was in flight when its instance
-    // died.
+    assert_eq!(outbox.claim_due((DISPATCHER, gone), now, 10, hold).await.unwrap().len(), 3);
+    // One send failed and waits for its backoff; the others were in flight when their
+    // instance died.
     let backoff = now + TimeDelta::seconds(30);
     outbox.retry((&waiting.stream, 1), 1, backoff, "connection refused").await.unwrap();
-    // The instance itself frees nothing of its own.
-    assert_eq!(outbox.free_claims_of_others((DISPATCHER, gone), now).await.unwrap(), 0);
-    assert_eq!(outbox.free_claims_of_others(("another", next), now).await.unwrap(), 0);
-    // The next instance frees the send in flight, not the backoff.
-    assert_eq!(outbox.free_claims_of_others((DISPATCHER, next), now).await.unwrap(), 1);
-    let due = outbox.claim_due((DISPATCHER, next), now, 10, hold).await.unwrap();
+    let safe = ["provision"];
+    // The instance itself frees nothing of its own, nor does another dispatcher's.
+    assert_eq!(outbox.free_claims_of_others((DISPATCHER, gone), &safe, now).await.unwrap(), 0);
+    let another = ("another", next);
+    assert_eq!(outbox.free_claims_of_others(another, &safe, now).await.unwrap(), 0);
+    // The next instance frees the provision in flight; not the backoff, and not the
+    // restart, whose repeat the receiver would not refuse (it waits out its hold).
+    assert_eq!(outbox.free_claims_of_others((DISPATCHER, next), &safe, now).await.unwrap(), 1);
+    let later_hold = hold + TimeDelta::minutes(10);
+    let due = outbox.claim_due((DISPATCHER, next), now, 10, later_hold).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!((&due[0].stream, due[0].attempt), (&sending.stream, 2), "a new number");
     assert_eq!(outbox.next_due(DISPATCHER).await.unwrap(), Some(backoff));
+    let after_hold = outbox.claim_due((DISPATCHER, next), hold, 10, later_hold);
+    let after_hold = after_hold.await.unwrap();
+    let streams: Vec<_> = after_hold.iter().map(|work| work.stream.as_str()).collect();
+    assert_eq!(streams, ["lease-b", "lease-c"], "the rest after the backoff and the hold");
 }

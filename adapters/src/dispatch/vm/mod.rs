@@ -312,6 +312,10 @@ where
     V: CredentialVault + 'static,
 {
     const NAME: &'static str = "vm-dispatcher";
+    // An agent answers a create of a name it holds 409 (read back), and a delete of what it
+    // does not hold 404 (done); a fork or migration takes a snapshot first, which a repeat
+    // would take again, so those wait out the hold.
+    const RESENT_AT_ONCE: &'static [&'static str] = &["boot", "destroy"];
     const VERSION: u32 = 1;
 
     async fn intent(&self, event: &RecordedEvent) -> Result<Option<Intent>, ReconcileError> {
