@@ -127,6 +127,9 @@ where
         presented: Presented<'_>,
         (agent_version, facts): (AgentVersion, NodeFacts),
     ) -> Result<Enrollment> {
+        // The token this enrollment raises, when it is accepted: a first enrollment raises it
+        // from 0, a resume from the credential's (which must be the node's current one).
+        let mut given = 1;
         let proof = match presented {
             Presented::Token { token, rental, generation } => {
                 EnrollProof::Token { token_hash: token_hash(token), rental, generation }
@@ -136,6 +139,7 @@ where
                 if session.node != node {
                     return Err(refused());
                 }
+                given = session.fencing_token.saturating_add(1);
                 EnrollProof::Credential {
                     rental: session.rental,
                     generation: session.generation,
@@ -156,9 +160,12 @@ where
         };
         let found = self.pipeline.state::<Node>(&node.stream_id()).await?;
         let (_, _, stored) = found.ok_or(CommandError::NotFound)?;
+        if stored.status == leasehold_domain::node::NodeStatus::Retired {
+            // Retired since: this session can never act.
+            return Err(refused());
+        }
         // Other events of the node may follow this enrollment's (an order under the token it
         // raised, its first heartbeat): only a later enrollment closes this session.
-        let given = self.enrolled_token(node, outcome.version).await?;
         if stored.fencing_token != given {
             let current = stored.fencing_token;
             return Err(CommandError::Refused(NodeError::Fenced { given, current }));
@@ -180,22 +187,6 @@ where
             duplicate: stored.fencing_token > 1,
             outcome,
         })
-    }
-
-    /// The fencing token the enrollment recorded at `version` of `node`'s stream raised.
-    async fn enrolled_token(&self, node: NodeId, version: u64) -> Result<u64> {
-        let recorded = self.pipeline.store().read_stream(&node.stream_id(), version, 1).await;
-        let recorded = recorded.map_err(CommandError::Store)?;
-        let enrolled = recorded.first().map(|recorded| {
-            <NodeEvent as leasehold_domain::DomainEvent>::from_stored(
-                recorded.event_type.as_str(),
-                &recorded.payload,
-            )
-        });
-        match enrolled {
-            Some(Ok(NodeEvent::NodeEnrolled { fencing_token, .. })) => Ok(fencing_token),
-            _ => Err(CommandError::NotFound),
-        }
     }
 
     /// The node renews its session: a new credential with a later expiry, the same token.

@@ -22,7 +22,7 @@
 //!
 //! Repeating is safe: an attempt's id and its command's key are minted from the run and the
 //! attempt's number, so a dispatch repeated after a crash is the recorded one, and a run
-//! whose attempt is under way refuses another.
+//! whose attempt is under way has nothing to dispatch.
 
 use std::collections::BTreeSet;
 
