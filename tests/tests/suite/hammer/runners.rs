@@ -1,7 +1,9 @@
 //! Runner leases under the hammer: acme's runner capacity allows 5 leases of the tier at
 //! once over 8 slots. A slot's lease is requested, assigned its job (which charges the
 //! capacity in the same append) and released done (which frees it); then the slot requests a
-//! new one. Now and then a holder names an epoch that is not the lease's (fenced).
+//! new one. Now and then a holder names an epoch that is not the lease's (fenced). Their
+//! runner node registers again now and then (a new node epoch) and reports its inventory,
+//! now and then under an epoch an earlier registration held (fenced).
 
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::CommandPipeline;
@@ -12,7 +14,9 @@ use leasehold_domain::runner_capacity::{RunnerLimits, TierLimit};
 
 use super::delivery::deliver;
 use super::{Answer, SLOTS, Slots, Via, answer};
-use crate::runners::support::{acme, ask, operator, tenant, tier};
+use crate::runners::support::{
+    acme, ask, machine, node_name, operator, registration, tenant, tier,
+};
 
 /// acme's runner capacity for the tier: fewer leases than slots.
 const LIMIT: u32 = 5;
@@ -43,7 +47,10 @@ impl Runners {
         key: String,
     ) -> Answer {
         let runners = &self.processes[process];
-        let slot = rng.below(SLOTS);
+        let slot = rng.below(SLOTS + 1);
+        if slot == SLOTS {
+            return node_step((runners, delivery), rng, &key).await;
+        }
         let (round, lease) = self.slots.get(slot);
         let Some(lease) = lease else {
             let key = format!("runner-{slot}-{round}");
@@ -85,4 +92,26 @@ impl Runners {
             }
         }
     }
+}
+
+/// The runner node registers again (a new node epoch), or reports what it runs under its
+/// epoch, now and then under an earlier one (fenced).
+async fn node_step(
+    (runners, delivery): (&RunnerService<PgEventStore>, (super::Fault, &super::delivery::Observer)),
+    rng: &mut super::Rng,
+    key: &str,
+) -> Answer {
+    let node = machine("node:docker-1");
+    let found = match runners.node(&node_name()).await {
+        Ok(found) => found,
+        Err(error) => return answer::<(), _>(Err(error)),
+    };
+    let Some(stored) = found.filter(|_| !rng.one_in(3)) else {
+        let register = || runners.register_node(&node, key, (registration(), None));
+        return deliver(delivery, register).await;
+    };
+    let epoch = if rng.one_in(3) { stored.node_epoch.saturating_sub(1) } else { stored.node_epoch };
+    let name = node_name();
+    let report = || runners.report_inventory(&node, key, (&name, epoch, Vec::new()));
+    deliver(delivery, report).await
 }
