@@ -122,8 +122,8 @@ async fn a_heartbeat_sent_again_after_its_node_enrolled_anew_answers_as_it_did()
 
 #[tokio::test]
 async fn a_snapshot_asked_again_after_its_vm_was_removed_answers_its_creation() {
-    use leasehold_commands::snapshot_service::{CreateSnapshot, SnapshotConfig, SnapshotService};
-    use leasehold_domain::snapshot::{RequestedKind, SnapshotMode};
+    use leasehold_commands::snapshot_service::{SnapshotConfig, SnapshotService};
+    use leasehold_domain::snapshot::RequestedKind;
     let db = TestDb::migrated().await;
     fleet::register(&db, "h-1", fleet::host_spec(HostBackend::Firecracker, 16, 4)).await;
     let vms = fleet::service(&db, &["h-1"], PlacementPolicy::Spread);
@@ -137,15 +137,7 @@ async fn a_snapshot_asked_again_after_its_vm_was_removed_answers_its_creation() 
     let pipeline = leasehold_commands::CommandPipeline::new(db.store(), Default::default());
     let listing = leasehold_adapters::PgReadModels::of(&db.store());
     let snapshots = SnapshotService::new(pipeline, listing, SnapshotConfig::default());
-    let ask = CreateSnapshot {
-        vm,
-        requested: RequestedKind::Disk,
-        mode: SnapshotMode::Manual,
-        parent: None,
-        layer_key: None,
-        name: None,
-        retention_until: None,
-    };
+    let ask = fleet::snapshot_ask(vm, RequestedKind::Disk);
     let first = snapshots.create(&acme, "s-1", &ask).await.expect("asked");
     // The VM is destroyed and removed: nothing could be snapshotted of it now.
     vms.destroy(&acme, "destroy-1", vm).await.expect("destroying");

@@ -10,8 +10,7 @@ use leasehold_commands::snapshot_service::{
 use leasehold_commands::{CommandError, CommandPipeline, ErrorClass, PipelineConfig};
 use leasehold_domain::EventStore as _;
 use leasehold_domain::snapshot::{
-    ReportedSizes, RequestedKind, SnapshotError, SnapshotId, SnapshotKind, SnapshotMode,
-    SnapshotStatus, Written,
+    ReportedSizes, RequestedKind, SnapshotError, SnapshotId, SnapshotKind, SnapshotStatus, Written,
 };
 use leasehold_domain::values::fleet::{Arch, HostBackend, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail};
@@ -53,15 +52,7 @@ async fn running_vm(db: &TestDb) -> VmId {
 }
 
 fn ask(vm: VmId, requested: RequestedKind) -> CreateSnapshot {
-    CreateSnapshot {
-        vm,
-        requested,
-        mode: SnapshotMode::Manual,
-        parent: None,
-        layer_key: None,
-        name: None,
-        retention_until: None,
-    }
+    super::support::snapshot_ask(vm, requested)
 }
 
 fn written(kind: SnapshotKind, memory_bytes: u64) -> Written {

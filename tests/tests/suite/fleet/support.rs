@@ -143,3 +143,19 @@ pub async fn replay_host(db: &TestDb, name: &str) -> (Host, Result<usize, String
     }
     (host, checked)
 }
+
+/// A tenant's ask for a manual snapshot of `vm`, of the `requested` kind, with nothing else set.
+pub fn snapshot_ask(
+    vm: leasehold_domain::values::fleet::VmId,
+    requested: leasehold_domain::snapshot::RequestedKind,
+) -> leasehold_commands::snapshot_service::CreateSnapshot {
+    leasehold_commands::snapshot_service::CreateSnapshot {
+        vm,
+        requested,
+        mode: leasehold_domain::snapshot::SnapshotMode::Manual,
+        parent: None,
+        layer_key: None,
+        name: None,
+        retention_until: None,
+    }
+}

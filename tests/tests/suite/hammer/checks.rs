@@ -6,11 +6,11 @@
 use leasehold_adapters::PgEventStore;
 use leasehold_commands::quota::WorkloadQuotas;
 use leasehold_commands::runner_service::RunnerService;
-use leasehold_commands::snapshot_service::{CreateSnapshot, SnapshotConfig, SnapshotService};
+use leasehold_commands::snapshot_service::{SnapshotConfig, SnapshotService};
 use leasehold_commands::{CommandPipeline, PipelineConfig};
 use leasehold_domain::quota::QuotaLimits;
 use leasehold_domain::runner_capacity::{RunnerLimits, TierLimit};
-use leasehold_domain::snapshot::{RequestedKind, SnapshotMode};
+use leasehold_domain::snapshot::RequestedKind;
 use leasehold_domain::values::fleet::HostBackend;
 use leasehold_domain::vm::PlacementPolicy;
 use leasehold_domain::workload_quota::{Limit, WorkloadKind};
@@ -72,15 +72,7 @@ async fn a_breach_of_each_invariant_is_named_at_its_event() {
     let one = QuotaLimits { max_count: 1, max_bytes: 0 };
     let operator = super::vms::operator();
     snapshots.set_limits(&operator, "snapshot-limits", (&acme, one)).await.expect("set");
-    let ask = CreateSnapshot {
-        vm,
-        requested: RequestedKind::Disk,
-        mode: SnapshotMode::Manual,
-        parent: None,
-        layer_key: None,
-        name: None,
-        retention_until: None,
-    };
+    let ask = fleet::snapshot_ask(vm, RequestedKind::Disk);
     snapshots.create(&fleet::tenant("acme"), "snapshot-1", &ask).await.expect("reserved");
     // A lease quota of one lease, holding one.
     let quotas = WorkloadQuotas::new(pipeline(&db));

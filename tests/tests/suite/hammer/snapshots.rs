@@ -9,14 +9,12 @@
 use leasehold_adapters::{PgEventStore, PgReadModels, StoreConfig};
 use leasehold_commands::CommandPipeline;
 use leasehold_commands::lease_service::{Caller, minted_id};
-use leasehold_commands::snapshot_service::{
-    AgentReport, CreateSnapshot, SnapshotConfig, SnapshotService,
-};
+use leasehold_commands::snapshot_service::{AgentReport, SnapshotConfig, SnapshotService};
 use leasehold_domain::TenantId;
 use leasehold_domain::quota::QuotaLimits;
 use leasehold_domain::snapshot::{
     ExportDestination, ExportStatus, ReportedSizes, RequestedKind, Snapshot, SnapshotId,
-    SnapshotKind, SnapshotMode, SnapshotStatus, Written,
+    SnapshotKind, SnapshotStatus, Written,
 };
 use leasehold_domain::values::fleet::{HostBackend, HostId, VmId};
 use leasehold_domain::values::{OperationId, OperatorDetail};
@@ -25,7 +23,9 @@ use leasehold_tests::TestDb;
 
 use super::delivery::{Fault, Observer, deliver};
 use super::{Answer, Rng, SLOTS, Slots, Via, answer};
-use crate::fleet::support::{agent, host_spec, no_secrets, register, service, spec, task, tenant};
+use crate::fleet::support::{
+    agent, host_spec, no_secrets, register, service, snapshot_ask, spec, task, tenant,
+};
 
 type Service = SnapshotService<PgEventStore, PgReadModels>;
 
@@ -84,7 +84,7 @@ impl Snapshots {
         let (round, snapshot) = self.slots.get(slot);
         let Some(snapshot) = snapshot else {
             let requested = if rng.one_in(2) { RequestedKind::Disk } else { RequestedKind::Live };
-            let ask = ask(self.vms[slot], requested);
+            let ask = snapshot_ask(self.vms[slot], requested);
             let create = || turn.snapshots.create(&turn.tenant, turn.key, &ask);
             let answered = deliver(turn.delivery, create).await;
             if matches!(answered, Answer::Applied) {
@@ -190,18 +190,6 @@ fn written(stored: &Snapshot, rng: &mut Rng) -> Written {
         digest: None,
         store_ref: SnapshotRef::parse("ref", "hammer").expect("valid"),
         diff_of: None,
-    }
-}
-
-fn ask(vm: VmId, requested: RequestedKind) -> CreateSnapshot {
-    CreateSnapshot {
-        vm,
-        requested,
-        mode: SnapshotMode::Manual,
-        parent: None,
-        layer_key: None,
-        name: None,
-        retention_until: None,
     }
 }
 
