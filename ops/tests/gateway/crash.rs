@@ -333,6 +333,25 @@ async fn kill_again_and_again(server: &mut Server, seed: u64, load: &Load, compa
     }
 }
 
+/// [`WRITERS`] writers of `mix` as tenant `token`, while the server is killed [`kills`] times
+/// and started again (no comparison between starts: a dispatcher's simulator and the sweeps
+/// append while the writers are held); every answer.
+async fn written_under_kills(
+    server: &mut Server,
+    token: &str,
+    (seed, mix): (u64, Mix),
+) -> Vec<Value> {
+    let load = Load::default();
+    let writers = writers((server, token), (seed, mix), &load).await;
+    kill_again_and_again(server, seed, &load, false).await;
+    load.stop.store(true, Ordering::Relaxed);
+    let mut answered = Vec::new();
+    for writer in writers {
+        answered.extend(writer.await.expect("a writer ran"));
+    }
+    answered
+}
+
 /// The dispatcher, a reconciler, killed with its server at moments drawn from the seed while
 /// leases are requested: after the last start every lease becomes ready, provisioned once
 /// (each of its dispatch attempts recorded under a number of its own), and the backend (`leasehold
@@ -352,16 +371,7 @@ async fn a_dispatcher_killed_at_any_moment_has_the_backend_act_once_per_lease() 
     let args = ["--backend", "sim-1", "--backends-file", file, "--inventory-every", "1s"];
     let mut server = Server::start_with(&args).await;
     let acme = tenant_token("acme");
-    let load = Load::default();
-    let writers = writers((&server, &acme), (seed, Mix::Leases), &load).await;
-    // The sim's callbacks and the sweep append while the writers are held: no comparison
-    // between starts here.
-    kill_again_and_again(&mut server, seed, &load, false).await;
-    load.stop.store(true, Ordering::Relaxed);
-    let mut leases = Vec::new();
-    for writer in writers {
-        leases.extend(writer.await.expect("a writer ran"));
-    }
+    let leases = written_under_kills(&mut server, &acme, (seed, Mix::Leases)).await;
     let observer = server.db.client().await;
     let mut sent_again = 0;
     for lease in &leases {
@@ -405,14 +415,7 @@ async fn a_rental_dispatcher_killed_at_any_moment_has_the_provider_make_one_mach
     let provider = ProviderSim::start(&dir.0, EVERY, &[]).await;
     let mut server = server_renting_from(&provider, &dir.0, EVERY).await;
     let acme = tenant_token("acme");
-    let load = Load::default();
-    let writers = writers((&server, &acme), (seed, Mix::Rentals), &load).await;
-    kill_again_and_again(&mut server, seed, &load, false).await;
-    load.stop.store(true, Ordering::Relaxed);
-    let mut rentals = Vec::new();
-    for writer in writers {
-        rentals.extend(writer.await.expect("a writer ran"));
-    }
+    let rentals = written_under_kills(&mut server, &acme, (seed, Mix::Rentals)).await;
     let observer = server.db.client().await;
     for rental in &rentals {
         rental_in(&server, &acme, &rental["id"], "active").await;
@@ -447,14 +450,7 @@ async fn a_vm_dispatcher_killed_at_any_moment_has_the_host_agent_boot_each_vm_on
     let mut server = Server::start().await;
     register_host(&server, (&agent.url, Some(AGENT_TOKEN))).await;
     let acme = tenant_token("acme");
-    let load = Load::default();
-    let writers = writers((&server, &acme), (seed, Mix::Vms), &load).await;
-    kill_again_and_again(&mut server, seed, &load, false).await;
-    load.stop.store(true, Ordering::Relaxed);
-    let mut vms = Vec::new();
-    for writer in writers {
-        vms.extend(writer.await.expect("a writer ran"));
-    }
+    let vms = written_under_kills(&mut server, &acme, (seed, Mix::Vms)).await;
     let observer = server.db.client().await;
     for vm in &vms {
         let stream = vm["streamId"].as_str().expect("a stream");
@@ -508,16 +504,9 @@ async fn a_runner_dispatcher_killed_at_any_moment_has_the_node_launch_each_insta
         "inventory": [] } });
     data(&server.graphql(&node_agent(), REGISTER, roomy).await);
     let acme = tenant_token("acme");
-    let load = Load::default();
-    let writers = writers((&server, &acme), (seed, Mix::Runners), &load).await;
-    kill_again_and_again(&mut server, seed, &load, false).await;
-    load.stop.store(true, Ordering::Relaxed);
-    let mut leases = std::collections::BTreeSet::new();
-    for writer in writers {
-        for answered in writer.await.expect("a writer ran") {
-            leases.insert(answered["id"].as_str().expect("an id").to_owned());
-        }
-    }
+    let written = written_under_kills(&mut server, &acme, (seed, Mix::Runners)).await;
+    let ids = written.iter().map(|answered| answered["id"].as_str().expect("an id").to_owned());
+    let leases: std::collections::BTreeSet<String> = ids.collect();
     for lease in &leases {
         let launched = |read: &Value| !read["instanceId"].is_null();
         operator_reads(&server, &json!(lease), "launched", launched).await;
