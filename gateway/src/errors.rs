@@ -47,6 +47,30 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code.
+    pub const ALL: [Self; 15] = [
+        Self::Unauthenticated,
+        Self::Forbidden,
+        Self::NotFound,
+        Self::BadUserInput,
+        Self::Conflict,
+        Self::Fenced,
+        Self::IdempotencyConflict,
+        Self::InvalidState,
+        Self::QuotaExceeded,
+        Self::Unsupported,
+        Self::Stale,
+        Self::RateLimited,
+        Self::NotProvisioned,
+        Self::Unavailable,
+        Self::Internal,
+    ];
+
+    /// The code `extensions.code` spells so.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|code| code.as_str() == text)
+    }
+
     /// As it appears in `extensions.code`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -215,26 +239,10 @@ pub type ApiResult<T> = Result<T, ApiError>;
 mod tests {
     use super::Code;
 
-    /// Every code; the match makes a new one a compile error here until it is listed.
+    /// Every code; the match makes a new one a compile error here until it is listed in
+    /// `Code::ALL`, and the count keeps it from being left out there.
     fn every() -> Vec<Code> {
-        let all = vec![
-            Code::Unauthenticated,
-            Code::Forbidden,
-            Code::NotFound,
-            Code::BadUserInput,
-            Code::Conflict,
-            Code::Fenced,
-            Code::IdempotencyConflict,
-            Code::InvalidState,
-            Code::QuotaExceeded,
-            Code::Unsupported,
-            Code::Stale,
-            Code::RateLimited,
-            Code::NotProvisioned,
-            Code::Unavailable,
-            Code::Internal,
-        ];
-        for code in &all {
+        for code in Code::ALL {
             match code {
                 Code::Unauthenticated
                 | Code::Forbidden
@@ -253,7 +261,15 @@ mod tests {
                 | Code::Internal => {}
             }
         }
-        all
+        Code::ALL.to_vec()
+    }
+
+    #[test]
+    fn each_code_parses_from_its_spelling_alone() {
+        for code in every() {
+            assert_eq!(Code::parse(code.as_str()), Some(code));
+        }
+        assert_eq!(Code::parse("bad_user_input"), None);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! The HTTP surface: `POST /graphql`, GraphiQL on `GET /graphql`, `/healthz` and `/readyz`.
+//! The HTTP surface: `POST /graphql`, the embedded pages (the dashboard at `/`, GraphiQL on
+//! `GET /graphql`), `/healthz` and `/readyz`.
 //!
 //! The body is read and parsed here rather than by async-graphql's extractor so that every
 //! refusal (no token, an oversized or malformed body, a batch over the cap) is a GraphQL
 //! response with a code from the fixed set, and so that the token is checked before anything
-//! executes.
+//! executes. Answers are written in the media type the client accepts (`media`).
 
 use async_graphql::{BatchRequest, BatchResponse, Request};
 use axum::Router;
@@ -11,13 +12,14 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use leasehold_domain::Cursor;
 
 use crate::auth::{Principal, Role};
 use crate::cursor::CursorKind;
 use crate::errors::{ApiError, Code, response_of, with_codes};
+use crate::media::{Answer, is_json_body};
 use crate::schema::{self, LeaseholdSchema};
 use crate::state::AppState;
 
@@ -37,7 +39,9 @@ pub fn app(state: AppState) -> Router {
     let body_max = state.inner.config.body_bytes_max;
     let http = Http { state, schema };
     Router::new()
-        .route("/graphql", get(graphiql).post(graphql))
+        .route("/", get(crate::pages::dashboard))
+        .route("/assets/{*file}", get(crate::pages::asset))
+        .route("/graphql", get(crate::pages::graphiql).post(graphql))
         .route("/graphql/ws", get(crate::ws::upgrade))
         .route("/callbacks/leases/{lease_id}", post(crate::callbacks::unnamed))
         .route(
@@ -57,10 +61,6 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_max))
         .route_layer(axum::middleware::from_fn_with_state(http.clone(), crate::metrics::track))
         .with_state(http)
-}
-
-async fn graphiql() -> Html<String> {
-    Html(async_graphql::http::GraphiQLSource::build().endpoint("/graphql").finish())
 }
 
 /// A path the gateway does not serve: a typed answer, as every other refusal is.
@@ -98,6 +98,8 @@ async fn graphql(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let config = &http.state.inner.config;
+    let answer = Answer::accepted(&headers);
+    let refuse = |status, error| refuse(answer, status, error);
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -108,6 +110,10 @@ async fn graphql(
             return refuse(StatusCode::BAD_REQUEST, ApiError::bad_input("unreadable body"));
         }
     };
+    if !is_json_body(&headers) {
+        let message = "the body must be JSON: send `Content-Type: application/json`";
+        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, ApiError::bad_input(message));
+    }
     let authorization = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
     let principal = match http.state.jwt().verify_header(authorization) {
         Ok(principal) => principal,
@@ -142,7 +148,7 @@ async fn graphql(
     } else {
         BatchResponse::Batch(responses)
     };
-    json(StatusCode::OK, &response)
+    answer.write(None, &response)
 }
 
 /// Runs one operation for `principal`, after waiting for the read models if it asked to.
@@ -181,19 +187,15 @@ async fn read_your_writes(
     inner.projections.reached(stores, cursor, wait, &reads).await
 }
 
-fn refuse(status: StatusCode, error: ApiError) -> Response {
-    let mut response = json(status, &BatchResponse::Single(response_of(error.clone())));
-    if error.code == Code::Unauthenticated {
+fn refuse(answer: Answer, status: StatusCode, error: ApiError) -> Response {
+    let unauthenticated = error.code == Code::Unauthenticated;
+    let mut response = answer.write(Some(status), &BatchResponse::Single(response_of(error)));
+    if unauthenticated {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("a valid header"));
     }
     response
-}
-
-fn json(status: StatusCode, response: &BatchResponse) -> Response {
-    let body = serde_json::to_vec(response).expect("responses serialize");
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The kernel send buffer of each connection.

@@ -23,31 +23,9 @@ const BEFORE_RESTART: usize = 10;
 /// Pace of the writer, so that writes span the server's restart.
 const WRITE_EVERY: Duration = Duration::from_millis(30);
 
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients")
-}
-
-/// Installs the pinned clients with `npm ci` unless they are installed, so that `cargo test`
-/// alone is enough on a fresh clone. An exclusive lock on a file beside them makes test
-/// processes running at once install them once and never read a half-written install.
+/// The pinned clients, installed.
 fn install_clients() -> PathBuf {
-    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let dir = clients_dir();
-    INSTALLED.get_or_init(|| {
-        let lock = std::fs::File::create(dir.join(".install.lock")).expect("a lock file");
-        lock.lock().expect("the install lock");
-        // npm writes this file last, so its presence means a whole install.
-        if !dir.join("node_modules/.package-lock.json").is_file() {
-            let status = std::process::Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .status()
-                .expect("npm runs (Node.js 20 or later is needed for the client tests)");
-            assert!(status.success(), "`npm ci --prefix tests/clients` failed: {status}");
-        }
-        lock.unlock().expect("the install lock is released");
-    });
-    dir
+    npm_installed(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients"))
 }
 
 /// Writes `LEASES` leases straight through the command pipeline, so that writing goes on

@@ -3,6 +3,7 @@
 mod access;
 mod backend;
 mod backend_reads;
+mod browser;
 mod callbacks;
 mod clients;
 mod crash;
@@ -10,6 +11,7 @@ mod dispatch;
 mod fleet;
 mod fleet_moves;
 mod fuzz;
+mod graphql_http;
 mod inventory;
 mod leases;
 mod limits;

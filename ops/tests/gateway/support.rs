@@ -445,3 +445,29 @@ pub async fn until_answered(
     let answer = answered.await.unwrap_or_else(|_| panic!("{name} answered within {START_WAIT:?}"));
     data(&answer)[name].clone()
 }
+
+/// `dir`'s pinned npm packages, installed with `npm ci` unless they are, so that `cargo test`
+/// alone is enough on a fresh clone. An exclusive lock on a file beside them makes test
+/// processes running at once install them once and never read a half-written install.
+pub fn npm_installed(dir: &std::path::Path) -> std::path::PathBuf {
+    static INSTALLED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut installed = INSTALLED.lock().expect("not poisoned");
+    if !installed.iter().any(|done| done == dir) {
+        let lock = std::fs::File::create(dir.join(".install.lock")).expect("a lock file");
+        lock.lock().expect("the install lock");
+        // npm writes this file last, so its presence means a whole install.
+        if !dir.join("node_modules/.package-lock.json").is_file() {
+            let status = std::process::Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+                .arg(dir)
+                .status()
+                .expect(
+                    "npm runs (Node.js 20 or later is needed for the browser and client tests)",
+                );
+            assert!(status.success(), "`npm ci --prefix {}` failed: {status}", dir.display());
+        }
+        lock.unlock().expect("the install lock is released");
+        installed.push(dir.to_path_buf());
+    }
+    dir.to_path_buf()
+}
