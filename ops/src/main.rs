@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod cluster;
 mod database;
+mod demo;
 mod dispatch;
 mod events;
 mod projections;

@@ -30,8 +30,8 @@ const STOP_WAIT_SECONDS: u64 = 30;
 /// How often the projectors' lag is logged.
 const LAG_LOG_INTERVAL_SECONDS: u64 = 60;
 
-/// The demo tenant the no-set-up start prints a token for.
-const DEMO_TENANT: &str = "demo";
+/// The demo tenant the no-set-up start prints a token for, and `--demo` seeds.
+pub(crate) const DEMO_TENANT: &str = "demo";
 
 /// Options of `leasehold serve`.
 #[derive(Debug, Clone, Args)]
@@ -97,10 +97,13 @@ pub struct ServeArgs {
     /// Without it, leases are recorded only.
     #[arg(long, env = "LEASEHOLD_BACKENDS_FILE")]
     backends_file: Option<std::path::PathBuf>,
-    /// Also run a simulated lease backend inside this process (`leasehold backend-sim`, named
-    /// `demo-sim`, calling back after half a second) and send every lease to it, so that
-    /// requested leases become ready with nothing else set up. Not with --backends-file.
-    #[arg(long, conflicts_with = "backends_file")]
+    /// A demo with nothing set up: simulate every outside system inside this process (a lease
+    /// backend, `demo-sim`, that every lease goes to; two hosts' agents; a rental provider
+    /// whose machines run node agents; a runner node), seed a few workloads of each kind for
+    /// the tenant `demo`, and keep a slow stream of lifecycle events going (a step every 3 s),
+    /// so the dashboard has something to show. Off by default. Not with the files that name
+    /// real backends, providers or runner nodes.
+    #[arg(long, conflicts_with_all = ["backends_file", "providers_file", "runner_nodes_file"])]
     demo: bool,
     /// The URL backends reach this gateway's callbacks at (default: http://<listen address>).
     #[arg(long, env = "LEASEHOLD_CALLBACK_BASE_URL")]
@@ -263,21 +266,22 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let projectors = crate::projectors::start(&store, start, &stopped);
     let progress = projectors.progress.clone();
     let secret = args.secret.secret()?;
-    let (backends, _demo_sim) = match &args.backends_file {
-        Some(file) => (Some(crate::dispatch::backends(file)?), None),
-        None if args.demo => {
-            let (backends, sim) = demo_backend().await?;
-            (Some(backends), Some(AbortOnDrop(sim)))
-        }
-        None => (None, None),
+    let mut demo =
+        if args.demo { Some(crate::demo::sims::Simulators::start().await?) } else { None };
+    let backends = match (&args.backends_file, demo.as_mut()) {
+        (Some(file), _) => Some(crate::dispatch::backends(file)?),
+        (None, Some(demo)) => demo.backends.take(),
+        (None, None) => None,
     };
-    let providers = match &args.providers_file {
-        Some(file) => leasehold_adapters::providers::config::load(file)?,
-        None => Vec::new(),
+    let providers = match (&args.providers_file, demo.as_mut()) {
+        (Some(file), _) => leasehold_adapters::providers::config::load(file)?,
+        (None, Some(demo)) => std::mem::take(&mut demo.providers),
+        (None, None) => Vec::new(),
     };
-    let runner_nodes = match &args.runner_nodes_file {
-        Some(file) => Some(leasehold_adapters::runner_providers::config::load(file)?),
-        None => None,
+    let runner_nodes = match (&args.runner_nodes_file, demo.as_mut()) {
+        (Some(file), _) => Some(leasehold_adapters::runner_providers::config::load(file)?),
+        (None, Some(demo)) => demo.runner_nodes.take(),
+        (None, None) => None,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -382,10 +386,17 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
             &stopped,
         ));
         let providers = crate::dispatch::providers(providers)?;
+        // The demo's machines move a step at each look: looked at often, a rental is active
+        // within seconds rather than a minute.
+        let observe_every = if args.demo {
+            args.rental_observe_every.min(TimeDelta::seconds(2))
+        } else {
+            args.rental_observe_every
+        };
         reconcilers.extend(crate::dispatch::start_rental_dispatch(
             &state.rented().rentals,
             &providers,
-            args.rental_observe_every,
+            observe_every,
             &stopped,
         ));
     }
@@ -408,16 +419,33 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         &reconciling,
         &stopped,
     ));
+    let demo_driver = match demo.as_mut() {
+        Some(demo) => Some(crate::demo::driver::spawn(
+            &format!("http://{address}"),
+            &JwtSecret::new(&secret)?,
+            demo.hosts(),
+            stopped.clone(),
+        )?),
+        None => None,
+    };
     let gateway = tokio::spawn(leasehold_gateway::serve(listener, state, stopped_future(stopped)));
     println!(
-        "leasehold serve: {} at {}; projections {} running; listening on \
-         http://{address}/graphql. Stop with Ctrl-C or SIGTERM.",
+        "leasehold serve: {} at {}; projections {} running; listening on http://{address}. \
+         Stop with Ctrl-C or SIGTERM.\n  Dashboard: http://{address}/ (sign in with a token)\n  \
+         GraphQL:   http://{address}/graphql (GraphiQL in a browser; WebSocket at /graphql/ws)",
         url.database(),
         url.endpoint(),
         crate::projectors::NAMES.join(", ")
     );
-    if args.secret.generated() {
+    if args.secret.generated() || args.demo {
         print_demo_tokens(&JwtSecret::new(&secret)?);
+    }
+    if args.demo {
+        println!(
+            "demo: every outside system is simulated in this process; the tenant demo's \
+             leases, VMs, snapshots, rentals, runs and runner leases change every few seconds. \
+             Open the dashboard and sign in with the tenant demo's token (or the operator's)."
+        );
     }
     let signal = stop_signal().await?;
     tracing::info!(signal, "stopping");
@@ -433,6 +461,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         reconciled.push(tokio::time::timeout(wait, task).await);
     }
     lag.abort();
+    if let Some(driver) = demo_driver {
+        driver.abort();
+    }
     stop_sealer.send_replace(true);
     let sealed = tokio::time::timeout(wait, sealer).await;
     served.context("the gateway did not stop in time")?.context("the gateway failed")??;
@@ -457,38 +488,6 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         let _ = writeln!(std::io::stdout(), "{stopped}");
     }
     Ok(())
-}
-
-/// The simulated backend of `--demo`.
-const DEMO_BACKEND: &str = "demo-sim";
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// `--demo`: a simulated backend in this process, with a fresh secret of its own.
-async fn demo_backend() -> anyhow::Result<(
-    (leasehold_adapters::dispatch::Backends, Vec<String>),
-    tokio::task::JoinHandle<()>,
-)> {
-    use leasehold_adapters::backends::{BackendConfig, SigningSecret};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("a port for the demo backend")?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let text = format!("{}{}", uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
-    // Random enough for a backend that lives as long as this process, on the loopback only.
-    let secret = SigningSecret::new(text.as_bytes()).context("the demo backend's secret")?;
-    let delay = Duration::from_millis(500);
-    let sim = crate::backend_sim::spawn(listener, DEMO_BACKEND, secret.clone(), delay)?;
-    let backends = crate::dispatch::clients(vec![BackendConfig::new(DEMO_BACKEND, &url, secret)])?;
-    println!("demo: the simulated backend {DEMO_BACKEND} at {url} takes every lease");
-    Ok(((backends, vec![DEMO_BACKEND.to_string()]), sim))
 }
 
 /// The backend new leases are placed on.

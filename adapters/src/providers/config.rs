@@ -68,6 +68,15 @@ pub enum ConfigError {
 pub struct ProviderToken(String);
 
 impl ProviderToken {
+    /// `text` as a token: at least [`TOKEN_BYTES_MIN`] printable bytes (surrounding whitespace
+    /// cut), else `None`. For tokens made in memory (`serve --demo`'s simulators); files go
+    /// through [`load`].
+    pub fn new(text: &str) -> Option<Self> {
+        let text = text.trim_ascii();
+        (text.len() >= TOKEN_BYTES_MIN && text.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| Self(text.to_owned()))
+    }
+
     /// The token's text, for the `Authorization` header only.
     pub fn expose(&self) -> &str {
         &self.0
@@ -164,16 +173,12 @@ pub(crate) fn read_token(path: &Path, name: &str) -> Result<ProviderToken, Confi
         path: path.to_path_buf(),
         reason: error.to_string(),
     })?;
-    String::from_utf8(bytes.trim_ascii().to_vec())
-        .ok()
-        .filter(|token| {
-            token.len() >= TOKEN_BYTES_MIN && token.bytes().all(|b| b.is_ascii_graphic())
-        })
-        .map(ProviderToken)
-        .ok_or_else(|| ConfigError::Invalid {
+    std::str::from_utf8(&bytes).ok().and_then(ProviderToken::new).ok_or_else(|| {
+        ConfigError::Invalid {
             name: name.to_owned(),
             reason: format!("its token file must hold at least {TOKEN_BYTES_MIN} printable bytes"),
-        })
+        }
+    })
 }
 
 /// `http://` or `https://`, and no user or password in it (secrets go in files).

@@ -106,12 +106,21 @@ pub(crate) async fn serve_dispatching(file: &Path) -> Server {
 }
 
 /// Polls `check` until it answers, for at most [`READY_WAIT`]; panics naming `what`.
-pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let waited = tokio::time::timeout(READY_WAIT, async {
+    eventually_within(what, READY_WAIT, check).await
+}
+
+/// Polls `check` until it answers, for at most `wait`; panics naming `what`.
+pub(crate) async fn eventually_within<T, F, Fut>(what: &str, wait: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let waited = tokio::time::timeout(wait, async {
         loop {
             if let Some(found) = check().await {
                 return found;
@@ -120,7 +129,7 @@ where
         }
     })
     .await;
-    waited.unwrap_or_else(|_| panic!("{what} did not happen in {READY_WAIT:?}"))
+    waited.unwrap_or_else(|_| panic!("{what} did not happen in {wait:?}"))
 }
 
 /// Waits until the tenant reads the lease in `status`.

@@ -7,6 +7,7 @@ mod browser;
 mod callbacks;
 mod clients;
 mod crash;
+mod demo;
 mod dispatch;
 mod fleet;
 mod fleet_moves;

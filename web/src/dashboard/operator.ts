@@ -68,7 +68,7 @@ function showLag(projections: Projection[]): void {
         projection.error ? h('span', { class: 'error' }, `: ${projection.error}`) : null),
       h(
         'td',
-        {},
+        { class: 'behind' },
         h('meter', {
           min: 0,
           max: scale,
@@ -84,10 +84,10 @@ function showLag(projections: Projection[]): void {
   replace(byId('lag'), ...rows);
 }
 
-/** The numeric resources a host declares, in a stable order. */
+/** The resources a host has some of, in a stable order. */
 function resourcesOf(host: Host): string[] {
   return Object.keys(host.capacity)
-    .filter((key) => typeof host.capacity[key] === 'number')
+    .filter((key) => typeof host.capacity[key] === 'number' && Number(host.capacity[key]) > 0)
     .sort();
 }
 

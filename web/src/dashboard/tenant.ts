@@ -51,7 +51,10 @@ function showWorkloads(workloads: Workload[]): void {
       h(
         'td',
         {},
-        workload.resources.map((resource) => `${count(resource.quantity)} × ${resource.sku}`).join(', ') ||
+        workload.resources
+          .filter((resource) => resource.quantity > 0)
+          .map((resource) => `${count(resource.quantity)} × ${resource.sku}`)
+          .join(', ') ||
           '—',
       ),
       h('td', {}, workload.backendName ?? '—'),
