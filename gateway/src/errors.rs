@@ -92,9 +92,10 @@ impl Code {
         }
     }
 
-    /// The HTTP status of an answer outside GraphQL (the backends' callbacks) refused with
-    /// this code: only `INTERNAL` is a 500; what passes (`UNAVAILABLE`, `RATE_LIMITED`) says
-    /// so, so that a backend retries it and nothing else.
+    /// The HTTP status of an answer refused with this code: the backends' callbacks, and a
+    /// GraphQL request answered as `application/graphql-response+json` that never executed
+    /// (`media.rs`). Only `INTERNAL` is a 500; what passes (`UNAVAILABLE`, `RATE_LIMITED`)
+    /// says so, so that a client retries it and nothing else.
     pub fn http_status(self) -> axum::http::StatusCode {
         use axum::http::StatusCode as S;
         match self {

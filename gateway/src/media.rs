@@ -36,10 +36,8 @@ impl Answer {
         for range in ranges.flat_map(|value| value.split(',')) {
             let mut parts = range.split(';');
             let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-            let weight = parts
-                .filter_map(|parameter| parameter.trim().strip_prefix("q="))
-                .find_map(|q| q.trim().parse::<f32>().ok())
-                .unwrap_or(1.0);
+            // A weight that does not parse leaves the range out, as if it were not there.
+            let Some(weight) = weight_of(parts) else { continue };
             match media.as_str() {
                 GRAPHQL_RESPONSE => current = current.max(weight),
                 JSON => legacy = legacy.max(weight),
@@ -75,6 +73,18 @@ impl Answer {
         let body = serde_json::to_vec(&body).expect("responses serialize");
         (status, [(header::CONTENT_TYPE, self.content_type())], body).into_response()
     }
+}
+
+/// A media range's weight (`q`, any case, 0 to 1), 1 when it names none; `None` when it is
+/// not a weight.
+fn weight_of<'a>(parameters: impl Iterator<Item = &'a str>) -> Option<f32> {
+    for parameter in parameters {
+        let Some((name, value)) = parameter.split_once('=') else { continue };
+        if name.trim().eq_ignore_ascii_case("q") {
+            return value.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q));
+        }
+    }
+    Some(1.0)
 }
 
 /// Whether a request body's `Content-Type` is JSON (the only body GraphQL over HTTP defines
@@ -156,6 +166,12 @@ mod tests {
             Answer::Json
         );
         assert_eq!(accept("application/graphql-response+json;q=0"), Answer::Json);
+        assert_eq!(
+            accept("application/json, application/graphql-response+json;Q=0.5"),
+            Answer::Json
+        );
+        assert_eq!(accept("application/graphql-response+json;q=high"), Answer::Json);
+        assert_eq!(accept("application/graphql-response+json;q=2"), Answer::Json);
         assert_eq!(accept("*/*"), Answer::Json);
         assert_eq!(accept("text/html"), Answer::Json);
         assert_eq!(Answer::accepted(&HeaderMap::new()), Answer::Json);

@@ -11,20 +11,26 @@ use axum::response::{IntoResponse, Response};
 /// Every built file by its route (`/index.html`, `/assets/dashboard-<hash>.js`), sorted.
 static ASSETS: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/assets.rs"));
 
-/// This origin only; inline styles for the editors' own layout (CodeMirror sets them). No
-/// frame may hold the pages, and no form posts elsewhere.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+/// The dashboard's policy: this origin only, for everything. No frame may hold the page, and
+/// no form posts elsewhere.
+const DASHBOARD_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data:; font-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; \
+     base-uri 'none'; form-action 'self'";
+
+/// GraphiQL's: the same, but for inline styles, which its editors set for their own layout
+/// (CodeMirror, and the page's own sizing).
+const GRAPHIQL_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; \
      connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 /// `GET /`: the dashboard.
 pub(crate) async fn dashboard() -> Response {
-    page("/index.html")
+    page("/index.html", DASHBOARD_POLICY)
 }
 
 /// `GET /graphql`: GraphiQL.
 pub(crate) async fn graphiql() -> Response {
-    page("/graphiql.html")
+    page("/graphiql.html", GRAPHIQL_POLICY)
 }
 
 /// `GET /assets/{file}`: a script, style or font of the pages. Their names carry a hash of
@@ -43,13 +49,13 @@ pub(crate) async fn asset(Path(file): Path<String>) -> Response {
     (headers, bytes).into_response()
 }
 
-/// An HTML page, asked for again each time (it names the current assets).
-fn page(route: &str) -> Response {
+/// An HTML page under `policy`, asked for again each time (it names the current assets).
+fn page(route: &str, policy: &'static str) -> Response {
     let bytes = find(route).expect("the built pages are embedded (gateway/assets)");
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8")),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY)),
+        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy)),
         (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
         (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
     ];
@@ -107,32 +113,58 @@ mod tests {
         }
     }
 
-    /// The digest `web/scripts/source-hash.mjs` computes over the pages' sources.
-    fn source_hash(web: &std::path::Path) -> String {
+    /// The digest `web/scripts/source-hash.mjs` computes of `paths` under `root`.
+    fn digest(root: &std::path::Path, mut paths: Vec<String>) -> String {
         use sha2::{Digest as _, Sha256};
-        let sources = ["index.html", "graphiql.html", "package-lock.json", "tsconfig.json"];
-        let mut paths: Vec<String> = sources.iter().map(|path| (*path).to_string()).collect();
-        paths.push("vite.config.ts".into());
-        collect(web, "src", &mut paths);
         paths.sort();
         let mut digest = Sha256::new();
         for path in &paths {
-            let bytes = std::fs::read(web.join(path)).expect("a source file");
+            let bytes = std::fs::read(root.join(path)).expect("a file to digest");
             digest.update(format!("{path}\n{}\n", hex::encode(Sha256::digest(&bytes))));
         }
         hex::encode(digest.finalize())
     }
 
-    fn collect(web: &std::path::Path, folder: &str, paths: &mut Vec<String>) {
-        for entry in std::fs::read_dir(web.join(folder)).expect("a source folder") {
-            let name = entry.expect("an entry").file_name().into_string().expect("UTF-8");
-            let path = format!("{folder}/{name}");
-            if web.join(&path).is_dir() {
-                collect(web, &path, paths);
-            } else {
-                paths.push(path);
-            }
+    /// Every file at or under `path` in `root`, dotfiles left out.
+    fn files(root: &std::path::Path, path: &str, found: &mut Vec<String>) {
+        if path.rsplit('/').next().is_some_and(|name| name.starts_with('.')) {
+            return;
         }
+        let full = root.join(path);
+        if !full.is_dir() {
+            found.push(path.to_string());
+            return;
+        }
+        for entry in std::fs::read_dir(full).expect("a folder") {
+            let name = entry.expect("an entry").file_name().into_string().expect("UTF-8");
+            let inner = if path.is_empty() { name } else { format!("{path}/{name}") };
+            files(root, &inner, found);
+        }
+    }
+
+    /// What `npm run build` records: the sources' digest and the built files'.
+    fn record(gateway: &std::path::Path) -> String {
+        let web = gateway.join("../web");
+        let sources = [
+            "index.html",
+            "graphiql.html",
+            "package.json",
+            "package-lock.json",
+            "tsconfig.json",
+            "vite.config.ts",
+            "src",
+        ];
+        let mut paths = Vec::new();
+        for source in sources {
+            files(&web, source, &mut paths);
+        }
+        let mut built = Vec::new();
+        files(&gateway.join("assets"), "", &mut built);
+        format!(
+            "sources {}\nbuilt {}\n",
+            digest(&web, paths),
+            digest(&gateway.join("assets"), built)
+        )
     }
 
     #[test]
@@ -141,10 +173,10 @@ mod tests {
         let recorded = std::fs::read_to_string(gateway.join("assets/.source-hash"))
             .expect("gateway/assets/.source-hash (written by `npm run build` in web/)");
         assert_eq!(
-            recorded.trim(),
-            source_hash(&gateway.join("../web")),
-            "gateway/assets is stale against web/: run `npm ci && npm run build` in web/ and \
-             commit gateway/assets"
+            recorded,
+            record(gateway),
+            "gateway/assets is stale against web/, or was edited by hand: run `npm ci && npm run \
+             build` in web/ and commit gateway/assets"
         );
     }
 }

@@ -437,7 +437,9 @@ pub async fn run(args: &ServeArgs) -> anyhow::Result<()> {
         url.endpoint(),
         crate::projectors::NAMES.join(", ")
     );
-    if args.secret.generated() || args.demo {
+    // Only for a secret made here: tokens signed with an operator's own secret are theirs
+    // to make (`leasehold token`), never printed where logs collect them.
+    if args.secret.generated() {
         print_demo_tokens(&JwtSecret::new(&secret)?);
     }
     if args.demo {

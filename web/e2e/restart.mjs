@@ -26,6 +26,9 @@ await scenario(async () => {
 
   const cursors = await page.locator('#feed li').evaluateAll((rows) => rows.map((row) => row.dataset.cursor));
   expect(new Set(cursors).size === cursors.length, `a feed row repeated: ${cursors.length} rows`);
+  // The server itself sent nothing twice (the page would drop a repeat before showing it).
+  const delivered = Number(await page.locator('#feed').getAttribute('data-delivered'));
+  expect(delivered === cursors.length, `${delivered} events delivered for ${cursors.length} rows`);
   for (const lease of [first, whileDown, after]) {
     const rows = await page.locator(`#feed li[data-stream="lease-${lease}"]`).count();
     expect(rows === 1, `lease ${lease}'s event shows ${rows} times`);

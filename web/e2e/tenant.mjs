@@ -32,6 +32,7 @@ await scenario(async () => {
     { timeout: WAIT_MS },
   );
   const released = (await row.locator('td').nth(2).textContent()).trim();
+  expect(released.startsWith('deprovision'), `the release shows: ${requested} → ${released}`);
 
   const after = await requestLease(tokens.globex, 'globex-after');
   const second = await requestLease(tokens.acme, 'acme-second');

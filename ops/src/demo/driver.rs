@@ -24,6 +24,11 @@ const TOKEN_TTL: TimeDelta = TimeDelta::days(30);
 /// Most workloads of one kind the stream keeps alive; past it, it ends the oldest.
 const ALIVE_MAX: usize = 3;
 
+/// Most steps the stream waits on one workload (a run's outcome, a rental becoming ready, a
+/// runner lease's launch) before it gives up on it and starts another: a workload stuck in
+/// a state the demo does not move never stops its kind.
+const WAITS_MAX: u32 = 20;
+
 const SET_WORKLOAD_LIMITS: &str =
     "mutation($input: SetWorkloadLimitsInput!) { setWorkloadLimits(input: $input) { id } }";
 const SET_SNAPSHOT_QUOTA: &str =
@@ -56,7 +61,8 @@ const REQUEST_RUNNER: &str =
     "mutation($input: RequestRunnerLeaseInput!) { requestRunnerLease(input: $input) { id } }";
 const ASSIGN_RUNNER: &str =
     "mutation($input: AssignRunnerJobInput!) { assignRunnerJob(input: $input) { id } }";
-const NODE_RUNNER_LEASES: &str = "{ nodeRunnerLeases { id epoch phase } }";
+const NODE_RUNNER_LEASES: &str = "{ nodeRunnerLeases { id epoch } }";
+const RUNNER_PHASE: &str = "query($id: ID!) { runnerLease(id: $id) { phase } }";
 const REPORT_RUNNER_PHASE: &str = "mutation($input: RunnerReportInput!, $phase: String!) { \
      reportRunnerPhase(input: $input, phase: $phase) { id } }";
 const RELEASE_RUNNER: &str =
@@ -80,7 +86,27 @@ struct Driver {
     rental: Option<String>,
     run: Option<String>,
     runner: Option<String>,
+    /// Steps spent waiting on the rental, its run, and the runner lease.
+    waits: Waits,
     step: usize,
+}
+
+/// Steps spent waiting, by what is waited on.
+#[derive(Default)]
+struct Waits {
+    rental: u32,
+    run: u32,
+    runner: u32,
+}
+
+/// One more step waited on something; whether to give up on it.
+fn waited_too_long(waits: &mut u32) -> bool {
+    *waits += 1;
+    if *waits > WAITS_MAX {
+        *waits = 0;
+        return true;
+    }
+    false
 }
 
 /// What the hosts' simulators are, for their registration.
@@ -121,6 +147,7 @@ pub fn spawn(
         rental: None,
         run: None,
         runner: None,
+        waits: Waits::default(),
         step: 0,
     };
     Ok(tokio::spawn(async move {
@@ -338,21 +365,33 @@ impl Driver {
         Ok(())
     }
 
-    /// A run on the rental once its node is ready and its last run finished.
+    /// A run on the rental once its node is ready and its last run finished. A rental that
+    /// ended, or never gets ready, is left for a new one.
     async fn cycle_run(&mut self) -> anyhow::Result<()> {
         let Some(rental) = self.rental.clone() else {
             return self.provision_rental().await;
         };
         if let Some(run) = &self.run {
             let data = self.call(&self.tokens.tenant, RUN_OUTCOME, json!({ "id": run })).await?;
-            if data["run"]["outcome"].is_null() {
+            if data["run"]["outcome"].is_null() && !waited_too_long(&mut self.waits.run) {
                 return Ok(());
             }
+            self.run = None;
+            self.waits.run = 0;
         }
         let data = self.call(&self.tokens.tenant, RENTAL_STATE, json!({ "id": rental })).await?;
-        if data["rental"]["state"] != "active" || data["rental"]["nodeState"] != "ready" {
+        let state = data["rental"]["state"].as_str().unwrap_or_default();
+        if matches!(state, "terminated" | "failed") {
+            self.rental = None;
             return Ok(());
         }
+        if state != "active" || data["rental"]["nodeState"] != "ready" {
+            if waited_too_long(&mut self.waits.rental) {
+                self.rental = None;
+            }
+            return Ok(());
+        }
+        self.waits.rental = 0;
         let digest = format!("sha256:{}", "c".repeat(64));
         let input = json!({ "input": {
             "operationKey": key("run"), "rentalId": rental, "manifestDigest": digest,
@@ -381,35 +420,46 @@ impl Driver {
     }
 
     /// The runner lease's life, one phase a step, as its runner would report it: launched,
-    /// online, busy, then released and a new one requested.
+    /// online, busy, then released and a new one requested. One that ended, or waits too
+    /// long for its launch, is left for a new one.
     async fn cycle_runner(&mut self) -> anyhow::Result<()> {
         let Some(lease) = self.runner.clone() else {
             return self.request_runner().await;
         };
-        let data = self.call(&self.tokens.runner_node, NODE_RUNNER_LEASES, json!({})).await?;
-        let seen = data["nodeRunnerLeases"]
-            .as_array()
-            .and_then(|leases| leases.iter().find(|seen| seen["id"] == lease.as_str()).cloned());
-        let next = match seen.as_ref().and_then(|seen| seen["phase"].as_str()) {
-            Some("launching") => Some("online"),
-            Some("online") => Some("busy"),
-            // Busy, or gone from the node: done with it.
-            Some("busy") | None => None,
-            // Not launched yet: wait for the dispatcher.
-            Some(_) => return Ok(()),
+        let data = self.call(&self.tokens.tenant, RUNNER_PHASE, json!({ "id": lease })).await?;
+        let next = match data["runnerLease"]["phase"].as_str().unwrap_or_default() {
+            "launching" => "online",
+            "online" => "busy",
+            "busy" => return self.release_runner(lease).await,
+            "done" | "failed" | "quarantine" | "teardown" | "custody" => {
+                self.runner = None;
+                return Ok(());
+            }
+            // Not launched yet: the dispatcher has it.
+            _ if waited_too_long(&mut self.waits.runner) => {
+                return self.release_runner(lease).await;
+            }
+            _ => return Ok(()),
         };
-        if let (Some(phase), Some(seen)) = (next, seen) {
-            let input = json!({
-                "input": { "leaseId": lease, "epoch": seen["epoch"], "operationKey": key(phase) },
-                "phase": phase,
-            });
-            return self
-                .call(&self.tokens.runner_node, REPORT_RUNNER_PHASE, input)
-                .await
-                .map(|_| ());
-        }
-        let input = json!({ "input": { "leaseId": lease, "operationKey": key("done"), "outcome": "done" } });
+        self.waits.runner = 0;
+        let data = self.call(&self.tokens.runner_node, NODE_RUNNER_LEASES, json!({})).await?;
+        let epoch = data["nodeRunnerLeases"]
+            .as_array()
+            .and_then(|leases| leases.iter().find(|seen| seen["id"] == lease.as_str()))
+            .map(|seen| seen["epoch"].clone())
+            .context("the launched lease on its node")?;
+        let input = json!({
+            "input": { "leaseId": lease, "epoch": epoch, "operationKey": key(next) },
+            "phase": next,
+        });
+        self.call(&self.tokens.runner_node, REPORT_RUNNER_PHASE, input).await.map(|_| ())
+    }
+
+    /// Releases the runner lease (its instance is torn down); the next step requests another.
+    async fn release_runner(&mut self, lease: String) -> anyhow::Result<()> {
         self.runner = None;
+        self.waits.runner = 0;
+        let input = json!({ "input": { "leaseId": lease, "operationKey": key("done"), "outcome": "done" } });
         self.call(&self.tokens.tenant, RELEASE_RUNNER, input).await.map(|_| ())
     }
 }

@@ -4,8 +4,10 @@
 //! (stop the server, write while it is down, start it again) with one JSON line on its
 //! standard output, and is answered with one line on its standard input.
 //!
-//! `LEASEHOLD_SCREENSHOTS=docs/screenshots cargo test -p leasehold --test gateway browser`
-//! refreshes the screenshots the README shows.
+//! A failed scenario leaves a screenshot of each page it had open in the folder
+//! `LEASEHOLD_SCREENSHOTS` names (relative to the repository), else in a temporary one that
+//! the failure names. (The README's screenshots come from `web/scripts/screenshots.mjs`, of a
+//! running demo.)
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -61,7 +63,7 @@ fn chromium() -> &'static str {
 }
 
 /// Where a scenario's screenshots go: the folder `LEASEHOLD_SCREENSHOTS` names (relative to the
-/// repository), else a folder of the test's own.
+/// repository), else a folder of the test's own, removed unless the scenario fails.
 fn screenshots() -> (PathBuf, Option<TempDir>) {
     if let Ok(folder) = std::env::var("LEASEHOLD_SCREENSHOTS") {
         let folder = repository().join(folder);
@@ -83,7 +85,7 @@ async fn scenario(name: &str, server: &mut Server) -> Value {
         "globex": tenant_token("globex"),
         "operator": role_token(Role::Operator, None),
     });
-    let (shots, _kept) = screenshots();
+    let (shots, temporary) = screenshots();
     let mut child = tokio::process::Command::new("node")
         .arg(web.join(format!("e2e/{name}.mjs")))
         .env("LEASEHOLD_BASE", &server.base)
@@ -118,7 +120,13 @@ async fn scenario(name: &str, server: &mut Server) -> Value {
     })
     .await;
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
-    let errors = errors.await.unwrap_or_default();
+    let mut errors = errors.await.unwrap_or_default();
+    let finished = matches!((&summary, &status), (Ok(Some(_)), Ok(Ok(status))) if status.success());
+    if !finished {
+        // Kept for whoever reads the failure: the pages as they were.
+        std::mem::forget(temporary);
+        errors = format!("{errors}\n(screenshots of the pages: {})", shots.display());
+    }
     let summary = summary.unwrap_or_else(|_| panic!("{name} did not finish in time:\n{errors}"));
     let summary = summary.unwrap_or_else(|| panic!("{name} ended without finishing:\n{errors}"));
     let status = status.expect("the scenario exits").expect("waited");

@@ -51,14 +51,19 @@ export function timeOf(instant: string): HTMLTimeElement {
   return h('time', { datetime: instant, title: date.toISOString() }, date.toLocaleTimeString());
 }
 
-/** Runs `work` at most once per `ms`, after the last call (later calls join the wait). */
-export function debounce(work: () => void, ms: number): () => void {
+/** `work`, run `ms` after the last call (later calls join the wait); `cancel` drops a wait. */
+export function debounce(work: () => void, ms: number): { call: () => void; cancel: () => void } {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  return () => {
+  const cancel = () => {
     if (timer !== undefined) clearTimeout(timer);
+    timer = undefined;
+  };
+  const call = () => {
+    cancel();
     timer = setTimeout(() => {
       timer = undefined;
       work();
     }, ms);
   };
+  return { call, cancel };
 }

@@ -2,7 +2,8 @@
 // client. The client sends the same subscribe payload again on every reconnect, so the
 // payload's `after` is moved to each event's cursor as it arrives: after a network drop or a
 // server restart the feed resumes from the last event it showed, with no gap, and no event is
-// delivered twice (a cursor already shown is dropped all the same).
+// shown twice (a cursor already shown is dropped all the same). A subscription the server
+// ends (its store failed for a moment) is started again from the same cursor.
 import { createClient, type Client } from 'graphql-ws';
 
 export interface LifecycleEvent {
@@ -21,6 +22,19 @@ export type LinkState =
   | { state: 'live' }
   | { state: 'reconnecting'; attempt: number }
   | { state: 'failed'; message: string };
+
+/** What the feed tells the page. */
+export interface FeedHandlers {
+  /** A new event, in log order, each once. */
+  event(event: LifecycleEvent): void;
+  /** The connection changed. */
+  link(link: LinkState): void;
+  /** Connected (again): what happened while it was not is in the lists, not in the feed,
+   * until the first event arrives. */
+  connected(): void;
+  /** Every event the server delivered, repeats included (the browser tests count them). */
+  delivered(count: number): void;
+}
 
 export interface Feed {
   /** Stops the subscription and closes the socket. */
@@ -42,25 +56,25 @@ const RETRY_WAIT_MAX_MS = 5_000;
 /** Close codes after which trying again cannot help (the token is refused or expired). */
 const REFUSED = new Set([4401, 4403]);
 
+/** Error codes of a subscription that starting it again cannot mend. */
+const FOR_GOOD = new Set(['UNAUTHENTICATED', 'FORBIDDEN', 'BAD_USER_INPUT']);
+
 /** Waits longer after each failed attempt, up to `RETRY_WAIT_MAX_MS`, with jitter so that
  * many dashboards do not come back at once. */
-function retryWait(attempt: number): Promise<void> {
+function backoff(attempt: number): Promise<void> {
   const ms = Math.min(RETRY_WAIT_MAX_MS, 250 * 2 ** attempt) * (0.5 + Math.random() / 2);
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** Subscribes with `token`, handing each new event to `onEvent` and each change of the
- * connection to `onLink`. */
-export function follow(
-  token: string,
-  onEvent: (event: LifecycleEvent) => void,
-  onLink: (link: LinkState) => void,
-): Feed {
+/** Subscribes with `token`, telling `handlers` what happens. */
+export function follow(token: string, handlers: FeedHandlers): Feed {
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/graphql/ws`;
   const seen = new Set<string>();
   const payload = { query: SUBSCRIPTION, variables: { after: null as string | null } };
   let attempt = 0;
+  let delivered = 0;
   let stopped = false;
+  let unsubscribe = () => {};
   const client: Client = createClient({
     url,
     connectionParams: { authorization: `Bearer ${token}` },
@@ -72,51 +86,73 @@ export function follow(
     shouldRetry: (event) => !(event instanceof CloseEvent && REFUSED.has(event.code)),
     retryWait: async (retries) => {
       attempt = retries + 1;
-      if (!stopped) onLink({ state: 'reconnecting', attempt });
-      await retryWait(retries);
+      if (!stopped) handlers.link({ state: 'reconnecting', attempt });
+      await backoff(retries);
     },
     on: {
       connecting: () => {
-        if (attempt === 0) onLink({ state: 'connecting' });
+        if (attempt === 0) handlers.link({ state: 'connecting' });
       },
       connected: () => {
         attempt = 0;
-        onLink({ state: 'live' });
+        handlers.link({ state: 'live' });
+        handlers.connected();
       },
       closed: (event) => {
         if (stopped) return;
         const code = (event as CloseEvent | undefined)?.code;
         if (code !== undefined && REFUSED.has(code)) {
-          onLink({ state: 'failed', message: 'The server refused the token; sign in again.' });
+          handlers.link({ state: 'failed', message: 'The server refused the token; sign in again.' });
         } else {
-          onLink({ state: 'reconnecting', attempt: Math.max(attempt, 1) });
+          handlers.link({ state: 'reconnecting', attempt: Math.max(attempt, 1) });
         }
       },
     },
   });
-  const unsubscribe = client.subscribe<{ lifecycleEvents: LifecycleEvent }>(payload, {
-    next: ({ data, errors }) => {
-      if (errors?.length) {
-        onLink({ state: 'failed', message: errors[0].message });
-        return;
-      }
-      const event = data?.lifecycleEvents;
-      if (!event) return;
-      // Where a reconnect resumes from.
-      payload.variables.after = event.cursor;
-      if (seen.has(event.cursor)) return;
-      seen.add(event.cursor);
-      if (seen.size > SEEN_MAX) seen.delete(seen.values().next().value as string);
-      onEvent(event);
-    },
-    error: (error) => {
+
+  /** Subscribes from `payload`'s cursor; a subscription the server ends is started again. */
+  const subscribe = (restarts: number) => {
+    let failure: { code: string; message: string } | undefined;
+    const again = async () => {
       if (stopped) return;
-      const message =
-        error instanceof Error ? error.message : 'The feed ended; reload the page to start it again.';
-      onLink({ state: 'failed', message });
-    },
-    complete: () => {},
-  });
+      handlers.link({ state: 'reconnecting', attempt: restarts + 1 });
+      await backoff(restarts);
+      if (!stopped) subscribe(restarts + 1);
+    };
+    unsubscribe = client.subscribe<{ lifecycleEvents: LifecycleEvent }>(payload, {
+      next: ({ data, errors }) => {
+        if (errors?.length) {
+          const code = String(errors[0].extensions?.code ?? 'INTERNAL');
+          failure = { code, message: errors[0].message };
+          return;
+        }
+        const event = data?.lifecycleEvents;
+        if (!event) return;
+        restarts = 0;
+        delivered += 1;
+        handlers.delivered(delivered);
+        // Where a reconnect resumes from.
+        payload.variables.after = event.cursor;
+        if (seen.has(event.cursor)) return;
+        seen.add(event.cursor);
+        if (seen.size > SEEN_MAX) seen.delete(seen.values().next().value as string);
+        handlers.event(event);
+      },
+      error: (error) => {
+        if (stopped) return;
+        const message = error instanceof Error ? error.message : 'The feed ended.';
+        handlers.link({ state: 'failed', message });
+      },
+      complete: () => {
+        if (failure && FOR_GOOD.has(failure.code)) {
+          handlers.link({ state: 'failed', message: failure.message });
+          return;
+        }
+        void again();
+      },
+    });
+  };
+  subscribe(0);
   return {
     stop() {
       stopped = true;

@@ -39,20 +39,30 @@ const FLEET = `query Fleet {
   deadLetters { kind entityId reason retryCount lastSeen }
 }`;
 
-/** Reads the lag again. No subscription carries it, so the page asks now and then. */
-export async function refreshLag(token: string): Promise<void> {
-  const data = await graphql<{ projections: Projection[] }>(token, PROJECTIONS);
-  showLag(data.projections);
+/** Reads the lag. No subscription carries it, so the page asks now and then. */
+export async function readLag(token: string): Promise<Projection[]> {
+  return (await graphql<{ projections: Projection[] }>(token, PROJECTIONS)).projections;
 }
 
-/** Reads the hosts and dead letters again, as of `minCursor` at least. */
-export async function refreshFleet(token: string, minCursor?: string): Promise<void> {
-  const data = await graphql<{ hosts: Host[]; deadLetters: DeadLetter[] }>(token, FLEET, {}, minCursor);
-  showHosts(data.hosts);
-  showDeadLetters(data.deadLetters);
+/** An operator's fleet lists, as read at one moment. */
+export interface Fleet {
+  hosts: Host[];
+  deadLetters: DeadLetter[];
 }
 
-function showLag(projections: Projection[]): void {
+/** Reads the hosts and dead letters, as of `minCursor` at least. */
+export async function readFleet(token: string, minCursor?: string): Promise<Fleet> {
+  return graphql<Fleet>(token, FLEET, {}, minCursor);
+}
+
+/** Draws what `readFleet` read. */
+export function showFleet(fleet: Fleet): void {
+  showHosts(fleet.hosts);
+  showDeadLetters(fleet.deadLetters);
+}
+
+/** Draws what `readLag` read. */
+export function showLag(projections: Projection[]): void {
   byId('lag-empty').hidden = projections.length > 0;
   byId('lag-table').hidden = projections.length === 0;
   // The bars share one scale: the furthest behind, at least 100 events.

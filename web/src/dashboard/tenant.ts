@@ -28,14 +28,25 @@ const QUOTAS = `query Quotas {
   quotaUsage { kind activeCount skus { sku quantity } limits { resource used max } }
 }`;
 
-/** Reads the workloads and quotas again, as of `minCursor` at least. */
-export async function refreshTenant(token: string, minCursor?: string): Promise<void> {
+/** A tenant's lists, as read at one moment. */
+export interface TenantLists {
+  workloads: Workload[];
+  quotas: QuotaUsage[];
+}
+
+/** Reads the workloads and quotas, as of `minCursor` at least. */
+export async function readTenant(token: string, minCursor?: string): Promise<TenantLists> {
   const [workloads, quotas] = await Promise.all([
     graphql<{ workloads: { edges: { node: Workload }[] } }>(token, WORKLOADS, {}, minCursor),
     graphql<{ quotaUsage: QuotaUsage[] }>(token, QUOTAS, {}, minCursor),
   ]);
-  showWorkloads(workloads.workloads.edges.map((edge) => edge.node));
-  showQuotas(quotas.quotaUsage);
+  return { workloads: workloads.workloads.edges.map((edge) => edge.node), quotas: quotas.quotaUsage };
+}
+
+/** Draws what `readTenant` read. */
+export function showTenant(lists: TenantLists): void {
+  showWorkloads(lists.workloads);
+  showQuotas(lists.quotas);
 }
 
 function showWorkloads(workloads: Workload[]): void {
