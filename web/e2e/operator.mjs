@@ -40,6 +40,20 @@ await scenario(async () => {
   const projections = await page.locator('#lag tr').evaluateAll((rows) => rows.map((row) => row.dataset.name));
   expect(await page.locator('#lag-empty').isHidden(), 'the empty note is gone');
   await screenshot(page, 'dashboard-operator');
+
+  // Signed out and in again as a tenant in the same tab: nothing of the operator's session
+  // is left on the page, and nothing it still had in flight draws there later.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('Your token').fill(tokens.globex);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('#link[data-state="live"]').waitFor({ timeout: WAIT_MS });
+  const own = await requestLease(tokens.globex, 'globex-after-the-operator');
+  await page.locator(`#workloads tr[data-id="${own}"]`).waitFor({ timeout: WAIT_MS });
+  await page.locator(`#feed li[data-stream="lease-${own}"]`).waitFor({ timeout: WAIT_MS });
+  const html = await page.content();
+  for (const left of [lease, 'host-a', 'host-b', 'lease_views']) {
+    expect(!html.includes(left), `the tenant's page still shows ${left} from the operator's session`);
+  }
   await browser.close();
   done({ projections: projections.length, meters });
 });
